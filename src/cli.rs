@@ -1,0 +1,108 @@
+//! The command line: `pen tool` calls one native tool with no model and prints the exact
+//! observation the model would receive.
+
+use crate::limits::{Limits, MAX_TOOL_RESULT_BYTES};
+use crate::tools::{self, ToolContext};
+use crate::workspace::Workspace;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pen",
+    version,
+    about = "A coding-agent daemon with bounded native tools"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Call one native tool with no model; print the result object the model would see.
+    Tool(ToolCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ToolCommand {
+    /// The tool to call, e.g. pen_read.
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// The tool's arguments as a JSON object.
+    #[arg(default_value = "{}")]
+    pub arguments: String,
+    /// The workspace root the tool is confined to.
+    #[arg(long, default_value = ".")]
+    pub root: PathBuf,
+    /// The cap on the serialized result (max_tool_result_bytes).
+    #[arg(long, value_parser = parse_max_result_bytes)]
+    pub max_result_bytes: Option<u64>,
+    /// Print the tool catalog (names, descriptions, argument schemas) as JSON.
+    #[arg(long, conflicts_with = "name")]
+    pub list: bool,
+}
+
+fn parse_max_result_bytes(text: &str) -> Result<u64, String> {
+    let value: u64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number of bytes"))?;
+    MAX_TOOL_RESULT_BYTES
+        .check(value)
+        .map_err(|e| e.to_string())
+}
+
+/// Exit status of `pen tool`: 0 for a result, 1 for an error result, 2 for bad usage.
+pub fn run_tool(command: ToolCommand) -> ExitCode {
+    if command.list {
+        let catalog = tools::catalog();
+        match serde_json::to_string(&catalog) {
+            Ok(text) => println!("{text}"),
+            Err(e) => return usage(&format!("cannot print the catalog: {e}")),
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some(name) = command.name else {
+        return usage("name a tool, or pass --list");
+    };
+    if !tools::catalog().iter().any(|spec| spec.name == name) {
+        let names: Vec<&str> = tools::catalog().iter().map(|s| s.name).collect();
+        return usage(&format!(
+            "there is no tool named `{name}`; the tools are {}",
+            names.join(", ")
+        ));
+    }
+    let arguments: serde_json::Value = match serde_json::from_str(&command.arguments) {
+        Ok(value) => value,
+        Err(e) => return usage(&format!("the arguments are not valid JSON: {e}")),
+    };
+    let limits = match command.max_result_bytes {
+        Some(max) => match Limits::with_max_tool_result_bytes(max) {
+            Ok(limits) => limits,
+            Err(e) => return usage(&e.to_string()),
+        },
+        None => Limits::default(),
+    };
+    let workspace = match Workspace::new(std::slice::from_ref(&command.root)) {
+        Ok(ws) => ws,
+        Err(e) => return usage(&e.to_string()),
+    };
+    let ctx = ToolContext {
+        workspace: &workspace,
+        limits: &limits,
+        ledger: None,
+    };
+    let result = tools::call(&name, &arguments, &ctx);
+    println!("{}", tools::observation(&result, &limits));
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("pen: {message}");
+    ExitCode::from(2)
+}

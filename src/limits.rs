@@ -1,0 +1,155 @@
+//! Every bound pen enforces, named once with its default and, where configurable, its range.
+//!
+//! Nothing else in the crate writes a literal limit: tools receive a `&Limits` and read it.
+
+use thiserror::Error;
+
+/// Bounds on a single integer setting: the default and the inclusive range a user may choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub name: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Bounds {
+    /// Checks a user-supplied value, naming the setting and its range when it is out of bounds.
+    pub fn check(&self, value: u64) -> Result<u64, LimitError> {
+        if (self.min..=self.max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(LimitError::OutOfRange {
+                name: self.name,
+                value,
+                min: self.min,
+                max: self.max,
+            })
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LimitError {
+    #[error("{name} = {value} is out of range: it must be between {min} and {max}")]
+    OutOfRange {
+        name: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+}
+
+/// `max_tool_result_bytes`: the largest observation stored in a transcript (SPEC §3).
+/// The floor and ceiling stop a typo from switching the cap off or making every page an error.
+pub const MAX_TOOL_RESULT_BYTES: Bounds = Bounds {
+    name: "max_tool_result_bytes",
+    default: 65_536,
+    min: 1_024,
+    max: 1_048_576,
+};
+
+/// The limits of pen_search (SPEC §2, ADR-0069).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchLimits {
+    /// Directory entries the walk may visit. Default 10,000.
+    pub max_entries: usize,
+    /// Files whose contents are searched. Default 1,000.
+    pub max_files: usize,
+    /// Bytes read from searched files, in total. Default 16 MiB.
+    pub max_bytes: u64,
+    /// Directory depth below the search root. Default 32.
+    pub max_depth: usize,
+    /// Matches returned. Default 100.
+    pub max_matches: usize,
+    /// Bytes of a line shown around a match. Default 200.
+    pub excerpt_bytes: usize,
+}
+
+impl Default for SearchLimits {
+    fn default() -> Self {
+        SearchLimits {
+            max_entries: 10_000,
+            max_files: 1_000,
+            max_bytes: 16 * 1024 * 1024,
+            max_depth: 32,
+            max_matches: 100,
+            excerpt_bytes: 200,
+        }
+    }
+}
+
+/// All limits of the native tools. Built once from configuration and passed by reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The cap on one serialized tool result; see [`MAX_TOOL_RESULT_BYTES`].
+    pub max_tool_result_bytes: usize,
+    /// Lines in one pen_read or pen_tail page, and the default `line_count`. Default 200.
+    pub max_page_lines: usize,
+    /// Raw bytes in one page before escaping. Default 32 KiB.
+    pub max_page_bytes: usize,
+    /// The smallest page worth returning; below it a tool fails naming the cap. Default 320 bytes,
+    /// enough for one directory entry with a 255-byte name.
+    pub min_page_bytes: usize,
+    /// Entries in one pen_list page, and the default `limit`. Default 200.
+    pub max_list_entries: usize,
+    /// How far pen_read and pen_tail look back for a private-key armor line. Default 128 KiB,
+    /// longer than any PEM private key (a FrodoKEM-1344 key is about 57 KB).
+    pub key_lookback_bytes: usize,
+    /// The serialized arguments of one pen_create or pen_edit. Default 64 KiB.
+    pub max_write_argument_bytes: usize,
+    /// The largest file pen_edit rewrites, and the largest whose content hash is computed for
+    /// the stale-write guard (larger files get a size-and-mtime stamp). Default 16 MiB.
+    pub max_edit_file_bytes: u64,
+    /// The unified diff returned by pen_edit. Default 8 KiB.
+    pub max_diff_bytes: usize,
+    /// The bytes at the start of a file inspected for a NUL to call it binary. Default 8 KiB.
+    pub binary_sniff_bytes: usize,
+    pub search: SearchLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_tool_result_bytes: MAX_TOOL_RESULT_BYTES.default as usize,
+            max_page_lines: 200,
+            max_page_bytes: 32 * 1024,
+            min_page_bytes: 320,
+            max_list_entries: 200,
+            key_lookback_bytes: 128 * 1024,
+            max_write_argument_bytes: 64 * 1024,
+            max_edit_file_bytes: 16 * 1024 * 1024,
+            max_diff_bytes: 8 * 1024,
+            binary_sniff_bytes: 8 * 1024,
+            search: SearchLimits::default(),
+        }
+    }
+}
+
+impl Limits {
+    /// The default limits with a checked `max_tool_result_bytes`.
+    pub fn with_max_tool_result_bytes(value: u64) -> Result<Limits, LimitError> {
+        let max = MAX_TOOL_RESULT_BYTES.check(value)?;
+        Ok(Limits {
+            max_tool_result_bytes: max as usize,
+            ..Limits::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_bounds_are_checked_and_named() {
+        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_024), Ok(1_024));
+        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_048_576), Ok(1_048_576));
+        let err = MAX_TOOL_RESULT_BYTES.check(1_023).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "max_tool_result_bytes = 1023 is out of range: it must be between 1024 and 1048576"
+        );
+        assert!(Limits::with_max_tool_result_bytes(1_048_577).is_err());
+    }
+}

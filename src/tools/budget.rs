@@ -1,0 +1,122 @@
+//! The page budget (SPEC §3): how much text a file tool may put in one result so that the
+//! result cap never cuts a page and its cursor.
+//!
+//! A page's JSON-escaped text may take at most half of what the cap leaves after the result's
+//! other fields (its "envelope"). When that is less than the minimum page, the tool fails with
+//! an error naming `max_tool_result_bytes` instead of returning a result the cap would cut.
+
+use super::{ErrorCode, ToolError};
+use crate::limits::{Limits, MAX_TOOL_RESULT_BYTES};
+use serde_json::Value;
+
+/// Bytes `c` takes inside a JSON string as serde_json writes it.
+pub fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Bytes `text` takes inside a JSON string, without the quotes.
+pub fn escaped_len(text: &str) -> usize {
+    // Most text is plain ASCII; count it a byte at a time and fall back per char otherwise.
+    text.chars().map(escaped_char_len).sum()
+}
+
+/// The length of the longest prefix of `text` whose escaped length is at most `budget`,
+/// together with that escaped length. Always a char boundary.
+pub fn fitting_prefix(text: &str, budget: usize) -> (usize, usize) {
+    let mut used = 0;
+    for (index, c) in text.char_indices() {
+        let cost = escaped_char_len(c);
+        if used + cost > budget {
+            return (index, used);
+        }
+        used += cost;
+    }
+    (text.len(), used)
+}
+
+/// The escaped-byte budget for the variable part of a result whose other fields serialize to
+/// `envelope` (a result object with the page left empty, numbers at their widest).
+pub fn page_budget(envelope: &Value, limits: &Limits) -> Result<usize, ToolError> {
+    let envelope_len = envelope.to_string().len();
+    let budget = limits.max_tool_result_bytes.saturating_sub(envelope_len) / 2;
+    if budget < limits.min_page_bytes {
+        return Err(budget_too_small(envelope_len, limits));
+    }
+    Ok(budget)
+}
+
+/// The error for a result whose fixed fields leave less than a minimum page under the cap.
+pub fn budget_too_small(envelope_len: usize, limits: &Limits) -> ToolError {
+    ToolError::new(
+        ErrorCode::BudgetTooSmall,
+        format!(
+            "max_tool_result_bytes is {} and this result's path and fields take {envelope_len} bytes, \
+             which leaves less than a {}-byte page. Raise max_tool_result_bytes (at most {}) or use \
+             a shorter path.",
+            limits.max_tool_result_bytes, limits.min_page_bytes, MAX_TOOL_RESULT_BYTES.max
+        ),
+    )
+}
+
+/// A stand-in for a number in an envelope: the widest value it may take in this result.
+pub fn widest(upper_bound: u64) -> u64 {
+    // Every number with as many digits as the bound serializes to the same width.
+    let digits = upper_bound.max(1).ilog10() + 1;
+    10u64.checked_pow(digits).map_or(u64::MAX, |p| p - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn escaped_len_matches_serde_json() {
+        let samples = [
+            "plain",
+            "quote \" and \\ slash",
+            "tab\tnew\nline\r\n",
+            "\u{1}\u{1f}\u{7f}",
+            "é😀中\u{2028}",
+            "\u{8}\u{c}",
+        ];
+        for s in samples {
+            let serialized = serde_json::to_string(s).unwrap();
+            assert_eq!(escaped_len(s), serialized.len() - 2, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn fitting_prefix_stops_before_overflow() {
+        assert_eq!(fitting_prefix("ab\"c", 3), (2, 2));
+        assert_eq!(fitting_prefix("ab\"c", 4), (3, 4));
+        assert_eq!(fitting_prefix("😀x", 3), (0, 0));
+        assert_eq!(fitting_prefix("xy", 10), (2, 2));
+    }
+
+    #[test]
+    fn budget_is_half_of_what_the_envelope_leaves() {
+        let limits = Limits::default();
+        let envelope = json!({"path": "a"});
+        let len = envelope.to_string().len();
+        assert_eq!(page_budget(&envelope, &limits).unwrap(), (65_536 - len) / 2);
+        let long = json!({"path": "p".repeat(800)});
+        let small = Limits::with_max_tool_result_bytes(1_024).unwrap();
+        let err = page_budget(&long, &small).unwrap_err();
+        assert_eq!(err.code, ErrorCode::BudgetTooSmall);
+        assert!(err.message.contains("max_tool_result_bytes"));
+    }
+
+    #[test]
+    fn widest_keeps_the_digit_count() {
+        assert_eq!(widest(0), 9);
+        assert_eq!(widest(7), 9);
+        assert_eq!(widest(10), 99);
+        assert_eq!(widest(12_345), 99_999);
+        assert_eq!(widest(u64::MAX), u64::MAX);
+    }
+}

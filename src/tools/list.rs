@@ -1,0 +1,25 @@
+//! pen_list.
+
+use super::{ToolContext, ToolError, ToolSpec};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Args {
+    pub path: Option<String>,
+    pub after: Option<String>,
+    pub limit: Option<u64>,
+}
+
+pub fn spec() -> ToolSpec {
+    ToolSpec {
+        name: "pen_list",
+        description: "",
+        input_schema: json!({"type": "object"}),
+    }
+}
+
+pub fn run(_args: Args, _ctx: &ToolContext) -> Result<Value, ToolError> {
+    Err(ToolError::new(super::ErrorCode::Io, "not built yet"))
+}

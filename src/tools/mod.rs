@@ -1,0 +1,300 @@
+//! The native tools the model is given: their catalog, argument checking, dispatch and the
+//! result cap.
+//!
+//! API boundary: tools take plain JSON arguments and return plain JSON results; they know
+//! nothing of JSON-RPC, providers or sessions. A failure is a [`ToolError`] the model reads
+//! (a code plus guidance), never a panic or a transport error.
+
+pub mod budget;
+pub mod keys;
+pub mod list;
+pub mod read;
+pub mod search;
+pub mod source;
+pub mod tail;
+pub mod write;
+
+use crate::limits::Limits;
+use crate::workspace::{Resolved, Workspace, WorkspaceError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Why a tool failed. Serialized in snake_case as the `code` of an error result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    UnknownTool,
+    InvalidArguments,
+    OutsideWorkspace,
+    NotFound,
+    NotAFile,
+    NotADirectory,
+    AlreadyExists,
+    Binary,
+    InvalidUtf8,
+    KeyMaterial,
+    BudgetTooSmall,
+    BadCursor,
+    TooLarge,
+    NoMatch,
+    AmbiguousMatch,
+    Stale,
+    Io,
+}
+
+/// A tool failure as the model sees it: a stable code and a message that says what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ToolError {
+        ToolError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The error result object: `{"error":{"code":…,"message":…}}`.
+    pub fn to_value(&self) -> Value {
+        json!({ "error": { "code": self.code, "message": self.message } })
+    }
+
+    /// An I/O failure on a path, with the OS reason.
+    pub fn io(display: &str, err: &std::io::Error) -> ToolError {
+        let code = match err.kind() {
+            std::io::ErrorKind::NotFound => ErrorCode::NotFound,
+            _ => ErrorCode::Io,
+        };
+        ToolError::new(code, format!("{}: {err}", shown(display)))
+    }
+}
+
+impl From<WorkspaceError> for ToolError {
+    fn from(err: WorkspaceError) -> ToolError {
+        ToolError::new(ErrorCode::OutsideWorkspace, err.to_string())
+    }
+}
+
+/// A path as it appears in a message: the workspace root is shown as `.`.
+pub fn shown(display: &str) -> &str {
+    if display.is_empty() { "." } else { display }
+}
+
+/// Remembers the content hash of each file as the model last read it, so that pen_edit can
+/// refuse to write over a change the model has not seen (the stale-write guard).
+#[derive(Debug, Default)]
+pub struct ReadLedger {
+    seen: Mutex<HashMap<PathBuf, String>>,
+}
+
+impl ReadLedger {
+    pub fn record(&self, path: &std::path::Path, hash: &str) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(path.to_path_buf(), hash.to_string());
+        }
+    }
+
+    pub fn last_seen(&self, path: &std::path::Path) -> Option<String> {
+        self.seen.lock().ok()?.get(path).cloned()
+    }
+}
+
+/// Everything a tool call may use. Built by the caller (CLI, daemon, agent loop) per call.
+pub struct ToolContext<'a> {
+    pub workspace: &'a Workspace,
+    pub limits: &'a Limits,
+    /// The stale-write guard's memory; `None` for one-shot calls, which pass `expected_hash`.
+    pub ledger: Option<&'a ReadLedger>,
+}
+
+impl ToolContext<'_> {
+    pub fn resolve(&self, path: &str) -> Result<Resolved, ToolError> {
+        Ok(self.workspace.resolve(path)?)
+    }
+}
+
+/// One entry of the tool catalog given to the model.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+}
+
+/// The catalog, in the order the model sees it.
+pub fn catalog() -> Vec<ToolSpec> {
+    vec![
+        search::spec(),
+        list::spec(),
+        read::spec(),
+        tail::spec(),
+        write::create_spec(),
+        write::edit_spec(),
+    ]
+}
+
+/// Calls one tool by name. Unknown names and bad arguments are errors the model can act on.
+pub fn call(name: &str, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    match name {
+        "pen_search" => search::run(parse_arguments(arguments)?, ctx),
+        "pen_list" => list::run(parse_arguments(arguments)?, ctx),
+        "pen_read" => read::run(parse_arguments(arguments)?, ctx),
+        "pen_tail" => tail::run(parse_arguments(arguments)?, ctx),
+        "pen_create" => {
+            check_write_size(arguments, ctx.limits)?;
+            write::create(parse_arguments(arguments)?, ctx)
+        }
+        "pen_edit" => {
+            check_write_size(arguments, ctx.limits)?;
+            write::edit(parse_arguments(arguments)?, ctx)
+        }
+        _ => {
+            let names: Vec<&str> = catalog().iter().map(|s| s.name).collect();
+            Err(ToolError::new(
+                ErrorCode::UnknownTool,
+                format!(
+                    "there is no tool named `{name}`; the tools are {}",
+                    names.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// The observation the model receives for a call: the result or error object, serialized and
+/// capped at `max_tool_result_bytes`.
+pub fn observation(result: &Result<Value, ToolError>, limits: &Limits) -> String {
+    let value = match result {
+        Ok(value) => value.clone(),
+        Err(err) => err.to_value(),
+    };
+    cap_observation(value.to_string(), limits.max_tool_result_bytes)
+}
+
+/// Cuts `text` to at most `cap` bytes on a UTF-8 boundary, ending it with a note that names the
+/// full size and how to ask for less. Text within the cap is returned unchanged.
+pub fn cap_observation(text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let note = format!(
+        "…[truncated; full result is {} bytes. Ask for less: page with start_line/offset or after, \
+         narrow with path or glob, or lower line_count/limit]",
+        text.len()
+    );
+    let keep = floor_char_boundary(&text, cap.saturating_sub(note.len()));
+    let mut out = String::with_capacity(keep + note.len());
+    out.push_str(&text[..keep]);
+    out.push_str(&note);
+    if out.len() > cap {
+        // Only a cap smaller than the note itself gets here; cut the note too.
+        let end = floor_char_boundary(&out, cap);
+        out.truncate(end);
+    }
+    out
+}
+
+/// The largest index `<= index` that is a char boundary of `text`.
+pub fn floor_char_boundary(text: &str, index: usize) -> usize {
+    if index >= text.len() {
+        return text.len();
+    }
+    let mut i = index;
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Parses tool arguments into their typed form; the error names the offending field.
+fn parse_arguments<T: DeserializeOwned>(arguments: &Value) -> Result<T, ToolError> {
+    if !arguments.is_object() {
+        return Err(ToolError::new(
+            ErrorCode::InvalidArguments,
+            format!("arguments must be a JSON object, got {arguments}"),
+        ));
+    }
+    serde_path_to_error::deserialize(arguments).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = if path == "." {
+            format!("invalid arguments: {inner}")
+        } else {
+            format!("invalid arguments: field `{path}`: {inner}")
+        };
+        ToolError::new(ErrorCode::InvalidArguments, message)
+    })
+}
+
+/// Refuses pen_create/pen_edit arguments over the write limit before parsing them.
+fn check_write_size(arguments: &Value, limits: &Limits) -> Result<(), ToolError> {
+    let size = arguments.to_string().len();
+    if size > limits.max_write_argument_bytes {
+        return Err(ToolError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "the arguments are {size} bytes; pen_create and pen_edit take at most {} bytes. \
+                 Build a large file with a small pen_create and several focused pen_edit calls.",
+                limits.max_write_argument_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_leaves_small_results_alone() {
+        assert_eq!(cap_observation("abc".into(), 1024), "abc");
+    }
+
+    #[test]
+    fn cap_cuts_on_a_char_boundary_and_never_overshoots() {
+        for cap in 1024..1100 {
+            let text = "é€😀".repeat(400);
+            let out = cap_observation(text.clone(), cap);
+            assert!(out.len() <= cap, "cap {cap}: {}", out.len());
+            assert!(out.contains(&format!("full result is {} bytes", text.len())));
+            assert!(out.starts_with("é€"));
+        }
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Args {
+            path: String,
+            start_line: Option<u64>,
+        }
+        let err = parse_arguments::<Args>(&json!({"path": "a", "start_line": "x"})).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArguments);
+        assert!(err.message.contains("`start_line`"), "{}", err.message);
+        let err = parse_arguments::<Args>(&json!({"start_line": 1})).unwrap_err();
+        assert!(
+            err.message.contains("missing field `path`"),
+            "{}",
+            err.message
+        );
+        let err = parse_arguments::<Args>(&json!({"path": "a", "bogus": 1})).unwrap_err();
+        assert!(
+            err.message.contains("unknown field `bogus`"),
+            "{}",
+            err.message
+        );
+        let err = parse_arguments::<Args>(&json!([1])).unwrap_err();
+        assert!(err.message.contains("JSON object"), "{}", err.message);
+    }
+}

@@ -1,0 +1,265 @@
+//! Opening files for the text tools and the facts every page reports: size, BOM, final newline,
+//! line-ending style and a version hash for the stale-write guard.
+//!
+//! Reads go through [`ByteSource`] so that the paging code is a pure function over bytes at
+//! offsets, testable on an in-memory slice and O(page) on a file of any size.
+
+use super::{ErrorCode, ToolContext, ToolError, shown};
+use crate::limits::Limits;
+use crate::workspace::Resolved;
+use serde::Serialize;
+use std::fs::File;
+use std::io;
+use std::time::UNIX_EPOCH;
+
+/// Random access to the bytes of a file or buffer.
+pub trait ByteSource {
+    fn len(&self) -> u64;
+    /// Reads at `offset` into `buf`; returns fewer bytes only at the end of the source.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+impl ByteSource for [u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let start = (offset as usize).min(<[u8]>::len(self));
+        let n = buf.len().min(<[u8]>::len(self) - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// An open disk file with its length fixed when it was opened.
+pub struct DiskFile {
+    file: File,
+    len: u64,
+}
+
+impl ByteSource for DiskFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self
+                .file
+                .read_at(&mut buf[filled..], offset + filled as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(filled)
+    }
+}
+
+/// Reads `[start, end)` clamped to the source.
+pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::Result<Vec<u8>> {
+    let end = end.min(src.len());
+    let start = start.min(end);
+    let mut buf = vec![0; (end - start) as usize];
+    let n = src.read_at(start, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// A text file opened for reading, with its workspace path.
+pub struct OpenedFile {
+    pub resolved: Resolved,
+    pub source: DiskFile,
+    /// The version stamp used when the file is too large to hash.
+    stamp: String,
+}
+
+/// Resolves `path` in the workspace and opens it as a regular file.
+pub fn open_file(ctx: &ToolContext, path: &str) -> Result<OpenedFile, ToolError> {
+    let resolved = ctx.resolve(path)?;
+    let display = shown(&resolved.display).to_string();
+    if !resolved.exists {
+        return Err(ToolError::new(
+            ErrorCode::NotFound,
+            format!("{display} does not exist; use pen_list or pen_search to find the right path"),
+        ));
+    }
+    let metadata =
+        std::fs::metadata(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
+    if metadata.is_dir() {
+        return Err(ToolError::new(
+            ErrorCode::NotAFile,
+            format!("{display} is a directory; use pen_list to see what it holds"),
+        ));
+    }
+    if !metadata.is_file() {
+        return Err(ToolError::new(
+            ErrorCode::NotAFile,
+            format!("{display} is not a regular file"),
+        ));
+    }
+    let file = File::open(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
+    let modified = metadata
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let stamp = format!("stat:{}:{modified}", metadata.len());
+    Ok(OpenedFile {
+        resolved,
+        source: DiskFile {
+            file,
+            len: metadata.len(),
+        },
+        stamp,
+    })
+}
+
+/// Facts about a whole file that cost O(1) reads, plus its version hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileFacts {
+    pub len: u64,
+    pub bom: bool,
+    pub final_newline: bool,
+    /// `xxh3:…` of the content for files up to `max_edit_file_bytes`, else a size-and-mtime
+    /// stamp. pen_edit compares it with the file's current value.
+    pub hash: String,
+}
+
+/// The UTF-8 byte-order mark.
+pub const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+impl OpenedFile {
+    /// Probes the file: the NUL sniff for binaries, the BOM, the final newline and the hash.
+    pub fn facts(&self, limits: &Limits) -> Result<FileFacts, ToolError> {
+        let display = shown(&self.resolved.display);
+        let io_err = |e: io::Error| ToolError::io(display, &e);
+        let len = self.source.len();
+        let head = read_range(&self.source, 0, limits.binary_sniff_bytes as u64).map_err(io_err)?;
+        if let Some(at) = memchr::memchr(0, &head) {
+            return Err(ToolError::new(
+                ErrorCode::Binary,
+                format!(
+                    "{display} looks binary (a NUL byte at offset {at}); the text tools read UTF-8 text only. \
+                     Use pen_search to find text in it or an approved command to inspect it."
+                ),
+            ));
+        }
+        let last = read_range(&self.source, len.saturating_sub(1), len).map_err(io_err)?;
+        let hash = if len <= limits.max_edit_file_bytes {
+            hash_bytes(&read_range(&self.source, 0, len).map_err(io_err)?)
+        } else {
+            self.stamp.clone()
+        };
+        Ok(FileFacts {
+            len,
+            bom: head.starts_with(BOM),
+            final_newline: last == b"\n",
+            hash,
+        })
+    }
+}
+
+/// The content hash of a file's bytes as pen_read reports it and pen_edit checks it.
+pub fn hash_bytes(bytes: &[u8]) -> String {
+    format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// The line-ending style of some text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Eol {
+    Lf,
+    Crlf,
+    Mixed,
+    /// No line break at all.
+    None,
+}
+
+impl Eol {
+    /// Classifies the line breaks of `bytes`: `\r\n` counts as CRLF, a lone `\n` as LF.
+    pub fn of(bytes: &[u8]) -> Eol {
+        let mut lf = 0usize;
+        let mut crlf = 0usize;
+        for at in memchr::memchr_iter(b'\n', bytes) {
+            if at > 0 && bytes[at - 1] == b'\r' {
+                crlf += 1;
+            } else {
+                lf += 1;
+            }
+            if lf > 0 && crlf > 0 {
+                return Eol::Mixed;
+            }
+        }
+        match (lf, crlf) {
+            (0, 0) => Eol::None,
+            (_, 0) => Eol::Lf,
+            _ => Eol::Crlf,
+        }
+    }
+}
+
+/// Checks that `bytes`, which start at `offset` in the file, are UTF-8. An incomplete sequence
+/// at the very end is allowed (the caller cuts it); anything else fails naming the byte.
+/// Returns the length of the valid prefix.
+pub fn check_utf8(bytes: &[u8], offset: u64, display: &str) -> Result<usize, ToolError> {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => Ok(bytes.len()),
+        Err(e) if e.error_len().is_none() => Ok(e.valid_up_to()),
+        Err(e) => {
+            let at = e.valid_up_to();
+            Err(ToolError::new(
+                ErrorCode::InvalidUtf8,
+                format!(
+                    "{} is not valid UTF-8: byte 0x{:02X} at offset {} does not start a character. \
+                     The text tools read UTF-8 only; use pen_search for text in it or an approved \
+                     command to convert or inspect it.",
+                    shown(display),
+                    bytes[at],
+                    offset + at as u64
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eol_styles() {
+        assert_eq!(Eol::of(b"a\nb\n"), Eol::Lf);
+        assert_eq!(Eol::of(b"a\r\nb\r\n"), Eol::Crlf);
+        assert_eq!(Eol::of(b"a\r\nb\n"), Eol::Mixed);
+        assert_eq!(Eol::of(b"abc"), Eol::None);
+        assert_eq!(Eol::of(b"\n"), Eol::Lf);
+    }
+
+    #[test]
+    fn utf8_check_names_the_byte() {
+        assert_eq!(check_utf8("aé".as_bytes(), 0, "f").unwrap(), 3);
+        assert_eq!(check_utf8(&"aé".as_bytes()[..2], 0, "f").unwrap(), 1);
+        let err = check_utf8(b"ab\xFFc", 100, "f").unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidUtf8);
+        assert!(
+            err.message.contains("0xFF at offset 102"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn slices_read_at_offsets() {
+        let data: &[u8] = b"hello";
+        let mut buf = [0u8; 3];
+        assert_eq!(data.read_at(3, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"lo");
+        assert_eq!(read_range(data, 1, 99).unwrap(), b"ello");
+    }
+}
