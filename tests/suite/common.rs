@@ -1,0 +1,44 @@
+//! Helpers shared by the suite: running `pen tool` in a workspace and reading its answer.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// What one `pen tool` run printed and how it exited.
+#[derive(Debug)]
+pub struct ToolRun {
+    pub code: i32,
+    /// Stdout without its trailing newline: the observation the model would receive.
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ToolRun {
+    /// The observation parsed as JSON; panics with the raw text when it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs `pen tool NAME ARGS --root ROOT [extra…]`.
+pub fn pen_tool(root: &Path, name: &str, args: &Value, extra: &[&str]) -> ToolRun {
+    let output = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .arg("tool")
+        .arg(name)
+        .arg(args.to_string())
+        .arg("--root")
+        .arg(root)
+        .args(extra)
+        .output()
+        .expect("run pen");
+    let mut stdout = String::from_utf8(output.stdout).expect("stdout is UTF-8");
+    if stdout.ends_with('\n') {
+        stdout.pop();
+    }
+    ToolRun {
+        code: output.status.code().unwrap_or(-1),
+        stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

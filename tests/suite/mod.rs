@@ -1,0 +1,8 @@
+//! The integration suite, one module per capability.
+
+mod cli;
+mod common;
+mod list;
+mod read;
+mod search;
+mod write;
