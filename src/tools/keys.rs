@@ -173,8 +173,14 @@ pub fn check_bytes(bytes: &[u8], split: usize, base: u64) -> Result<(), KeyRefus
     }
 }
 
+/// The longest run of base64 on one line still taken for key body. PEM and PGP bodies use 64
+/// characters a line, OpenSSH 70, MIME-style encoders 76; a longer run (a data URI, a minified
+/// line) is not a key body.
+const MAX_BODY_RUN: usize = 100;
+
 /// Whether `bytes` holds at least one line and every non-empty line looks like key body:
-/// base64 characters, optionally indented, quoted, comma-terminated or holding escaped `\n`.
+/// base64 runs of key-line length, optionally indented, quoted, comma-terminated or separated by
+/// escaped `\n` (a key inside a JSON string).
 fn only_key_body(bytes: &[u8]) -> bool {
     let mut body_lines = 0usize;
     for line in bytes.split(|&b| b == b'\n') {
@@ -192,13 +198,22 @@ fn only_key_body(bytes: &[u8]) -> bool {
 
 fn is_key_body(line: &[u8]) -> bool {
     let mut i = 0;
+    let mut run = 0usize;
     let mut base64 = 0usize;
     while i < line.len() {
-        let b = line[i];
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'=' => base64 += 1,
+        match line[i] {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'=' => {
+                run += 1;
+                base64 += 1;
+                if run > MAX_BODY_RUN {
+                    return false;
+                }
+            }
             b'"' | b'\'' | b',' => {}
-            b'\\' if matches!(line.get(i + 1), Some(b'n' | b'r')) => i += 1,
+            b'\\' if matches!(line.get(i + 1), Some(b'n' | b'r')) => {
+                run = 0;
+                i += 1;
+            }
             _ => return false,
         }
         i += 1;
@@ -295,6 +310,11 @@ mod tests {
             // The look-back reaches the file start: nothing hides behind it.
             assert_eq!(check_bytes(&bytes, split, 0), Ok(()));
         }
+        // One long run of base64 (a data URI, a minified line) is not a key body.
+        let mut long = "x".repeat(5_000).into_bytes();
+        let split = long.len();
+        long.extend_from_slice(b"xxxx");
+        assert_eq!(check_bytes(&long, split, 500), Ok(()));
         let log = "2026-01-01 INFO request served in 3 ms\n".repeat(10);
         let mut bytes = log.into_bytes();
         let split = bytes.len();

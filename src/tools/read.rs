@@ -1,6 +1,15 @@
-//! pen_read.
+//! pen_read: exact, paged reads of a text file.
+//!
+//! A page is whole lines from `start_line`, at most `max_page_lines` lines, `max_page_bytes`
+//! raw bytes and the page budget escaped. The result hands back `next_start_line` and
+//! `next_offset`; passing both resumes with one seek, so a page costs O(page) wherever it is in
+//! the file. A line longer than a page comes back in parts, each resumed by `next_offset`, so
+//! pages concatenate to the exact file.
 
-use super::{ToolContext, ToolError, ToolSpec};
+use super::budget::{self, escaped_len, fitting_prefix, widest};
+use super::keys::{self, KeyRefusal};
+use super::source::{self, ByteSource, Eol, FileFacts, read_range};
+use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -16,11 +25,428 @@ pub struct Args {
 pub fn spec() -> ToolSpec {
     ToolSpec {
         name: "pen_read",
-        description: "",
-        input_schema: json!({"type": "object"}),
+        description: "Read a UTF-8 text file a page at a time. Returns `content`, the exact text of whole lines \
+            from `start_line` (line endings, Unicode and the final newline preserved byte for byte), and \
+            metadata: `start_line`, `end_line`, `eol` (line endings in this page: lf, crlf, mixed or none), \
+            `final_newline`, `bom`, `total_bytes`, `source` and `hash` (pass it to pen_edit as \
+            `expected_hash`). A page holds at most 200 lines and 32 KiB. While the file continues the \
+            result has `next_start_line` and `next_offset`: pass both back as `start_line` and `offset` to \
+            read the next page without rescanning. A line longer than a page comes back in parts \
+            (`partial_line: true`), each continued the same way. Private key material is never returned.",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path relative to the workspace root."},
+                "start_line": {"type": "integer", "minimum": 1, "description": "1-based line to start at (default 1)."},
+                "line_count": {"type": "integer", "minimum": 1, "maximum": 200, "description": "Lines to read (default and maximum 200; larger values are lowered to 200)."},
+                "offset": {"type": "integer", "minimum": 0, "description": "The byte cursor `next_offset` from the previous page; pass it with `start_line` set to that page's `next_start_line`."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
     }
 }
 
-pub fn run(_args: Args, _ctx: &ToolContext) -> Result<Value, ToolError> {
-    Err(ToolError::new(super::ErrorCode::Io, "not built yet"))
+/// One page cut from a source: the exact text and where it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub content: String,
+    /// File offset of the first byte after the page.
+    pub end: u64,
+    /// The page stops inside a line (the next page continues it).
+    pub ends_mid_line: bool,
+}
+
+/// The longest run of whole lines at `offset` within `max_lines`, `max_raw` bytes and `budget`
+/// escaped bytes; when not even one whole line fits, the longest part of that line that does.
+///
+/// Stops early before a byte that is not UTF-8, so the page before it is served and the next
+/// page names the byte; fails when the page would start on such a byte.
+pub fn cut_page<S: ByteSource + ?Sized>(
+    src: &S,
+    offset: u64,
+    max_lines: usize,
+    max_raw: usize,
+    budget: usize,
+    display: &str,
+) -> Result<Page, ToolError> {
+    let len = src.len();
+    let raw = read_range(src, offset, offset + max_raw.min(budget) as u64)
+        .map_err(|e| ToolError::io(display, &e))?;
+    let reaches_eof = offset + raw.len() as u64 >= len;
+    // Whole lines before a byte that is not UTF-8 are served; the error comes when a page
+    // would have to hold that byte's line.
+    let (valid, bad_byte) = match source::check_utf8(&raw, offset, display) {
+        Ok(valid) => (valid, None),
+        Err(err) => {
+            let up_to = std::str::from_utf8(&raw).map_or_else(|e| e.valid_up_to(), |s| s.len());
+            (up_to, Some(err))
+        }
+    };
+    let clean_end = valid == raw.len();
+    // The checked prefix is UTF-8, so this cannot fail; map it to an error rather than panic.
+    let text = std::str::from_utf8(&raw[..valid])
+        .map_err(|e| ToolError::new(ErrorCode::InvalidUtf8, e.to_string()))?;
+
+    let mut taken = 0usize;
+    let mut used = 0usize;
+    let mut lines = 0usize;
+    while lines < max_lines && taken < text.len() {
+        let rest = &text[taken..];
+        let line_len = match rest.find('\n') {
+            Some(i) => i + 1,
+            // The last line of the file counts as whole only when the page reaches the end.
+            None if reaches_eof && clean_end => rest.len(),
+            None => break,
+        };
+        let cost = escaped_len(&rest[..line_len]);
+        if used + cost > budget {
+            break;
+        }
+        used += cost;
+        taken += line_len;
+        lines += 1;
+    }
+    if taken == 0
+        && let Some(err) = bad_byte
+    {
+        return Err(err);
+    }
+    if taken == 0 && !text.is_empty() {
+        // Not one whole line fits: serve as much of this line as the budget allows.
+        let line_end = text.find('\n').map_or(text.len(), |i| i + 1);
+        let (cut, _) = fitting_prefix(&text[..line_end], budget);
+        taken = cut;
+    }
+    let content = text[..taken].to_string();
+    let end = offset + taken as u64;
+    let ends_mid_line = !content.is_empty() && !content.ends_with('\n') && end < len;
+    Ok(Page {
+        content,
+        end,
+        ends_mid_line,
+    })
+}
+
+/// Finds the offset of 1-based `line` by scanning from the start, or `None` past the end.
+/// Only used when the caller has no byte cursor.
+fn line_start<S: ByteSource + ?Sized>(src: &S, line: u64) -> std::io::Result<Option<u64>> {
+    const CHUNK: u64 = 256 * 1024;
+    let len = src.len();
+    let mut wanted = line - 1;
+    let mut at = 0u64;
+    if wanted == 0 {
+        return Ok(Some(0));
+    }
+    while at < len {
+        let chunk = read_range(src, at, at + CHUNK)?;
+        for i in memchr::memchr_iter(b'\n', &chunk) {
+            wanted -= 1;
+            if wanted == 0 {
+                let start = at + i as u64 + 1;
+                return Ok((start < len).then_some(start));
+            }
+        }
+        at += chunk.len() as u64;
+    }
+    Ok(None)
+}
+
+/// Counts the lines of a source (a last line without a newline counts).
+fn count_lines<S: ByteSource + ?Sized>(src: &S) -> std::io::Result<u64> {
+    const CHUNK: u64 = 256 * 1024;
+    let len = src.len();
+    let mut count = 0u64;
+    let mut at = 0u64;
+    let mut last = b'\n';
+    while at < len {
+        let chunk = read_range(src, at, at + CHUNK)?;
+        count += memchr::memchr_iter(b'\n', &chunk).count() as u64;
+        last = chunk.last().copied().unwrap_or(b'\n');
+        at += chunk.len() as u64;
+    }
+    Ok(count + u64::from(last != b'\n'))
+}
+
+pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
+    let limits = ctx.limits;
+    let start_line = args.start_line.unwrap_or(1);
+    if start_line == 0 {
+        return Err(invalid("start_line is 1-based: the first line is 1"));
+    }
+    let line_count = match args.line_count {
+        Some(0) => return Err(invalid("line_count must be at least 1")),
+        Some(n) => n.min(limits.max_page_lines as u64) as usize,
+        None => limits.max_page_lines,
+    };
+    let file = source::open_file(ctx, &args.path)?;
+    let display = file.resolved.display.clone();
+    let facts = file.facts(limits)?;
+    let src = &file.source;
+    let io_err = |e: std::io::Error| ToolError::io(&display, &e);
+
+    let offset = match args.offset {
+        Some(offset) => {
+            if args.start_line.is_none() {
+                return Err(cursor_error(
+                    "offset is the byte cursor of next_start_line: pass both start_line and offset from the previous page",
+                ));
+            }
+            check_offset(src, offset, &facts)?;
+            offset
+        }
+        None => match line_start(src, start_line).map_err(io_err)? {
+            Some(offset) => offset,
+            None if start_line == 1 => 0,
+            None => {
+                let lines = count_lines(src).map_err(io_err)?;
+                return Err(cursor_error(&format!(
+                    "start_line {start_line} is past the end of {}, which has {lines} lines; use pen_tail for its end",
+                    shown(&display)
+                )));
+            }
+        },
+    };
+
+    // The envelope: every field but the page, numbers and cursors at their widest.
+    let wide = widest(facts.len.max(start_line) + 1);
+    let envelope = result_value(
+        &display,
+        "",
+        start_line,
+        &facts,
+        Some((wide, wide)),
+        &Eol::Mixed,
+        false,
+        wide,
+    );
+    let budget = budget::page_budget(&envelope, limits)?;
+    let page = cut_page(
+        src,
+        offset,
+        line_count,
+        limits.max_page_bytes,
+        budget,
+        &display,
+    )?;
+
+    if let Err(refusal) =
+        keys::check_window(src, offset, page.end, limits.key_lookback_bytes).map_err(io_err)?
+    {
+        return Err(key_error(
+            src, &display, offset, start_line, &page, &refusal,
+        ));
+    }
+    if let Some(ledger) = ctx.ledger {
+        ledger.record(&file.resolved.absolute, &facts.hash);
+    }
+
+    let starts_mid_line =
+        offset > 0 && read_range(src, offset - 1, offset).map_err(io_err)?.first() != Some(&b'\n');
+    let newlines = memchr::memchr_iter(b'\n', page.content.as_bytes()).count() as u64;
+    let end_line = if page.content.is_empty() {
+        start_line - 1
+    } else if page.content.ends_with('\n') {
+        start_line + newlines - 1
+    } else {
+        start_line + newlines
+    };
+    let next = (page.end < facts.len).then(|| {
+        let next_line = if page.ends_mid_line {
+            end_line
+        } else {
+            end_line + 1
+        };
+        (next_line, page.end)
+    });
+    let eol = Eol::of(page.content.as_bytes());
+    Ok(result_value(
+        &display,
+        &page.content,
+        start_line,
+        &facts,
+        next,
+        &eol,
+        page.ends_mid_line || starts_mid_line,
+        end_line,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn result_value(
+    display: &str,
+    content: &str,
+    start_line: u64,
+    facts: &FileFacts,
+    next: Option<(u64, u64)>,
+    eol: &Eol,
+    partial_line: bool,
+    end_line: u64,
+) -> Value {
+    let mut value = json!({
+        "path": display,
+        "content": content,
+        "start_line": start_line,
+        "end_line": end_line,
+        "partial_line": partial_line,
+        "eol": eol,
+        "final_newline": facts.final_newline,
+        "bom": facts.bom,
+        "total_bytes": facts.len,
+        "source": "disk",
+        "hash": facts.hash,
+    });
+    if let Some((line, offset)) = next {
+        value["next_start_line"] = json!(line);
+        value["next_offset"] = json!(offset);
+    }
+    value
+}
+
+fn check_offset<S: ByteSource + ?Sized>(
+    src: &S,
+    offset: u64,
+    facts: &FileFacts,
+) -> Result<(), ToolError> {
+    if offset > facts.len {
+        return Err(cursor_error(&format!(
+            "offset {offset} is past the end of the file ({} bytes); pass the next_offset of the previous page",
+            facts.len
+        )));
+    }
+    let byte = read_range(src, offset, offset + 1).unwrap_or_default();
+    if byte.first().is_some_and(|b| (0x80..0xC0).contains(b)) {
+        return Err(cursor_error(&format!(
+            "offset {offset} is inside a UTF-8 character; pass the next_offset of the previous page unchanged"
+        )));
+    }
+    Ok(())
+}
+
+fn invalid(message: &str) -> ToolError {
+    ToolError::new(ErrorCode::InvalidArguments, message)
+}
+
+fn cursor_error(message: &str) -> ToolError {
+    ToolError::new(ErrorCode::BadCursor, message)
+}
+
+/// How far past a refused window pen_read looks for the END of the key, to tell the model
+/// where it may resume.
+const KEY_END_LOOKAHEAD: u64 = 256 * 1024;
+
+/// The error for a page that would show key material, with where reading may go on.
+fn key_error<S: ByteSource + ?Sized>(
+    src: &S,
+    display: &str,
+    offset: u64,
+    start_line: u64,
+    page: &Page,
+    refusal: &KeyRefusal,
+) -> ToolError {
+    let mut message = format!(
+        "pen_read refused the page of {} from line {start_line}: {}.",
+        shown(display),
+        refusal.describe()
+    );
+    let ahead = read_range(src, offset, offset + KEY_END_LOOKAHEAD).unwrap_or_default();
+    let line_at = |at: usize| start_line + memchr::memchr_iter(b'\n', &ahead[..at]).count() as u64;
+    if let KeyRefusal::ArmorInWindow { at } = refusal {
+        let rel = (at - offset) as usize;
+        let key_line = line_at(rel);
+        let line_begins_key = rel == 0 || ahead[..rel].iter().rposition(|&b| b == b'\n').is_some();
+        if key_line > start_line && line_begins_key {
+            message.push_str(&format!(
+                " The lines before it are readable: use line_count {}.",
+                key_line - start_line
+            ));
+        }
+    }
+    let from = match refusal {
+        KeyRefusal::ArmorInWindow { at } => (at - offset) as usize,
+        _ => 0,
+    };
+    let end = keys::armor_markers(&ahead[from..])
+        .into_iter()
+        .find(|a| a.kind == keys::ArmorKind::End)
+        .map(|a| from + a.at);
+    match end.and_then(|at| memchr::memchr(b'\n', &ahead[at..]).map(|nl| at + nl + 1)) {
+        Some(after) if (after as u64) + offset < src.len() => message.push_str(&format!(
+            " The key ends on line {}; continue after it with start_line {} and offset {}.",
+            line_at(after) - 1,
+            line_at(after),
+            offset + after as u64
+        )),
+        _ if page.end < src.len() => message.push_str(
+            " Skip past the key: read a later part of the file with a larger start_line, or use pen_tail for its end.",
+        ),
+        _ => {}
+    }
+    ToolError::new(ErrorCode::KeyMaterial, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(text: &str, offset: u64, lines: usize, raw: usize, budget: usize) -> Page {
+        cut_page(text.as_bytes(), offset, lines, raw, budget, "f").unwrap()
+    }
+
+    #[test]
+    fn whole_lines_within_every_bound() {
+        let text = "one\ntwo\r\nthree\nfour";
+        assert_eq!(page(text, 0, 2, 1000, 1000).content, "one\ntwo\r\n");
+        assert_eq!(page(text, 0, 10, 1000, 1000).content, text);
+        // "one\n" escapes to 5 bytes, "two\r\n" to 7.
+        assert_eq!(page(text, 0, 10, 1000, 11).content, "one\n");
+        assert_eq!(page(text, 0, 10, 1000, 12).content, "one\ntwo\r\n");
+        assert_eq!(page(text, 0, 10, 9, 1000).content, "one\ntwo\r\n");
+        assert_eq!(page(text, 0, 10, 8, 1000).content, "one\n");
+    }
+
+    #[test]
+    fn a_long_line_comes_back_in_parts() {
+        let text = format!("{}\nend\n", "é".repeat(100));
+        let first = page(&text, 0, 10, 1000, 51);
+        assert_eq!(first.content, "é".repeat(25));
+        assert!(first.ends_mid_line);
+        let mut rebuilt = first.content.clone();
+        let mut at = first.end;
+        while at < text.len() as u64 {
+            let next = page(&text, at, 10, 1000, 51);
+            rebuilt.push_str(&next.content);
+            at = next.end;
+        }
+        assert_eq!(rebuilt, text);
+    }
+
+    #[test]
+    fn last_line_without_newline_is_whole_at_eof() {
+        let p = page("a\nlast", 2, 10, 1000, 1000);
+        assert_eq!(p.content, "last");
+        assert!(!p.ends_mid_line);
+    }
+
+    #[test]
+    fn stops_before_invalid_utf8_and_fails_on_it() {
+        let bytes = b"good\nbad \xFF here\n";
+        let first = cut_page(&bytes[..], 0, 10, 1000, 1000, "f").unwrap();
+        assert_eq!(first.content, "good\n");
+        let err = cut_page(&bytes[..], first.end, 10, 1000, 1000, "f").unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidUtf8);
+        assert!(err.message.contains("offset 9"), "{}", err.message);
+    }
+
+    #[test]
+    fn line_starts_are_found_by_scanning() {
+        let text: &[u8] = b"a\nb\n\nc";
+        assert_eq!(line_start(text, 1).unwrap(), Some(0));
+        assert_eq!(line_start(text, 2).unwrap(), Some(2));
+        assert_eq!(line_start(text, 4).unwrap(), Some(5));
+        assert_eq!(line_start(text, 5).unwrap(), None);
+        assert_eq!(count_lines(text).unwrap(), 4);
+        assert_eq!(count_lines(&b"a\n"[..]).unwrap(), 1);
+        assert_eq!(count_lines(&b""[..]).unwrap(), 0);
+    }
 }

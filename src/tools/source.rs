@@ -15,6 +15,9 @@ use std::time::UNIX_EPOCH;
 /// Random access to the bytes of a file or buffer.
 pub trait ByteSource {
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Reads at `offset` into `buf`; returns fewer bytes only at the end of the source.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
 }
@@ -213,19 +216,22 @@ pub fn check_utf8(bytes: &[u8], offset: u64, display: &str) -> Result<usize, Too
         Err(e) if e.error_len().is_none() => Ok(e.valid_up_to()),
         Err(e) => {
             let at = e.valid_up_to();
-            Err(ToolError::new(
-                ErrorCode::InvalidUtf8,
-                format!(
-                    "{} is not valid UTF-8: byte 0x{:02X} at offset {} does not start a character. \
-                     The text tools read UTF-8 only; use pen_search for text in it or an approved \
-                     command to convert or inspect it.",
-                    shown(display),
-                    bytes[at],
-                    offset + at as u64
-                ),
-            ))
+            Err(invalid_utf8(bytes[at], offset + at as u64, display))
         }
     }
+}
+
+/// The error for a byte at `offset` that does not start a UTF-8 character.
+pub fn invalid_utf8(byte: u8, offset: u64, display: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::InvalidUtf8,
+        format!(
+            "{} is not valid UTF-8: byte 0x{byte:02X} at offset {offset} does not start a character. \
+             The text tools read UTF-8 only; use pen_search for text in it or an approved command \
+             to convert or inspect it.",
+            shown(display)
+        ),
+    )
 }
 
 #[cfg(test)]

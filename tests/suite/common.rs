@@ -42,3 +42,23 @@ pub fn pen_tool(root: &Path, name: &str, args: &Value, extra: &[&str]) -> ToolRu
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// Calls a tool in-process in a workspace rooted at `root` with the given cap; returns the
+/// result and the observation string the model would receive.
+pub fn call_tool(
+    root: &Path,
+    cap: usize,
+    name: &str,
+    args: &Value,
+) -> (Result<Value, pen::tools::ToolError>, String) {
+    let workspace = pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace");
+    let limits = pen::limits::Limits::with_max_tool_result_bytes(cap as u64).expect("cap in range");
+    let ctx = pen::tools::ToolContext {
+        workspace: &workspace,
+        limits: &limits,
+        ledger: None,
+    };
+    let result = pen::tools::call(name, args, &ctx);
+    let observation = pen::tools::observation(&result, &limits);
+    (result, observation)
+}
