@@ -109,7 +109,7 @@ fn line_end(text: &[u8], at: usize) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyRefusal {
     /// An armor line starts inside the window at this file offset.
-    ArmorInWindow { at: u64 },
+    ArmorInWindow { at: u64, kind: ArmorKind },
     /// The last armor line before the window opens a private key that has not ended.
     InsideBlock { begin_at: u64 },
     /// No armor line within the look-back, which does not reach the file start and holds
@@ -121,7 +121,7 @@ impl KeyRefusal {
     /// The reason in words, for the tool's error message.
     pub fn describe(&self) -> String {
         match self {
-            KeyRefusal::ArmorInWindow { at } => format!(
+            KeyRefusal::ArmorInWindow { at, .. } => format!(
                 "it contains a private-key armor line (at byte offset {at}); no tool returns private key material"
             ),
             KeyRefusal::InsideBlock { begin_at } => format!(
@@ -156,6 +156,7 @@ pub fn check_bytes(bytes: &[u8], split: usize, base: u64) -> Result<(), KeyRefus
     if let Some(armor) = markers.iter().find(|a| a.at >= split) {
         return Err(KeyRefusal::ArmorInWindow {
             at: base + armor.at as u64,
+            kind: armor.kind,
         });
     }
     // Only armor lines that begin before the window count for the look-back.
@@ -277,7 +278,10 @@ mod tests {
         // A window holding the BEGIN line.
         assert_eq!(
             check_bytes(bytes, 0, 0),
-            Err(KeyRefusal::ArmorInWindow { at: begin as u64 })
+            Err(KeyRefusal::ArmorInWindow {
+                at: begin as u64,
+                kind: ArmorKind::Begin
+            })
         );
         // A window of body lines only, BEGIN in the look-back.
         let window = &bytes[..text.find("-----END").unwrap()];

@@ -351,27 +351,26 @@ fn key_error<S: ByteSource + ?Sized>(
     );
     let ahead = read_range(src, offset, offset + KEY_END_LOOKAHEAD).unwrap_or_default();
     let line_at = |at: usize| start_line + memchr::memchr_iter(b'\n', &ahead[..at]).count() as u64;
-    if let KeyRefusal::ArmorInWindow { at } = refusal {
-        let rel = (at - offset) as usize;
-        let key_line = line_at(rel);
-        let line_begins_key = rel == 0 || ahead[..rel].iter().rposition(|&b| b == b'\n').is_some();
-        if key_line > start_line && line_begins_key {
+    // Where to look for the END line: from the armor in the window, or from the window start.
+    let mut from = 0;
+    if let KeyRefusal::ArmorInWindow { at, kind } = refusal {
+        from = (at - offset) as usize;
+        let key_line = line_at(from);
+        // Lines before a BEGIN are ordinary text; lines before an END are key body.
+        if *kind == keys::ArmorKind::Begin && key_line > start_line {
             message.push_str(&format!(
                 " The lines before it are readable: use line_count {}.",
                 key_line - start_line
             ));
         }
     }
-    let from = match refusal {
-        KeyRefusal::ArmorInWindow { at } => (at - offset) as usize,
-        _ => 0,
-    };
     let end = keys::armor_markers(&ahead[from..])
         .into_iter()
         .find(|a| a.kind == keys::ArmorKind::End)
         .map(|a| from + a.at);
-    match end.and_then(|at| memchr::memchr(b'\n', &ahead[at..]).map(|nl| at + nl + 1)) {
-        Some(after) if (after as u64) + offset < src.len() => message.push_str(&format!(
+    let resume = end.and_then(|at| memchr::memchr(b'\n', &ahead[at..]).map(|nl| at + nl + 1));
+    match resume {
+        Some(after) if offset + (after as u64) < src.len() => message.push_str(&format!(
             " The key ends on line {}; continue after it with start_line {} and offset {}.",
             line_at(after) - 1,
             line_at(after),
