@@ -59,7 +59,7 @@ const CANDIDATE_LINES: usize = 3;
 /// `difflib`'s own default: lower, and unrelated lines crowd out the useful ones.
 const CANDIDATE_CUTOFF: f32 = 0.6;
 
-/// Occurrences whose line numbers an ambiguous-match error lists.
+/// Distinct lines an ambiguous-match error lists occurrences on.
 const OCCURRENCES_SHOWN: usize = 5;
 
 /// Bytes of a file line quoted in an error message; enough to recognise a line of code.
@@ -166,7 +166,12 @@ pub fn create(args: CreateArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     }
     let display = super::shown(&resolved.display).to_string();
     if let Some(parent) = resolved.absolute.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&display, &e))?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            ToolError::new(
+                ErrorCode::Io,
+                format!("cannot create the folders above {display}: {e}"),
+            )
+        })?;
     }
     let content = args.content.as_bytes();
     write_atomically(&resolved.absolute, content, Landing::New, &display).map_err(|e| {
@@ -248,16 +253,19 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let diff_budget = page_budget(&envelope, ctx.limits)?;
     let diff = unified_diff(rewritten.before, &rewritten.after, &display);
     let diff = bound_diff(&diff, ctx.limits.max_diff_bytes, diff_budget);
-    let permissions = std::fs::metadata(&absolute)
-        .map_err(|e| ToolError::io(&display, &e))?
-        .permissions();
-    write_atomically(
-        &absolute,
-        &new_bytes,
-        Landing::Replace(permissions),
-        &display,
-    )
-    .map_err(|e| ToolError::io(&display, &e))?;
+    // An edit that changes nothing leaves the file, and its modification time, alone.
+    if new_bytes != bytes {
+        let permissions = std::fs::metadata(&absolute)
+            .map_err(|e| ToolError::io(&display, &e))?
+            .permissions();
+        write_atomically(
+            &absolute,
+            &new_bytes,
+            Landing::Replace(permissions),
+            &display,
+        )
+        .map_err(|e| ToolError::io(&display, &e))?;
+    }
     if let Some(ledger) = ctx.ledger {
         ledger.record(&absolute, &hash);
     }
@@ -326,7 +334,7 @@ fn check_fresh(
 }
 
 /// A file's content after a call's edits, computed before anything is written.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Rewrite<'a> {
     /// Whether the file starts with a UTF-8 byte-order mark; it is kept as it was.
     bom: bool,
@@ -608,23 +616,28 @@ fn nearest_lines<'a>(text: &'a str, needle: &str) -> Vec<(usize, &'a str)> {
         .collect()
 }
 
-/// The `ambiguous_match` error, listing where the first occurrences are.
+/// The `ambiguous_match` error, listing the lines where the first occurrences start.
 fn ambiguous_match(text: &str, starts: &[usize], which: EditIndex, display: &str) -> ToolError {
-    let mut numbers = Vec::new();
+    let mut lines: Vec<usize> = Vec::new();
     let mut line = 1;
     let mut counted = 0;
-    for &start in starts.iter().take(OCCURRENCES_SHOWN) {
+    let mut more = false;
+    for &start in starts {
         line += memchr::memchr_iter(b'\n', &text.as_bytes()[counted..start]).count();
         counted = start;
-        numbers.push(line.to_string());
+        if lines.last() == Some(&line) {
+            continue;
+        }
+        if lines.len() == OCCURRENCES_SHOWN {
+            more = true;
+            break;
+        }
+        lines.push(line);
     }
-    let more = if starts.len() > OCCURRENCES_SHOWN {
-        ", …"
-    } else {
-        ""
-    };
+    let numbers: Vec<String> = lines.iter().map(usize::to_string).collect();
+    let more = if more { " and more" } else { "" };
     let mut message = format!(
-        "{which}: old_text occurs {} times in {display}, starting on lines {}{more}.",
+        "{which}: old_text occurs {} times in {display}, starting on line(s) {}{more}.",
         starts.len(),
         numbers.join(", ")
     );
@@ -898,11 +911,18 @@ mod tests {
         assert_eq!(err.code, ErrorCode::AmbiguousMatch);
         assert!(
             err.message
-                .contains("occurs 3 times in f, starting on lines 1, 3, 5."),
+                .contains("occurs 3 times in f, starting on line(s) 1, 3, 5."),
             "{}",
             err.message
         );
         assert!(err.message.contains("replace_all"), "{}", err.message);
+        let err = rewritten(b"t t t\nt\nt\nt\nt\nt\n", &[edit("t", "x")]).unwrap_err();
+        assert!(
+            err.message
+                .contains("occurs 8 times in f, starting on line(s) 1, 2, 3, 4, 5 and more."),
+            "{}",
+            err.message
+        );
         let all = Edit {
             replace_all: true,
             ..edit("x = 1", "x = 3")
@@ -922,7 +942,7 @@ mod tests {
             "{}",
             err.message
         );
-        assert!(err.message.contains("lines 2, 3."), "{}", err.message);
+        assert!(err.message.contains("line(s) 2, 3."), "{}", err.message);
         assert!(err.message.contains("earlier edits"), "{}", err.message);
     }
 
