@@ -375,7 +375,12 @@ fn rewrite<'a>(bytes: &'a [u8], edits: &[Edit], display: &str) -> Result<Rewrite
     }
     // An empty file has no final-newline state to keep: its first content decides it.
     if !before.is_empty() {
-        keep_final_newline(&mut after, before.ends_with('\n'), line_break);
+        // A file that ended with a line break has a style, so the LF fallback is never used.
+        keep_final_newline(
+            &mut after,
+            before.ends_with('\n'),
+            line_break.unwrap_or("\n"),
+        );
     }
     Ok(Rewrite {
         bom,
@@ -429,7 +434,7 @@ fn apply_edit(
     text: &mut String,
     edit: &Edit,
     file_eol: Eol,
-    line_break: &str,
+    line_break: Option<&str>,
     which: EditIndex,
     display: &str,
 ) -> Result<usize, ToolError> {
@@ -514,27 +519,28 @@ fn occurrences(haystack: &str, needle: &str) -> Vec<usize> {
 }
 
 /// The line break new text is written with: the file's, or for a mixed file the one most of
-/// its lines end with. LF on a tie and for a file with no line break at all.
-fn dominant_line_break(text: &str) -> &'static str {
+/// its lines end with (LF on a tie). `None` for a file without a line break, which has no style
+/// to impose: new text keeps its own.
+fn dominant_line_break(text: &str) -> Option<&'static str> {
     match Eol::of(text.as_bytes()) {
-        Eol::Crlf => "\r\n",
-        Eol::Lf | Eol::None => "\n",
+        Eol::Crlf => Some("\r\n"),
+        Eol::Lf => Some("\n"),
+        Eol::None => None,
         Eol::Mixed => {
             let breaks = memchr::memchr_iter(b'\n', text.as_bytes()).count();
             let crlf = memchr::memmem::find_iter(text.as_bytes(), b"\r\n").count();
-            if crlf * 2 > breaks { "\r\n" } else { "\n" }
+            Some(if crlf * 2 > breaks { "\r\n" } else { "\n" })
         }
     }
 }
 
-/// `text` with every line break (`\r\n` or `\n`) written as `line_break`. A lone `\r` is not a
-/// line break and is kept.
-fn convert_line_breaks(text: &str, line_break: &str) -> String {
-    let lf = text.replace("\r\n", "\n");
-    if line_break == "\n" {
-        lf
-    } else {
-        lf.replace('\n', line_break)
+/// `text` with every line break (`\r\n` or `\n`) written as `line_break`, or as given when
+/// there is no style to follow. A lone `\r` is not a line break and is kept.
+fn convert_line_breaks(text: &str, line_break: Option<&str>) -> String {
+    match line_break {
+        None => text.to_string(),
+        Some("\n") => text.replace("\r\n", "\n"),
+        Some(line_break) => text.replace("\r\n", "\n").replace('\n', line_break),
     }
 }
 
@@ -803,18 +809,17 @@ mod tests {
 
     #[test]
     fn line_breaks_convert_to_the_file_style() {
-        assert_eq!(convert_line_breaks("a\nb\r\nc\rd", "\n"), "a\nb\nc\rd");
-        assert_eq!(
-            convert_line_breaks("a\nb\r\nc\rd", "\r\n"),
-            "a\r\nb\r\nc\rd"
-        );
-        assert_eq!(dominant_line_break("a\r\nb\r\n"), "\r\n");
-        assert_eq!(dominant_line_break("a\nb"), "\n");
-        assert_eq!(dominant_line_break("ab"), "\n");
-        assert_eq!(dominant_line_break("a\r\nb\r\nc\n"), "\r\n");
-        assert_eq!(dominant_line_break("a\r\nb\nc\n"), "\n");
+        let mixed = "a\nb\r\nc\rd";
+        assert_eq!(convert_line_breaks(mixed, Some("\n")), "a\nb\nc\rd");
+        assert_eq!(convert_line_breaks(mixed, Some("\r\n")), "a\r\nb\r\nc\rd");
+        assert_eq!(convert_line_breaks(mixed, None), mixed);
+        assert_eq!(dominant_line_break("a\r\nb\r\n"), Some("\r\n"));
+        assert_eq!(dominant_line_break("a\nb"), Some("\n"));
+        assert_eq!(dominant_line_break("ab"), None);
+        assert_eq!(dominant_line_break("a\r\nb\r\nc\n"), Some("\r\n"));
+        assert_eq!(dominant_line_break("a\r\nb\nc\n"), Some("\n"));
         // A tie goes to LF.
-        assert_eq!(dominant_line_break("a\r\nb\n"), "\n");
+        assert_eq!(dominant_line_break("a\r\nb\n"), Some("\n"));
     }
 
     #[test]
@@ -869,6 +874,9 @@ mod tests {
     fn an_empty_file_is_filled_by_an_empty_old_text() {
         let out = rewritten(b"", &[edit("", "fn main() {}\n")]).unwrap();
         assert_eq!(out, b"fn main() {}\n");
+        // An empty file has no line-ending style, so the new text keeps its own.
+        let out = rewritten(b"", &[edit("", "a\r\nb\r\n")]).unwrap();
+        assert_eq!(out, b"a\r\nb\r\n");
         let err = rewritten(b"x", &[edit("", "y")]).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidArguments);
         assert!(
@@ -1079,12 +1087,15 @@ mod tests {
     }
 
     /// What the law expects new text to become: line breaks in the style of the majority of the
-    /// file's line breaks, LF on a tie. Written independently of `dominant_line_break`.
+    /// file's line breaks, LF on a tie, unchanged when the file has none. Written independently
+    /// of `dominant_line_break`.
     fn expected_conversion(file: &str, new_text: &str) -> String {
         let crlf = file.matches("\r\n").count();
         let lf = file.matches('\n').count() - crlf;
         let lf_only = new_text.replace("\r\n", "\n");
-        if crlf > lf {
+        if crlf + lf == 0 {
+            new_text.to_string()
+        } else if crlf > lf {
             lf_only.replace('\n', "\r\n")
         } else {
             lf_only
