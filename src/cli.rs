@@ -1,7 +1,8 @@
 //! The command line: `pen tool` calls one native tool with no model and prints the exact
 //! observation the model would receive.
 
-use crate::limits::{Limits, MAX_TOOL_RESULT_BYTES};
+use crate::config::{self, Config};
+use crate::limits::MAX_TOOL_RESULT_BYTES;
 use crate::tools::{self, ToolContext};
 use crate::workspace::Workspace;
 use clap::{Parser, Subcommand};
@@ -77,13 +78,11 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         Ok(value) => value,
         Err(e) => return usage(&format!("the arguments are not valid JSON: {e}")),
     };
-    let limits = match command.max_result_bytes {
-        Some(max) => match Limits::with_max_tool_result_bytes(max) {
-            Ok(limits) => limits,
-            Err(e) => return usage(&e.to_string()),
-        },
-        None => Limits::default(),
-    };
+    let mut config = boot_config();
+    if let Some(max) = command.max_result_bytes {
+        config.max_tool_result_bytes = max;
+    }
+    let limits = config.limits();
     let workspace = match Workspace::new(std::slice::from_ref(&command.root)) {
         Ok(ws) => ws,
         Err(e) => return usage(&e.to_string()),
@@ -100,6 +99,19 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The config from the config file (`PEN_CONFIG` or the default path) and `PEN_*` variables;
+/// refused values are reported on stderr and their defaults kept.
+fn boot_config() -> Config {
+    let file = std::env::var_os("PEN_CONFIG")
+        .map(PathBuf::from)
+        .or_else(config::default_config_file);
+    let (config, warnings) = Config::load(file.as_deref(), std::env::vars());
+    for warning in warnings {
+        eprintln!("pen: {warning}");
+    }
+    config
 }
 
 fn usage(message: &str) -> ExitCode {

@@ -78,3 +78,41 @@ fn list_prints_the_catalog() {
         assert!(!tool["description"].as_str().unwrap().is_empty(), "{tool}");
     }
 }
+
+#[test]
+fn the_cap_comes_from_the_config_file_then_the_environment_then_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.txt"), "word ".repeat(20_000)).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "max_tool_result_bytes = 2048\n").unwrap();
+    let run = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pen"));
+        command
+            .args(["tool", "pen_read", r#"{"path":"big.txt"}"#, "--root"])
+            .arg(dir.path())
+            .args(extra)
+            .env("PEN_CONFIG", &config)
+            .env_remove("PEN_MAX_TOOL_RESULT_BYTES");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let output = command.output().unwrap();
+        (
+            output.stdout.len() - 1,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (from_file, _) = run(&[], &[]);
+    assert!(from_file <= 2048 && from_file > 1024, "{from_file}");
+    let (from_env, _) = run(&[("PEN_MAX_TOOL_RESULT_BYTES", "4096")], &[]);
+    assert!(from_env <= 4096 && from_env > 2048, "{from_env}");
+    let (from_flag, _) = run(
+        &[("PEN_MAX_TOOL_RESULT_BYTES", "4096")],
+        &["--max-result-bytes", "1024"],
+    );
+    assert!(from_flag <= 1024, "{from_flag}");
+    // A bad value at boot is reported and the earlier value kept.
+    let (kept, stderr) = run(&[("PEN_MAX_TOOL_RESULT_BYTES", "99")], &[]);
+    assert_eq!(kept, from_file);
+    assert!(stderr.contains("between 1024 and 1048576"), "{stderr}");
+}

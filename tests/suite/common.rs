@@ -30,6 +30,9 @@ pub fn pen_tool(root: &Path, name: &str, args: &Value, extra: &[&str]) -> ToolRu
         .arg("--root")
         .arg(root)
         .args(extra)
+        // Hermetic: no user config file or PEN_* variable reaches the test.
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env_remove("PEN_MAX_TOOL_RESULT_BYTES")
         .output()
         .expect("run pen");
     let mut stdout = String::from_utf8(output.stdout).expect("stdout is UTF-8");
