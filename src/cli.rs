@@ -3,6 +3,7 @@
 
 use crate::config::{self, Config};
 use crate::limits::MAX_TOOL_RESULT_BYTES;
+use crate::server::{self, ServeOptions};
 use crate::tools::{self, ToolContext};
 use crate::workspace::Workspace;
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Call one native tool with no model; print the result object the model would see.
     Tool(ToolCommand),
+    /// Run the daemon on stdio (the LSP base protocol); editors start this.
+    Serve,
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,14 +107,60 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
 /// The config from the config file (`PEN_CONFIG` or the default path) and `PEN_*` variables;
 /// refused values are reported on stderr and their defaults kept.
 fn boot_config() -> Config {
-    let file = std::env::var_os("PEN_CONFIG")
-        .map(PathBuf::from)
-        .or_else(config::default_config_file);
-    let (config, warnings) = Config::load(file.as_deref(), std::env::vars());
+    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
     for warning in warnings {
         eprintln!("pen: {warning}");
     }
     config
+}
+
+/// Runs `pen serve` until the client exits or closes stdin.
+pub fn run_serve() -> ExitCode {
+    let _log_guard = init_file_logging();
+    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    let fallback_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("pen: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(server::serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        ServeOptions {
+            config,
+            fallback_root,
+        },
+    ));
+    tracing::info!("client gone; pen serve exits");
+    ExitCode::SUCCESS
+}
+
+/// Logs to a daily-rolling file under the data dir (stdout carries the protocol). The level
+/// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
+/// the daemon runs unlogged.
+fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    let dir = config::data_dir().join("logs");
+    std::fs::create_dir_all(&dir).ok()?;
+    let appender = tracing_appender::rolling::daily(&dir, "pen.log");
+    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .try_init()
+        .ok()?;
+    Some(guard)
 }
 
 fn usage(message: &str) -> ExitCode {

@@ -165,6 +165,23 @@ pub fn default_config_file() -> Option<PathBuf> {
     dirs::config_dir().map(|dir| dir.join("pen").join("config.toml"))
 }
 
+/// The data directory (session database, logs): `PEN_DATA_DIR`, else `dirs::data_dir()/pen`.
+pub fn data_dir() -> PathBuf {
+    match std::env::var_os("PEN_DATA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => dirs::data_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("pen"),
+    }
+}
+
+/// The config file at boot: `PEN_CONFIG`, else the default path.
+pub fn config_file() -> Option<PathBuf> {
+    std::env::var_os("PEN_CONFIG")
+        .map(PathBuf::from)
+        .or_else(default_config_file)
+}
+
 /// Reads a TOML config file into JSON values; a missing file is `None`.
 fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>, ConfigError> {
     let text = match std::fs::read_to_string(path) {

@@ -6,5 +6,7 @@
 pub mod cli;
 pub mod config;
 pub mod limits;
+pub mod protocol;
+pub mod server;
 pub mod tools;
 pub mod workspace;
