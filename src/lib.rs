@@ -9,4 +9,5 @@ pub mod limits;
 pub mod protocol;
 pub mod server;
 pub mod tools;
+pub mod transport;
 pub mod workspace;

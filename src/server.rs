@@ -9,6 +9,7 @@
 use crate::config::Config;
 use crate::protocol::{CallToolParams, PositionEncodingName};
 use crate::tools::{self, ReadLedger, ToolContext};
+use crate::transport;
 use crate::workspace::Workspace;
 use futures::FutureExt;
 use serde_json::Value;
@@ -24,11 +25,7 @@ use tower_lsp_server::ls_types::{
     TextDocumentSyncOptions, TextDocumentSyncSaveOptions, WorkspaceFoldersServerCapabilities,
     WorkspaceServerCapabilities,
 };
-use tower_lsp_server::{Client, LanguageServer, LspService, Server};
-
-/// How many requests the daemon serves at once. Turns are long-running requests, so this
-/// must leave room for `pen/stop` and tool calls beside several of them.
-const MAX_CONCURRENT_REQUESTS: usize = 32;
+use tower_lsp_server::{Client, LanguageServer, LspService};
 
 /// State shared by every handler.
 pub struct State {
@@ -57,7 +54,7 @@ pub struct ServeOptions {
 pub async fn serve<I, O>(stdin: I, stdout: O, options: ServeOptions)
 where
     I: tokio::io::AsyncRead + Unpin,
-    O: tokio::io::AsyncWrite,
+    O: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let state = Arc::new(State {
         config: RwLock::new(options.config),
@@ -66,19 +63,27 @@ where
         ledger: ReadLedger::default(),
         fallback_root: options.fallback_root,
     });
-    let (service, socket) = LspService::build(|client| Backend { client, state })
+    let mut builder = LspService::build(|client| Backend { client, state })
         .custom_method("pen/callTool", Backend::call_tool)
         .custom_method("pen/listTools", Backend::list_tools)
         .custom_method("pen/getConfig", Backend::get_config)
-        .custom_method("pen/setConfig", Backend::set_config)
-        .finish();
-    Server::new(stdin, stdout, socket)
-        .concurrency_level(MAX_CONCURRENT_REQUESTS)
-        .serve(CatchPanic(service))
-        .await;
+        .custom_method("pen/setConfig", Backend::set_config);
+    if std::env::var_os(TEST_HOOKS_VAR).is_some() {
+        builder = builder.custom_method("pen/test/panic", Backend::test_panic);
+    }
+    let (service, socket) = builder.finish();
+    transport::serve(stdin, stdout, CatchPanic(service), socket).await;
 }
 
+/// Set to expose `pen/test/panic`, which the tests use to check that a panicking handler is
+/// answered with an InternalError and the daemon keeps serving.
+const TEST_HOOKS_VAR: &str = "PEN_TEST_HOOKS";
+
 impl Backend {
+    async fn test_panic(&self) -> jsonrpc::Result<Value> {
+        panic!("pen/test/panic was called");
+    }
+
     async fn call_tool(&self, params: CallToolParams) -> jsonrpc::Result<Value> {
         let state = Arc::clone(&self.state);
         let outcome =

@@ -3,6 +3,8 @@
 mod cli;
 mod common;
 mod list;
+mod lsp_client;
 mod read;
 mod search;
+mod serve;
 mod write;

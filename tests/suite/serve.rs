@@ -1,0 +1,210 @@
+//! `pen serve` over real stdio: lifecycle, encodings, tools, config and robustness.
+
+use super::lsp_client::{LspClient, frame};
+use serde_json::json;
+use std::fs;
+
+fn daemon(extra_env: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir, LspClient) {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let client = LspClient::spawn(data.path(), root.path(), extra_env);
+    (data, root, client)
+}
+
+#[test]
+fn initialize_negotiates_the_position_encoding() {
+    let (_data, root, mut client) = daemon(&[]);
+    let result = client.initialize(root.path(), &["utf-8", "utf-16"]);
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-8");
+    assert_eq!(result["capabilities"]["textDocumentSync"]["change"], 2);
+    assert_eq!(result["serverInfo"]["name"], "pen");
+    assert_eq!(client.request("shutdown", json!(null)), json!(null));
+    client.notify("exit", json!(null));
+    assert_eq!(client.close(), Some(0));
+
+    let (_data, root, mut client) = daemon(&[]);
+    let result = client.initialize(root.path(), &["utf-32", "utf-16"]);
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-16");
+    let (_data, root, mut client) = daemon(&[]);
+    let result = client.initialize(root.path(), &[]);
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-16");
+}
+
+#[test]
+fn call_tool_returns_the_capped_observation_and_list_tools_the_catalog() {
+    let (_data, root, mut client) = daemon(&[]);
+    fs::write(root.path().join("a.txt"), "one\r\ntwo\r\n").unwrap();
+    client.initialize(root.path(), &["utf-16"]);
+    let page = client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": "a.txt"}}),
+    );
+    assert_eq!(page["content"], "one\r\ntwo\r\n");
+    assert_eq!(page["source"], "disk");
+    let error = client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": "../x"}}),
+    );
+    assert_eq!(error["error"]["code"], "outside_workspace");
+    let unknown = client.request("pen/callTool", json!({"name": "pen_fly", "arguments": {}}));
+    assert_eq!(unknown["error"]["code"], "unknown_tool");
+    let tools = client.request("pen/listTools", json!(null));
+    assert_eq!(tools.as_array().unwrap().len(), 6);
+    assert_eq!(tools[0]["name"], "pen_search");
+}
+
+#[test]
+fn set_config_takes_effect_at_once_and_refuses_bad_values() {
+    let (_data, root, mut client) = daemon(&[]);
+    fs::write(root.path().join("big.txt"), "word ".repeat(50_000)).unwrap();
+    client.initialize(root.path(), &["utf-16"]);
+    assert_eq!(
+        client.request("pen/getConfig", json!(null))["max_tool_result_bytes"],
+        65_536
+    );
+    let set = client.request("pen/setConfig", json!({"max_tool_result_bytes": 2048}));
+    assert_eq!(set["max_tool_result_bytes"], 2048);
+    let page = client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": "big.txt"}}),
+    );
+    assert!(page.to_string().len() <= 2048);
+    for (params, text) in [
+        (
+            json!({"max_tool_result_bytes": 10}),
+            "between 1024 and 1048576",
+        ),
+        (json!({"max_tool_result_bytes": "big"}), "whole number"),
+        (
+            json!({"no_such_key": 1}),
+            "unknown config key `no_such_key`",
+        ),
+        (json!([1, 2]), "object"),
+    ] {
+        let response = client.request_raw("pen/setConfig", params.clone());
+        assert_eq!(response["error"]["code"], -32602, "{params}");
+        assert!(
+            response["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(text),
+            "{response}"
+        );
+    }
+    assert_eq!(
+        client.request("pen/getConfig", json!(null))["max_tool_result_bytes"],
+        2048
+    );
+}
+
+#[test]
+fn initialization_options_feed_the_config_and_bad_ones_keep_the_default() {
+    let (_data, root, mut client) = daemon(&[]);
+    let uri = super::lsp_client::file_uri(root.path());
+    client.request(
+        "initialize",
+        json!({"rootUri": uri, "capabilities": {}, "initializationOptions": {"max_tool_result_bytes": 4096}}),
+    );
+    assert_eq!(
+        client.request("pen/getConfig", json!(null))["max_tool_result_bytes"],
+        4096
+    );
+    let (_data, root, mut client) = daemon(&[]);
+    let uri = super::lsp_client::file_uri(root.path());
+    client.request(
+        "initialize",
+        json!({"rootUri": uri, "capabilities": {}, "initializationOptions": {"max_tool_result_bytes": 1}}),
+    );
+    assert_eq!(
+        client.request("pen/getConfig", json!(null))["max_tool_result_bytes"],
+        65_536
+    );
+}
+
+#[test]
+fn workspace_folder_changes_move_the_confinement() {
+    let (_data, root, mut client) = daemon(&[]);
+    let other = tempfile::tempdir().unwrap();
+    fs::write(other.path().join("o.txt"), "other\n").unwrap();
+    client.initialize(root.path(), &["utf-16"]);
+    let outside = other.path().join("o.txt").to_string_lossy().into_owned();
+    let refused = client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": outside}}),
+    );
+    assert_eq!(refused["error"]["code"], "outside_workspace");
+    let uri = super::lsp_client::file_uri(other.path());
+    client.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({"event": {"added": [{"uri": uri, "name": "other"}], "removed": []}}),
+    );
+    let page = client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": outside}}),
+    );
+    assert_eq!(page["content"], "other\n");
+}
+
+#[test]
+fn malformed_input_gets_json_rpc_errors_and_the_daemon_keeps_serving() {
+    let (_data, root, mut client) = daemon(&[("PEN_TEST_HOOKS", "1")]);
+    // Before initialize: ServerNotInitialized.
+    let early = client.request_raw("pen/getConfig", json!(null));
+    assert_eq!(early["error"]["code"], -32002, "{early}");
+    client.initialize(root.path(), &["utf-16"]);
+
+    // Invalid JSON in a well-framed message: a parse error with a null id.
+    client.send_raw(&frame(b"{not json"));
+    let parse_error = client.next_message().unwrap();
+    assert_eq!(parse_error["error"]["code"], -32700, "{parse_error}");
+    assert_eq!(parse_error["id"], json!(null));
+
+    // A bad Content-Length header, a header block without one, and a non-request body.
+    client.send_raw(b"Content-Length: nope\r\n\r\n");
+    let header_error = client.next_message().unwrap();
+    assert_eq!(header_error["error"]["code"], -32700, "{header_error}");
+    client.send_raw(b"Content-Type: x\r\n\r\n");
+    assert_eq!(client.next_message().unwrap()["error"]["code"], -32700);
+    client.send_raw(&frame(b"[1, 2]"));
+    assert_eq!(client.next_message().unwrap()["error"]["code"], -32600);
+    client.send_raw(&frame(br#"{"jsonrpc": "2.0", "id": 77, "method": 5}"#));
+    let invalid = client.next_message().unwrap();
+    assert_eq!(
+        (invalid["error"]["code"].clone(), invalid["id"].clone()),
+        (json!(-32600), json!(77))
+    );
+
+    // Unknown method, wrong param types.
+    let unknown = client.request_raw("pen/noSuchMethod", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601);
+    let wrong = client.request_raw("pen/callTool", json!({"name": 5}));
+    assert_eq!(wrong["error"]["code"], -32602, "{wrong}");
+
+    // A panic inside a handler is an InternalError; the next request is served.
+    let panic = client.request_raw("pen/test/panic", json!(null));
+    assert_eq!(panic["error"]["code"], -32603, "{panic}");
+    assert!(
+        panic["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pen/test/panic"),
+        "{panic}"
+    );
+
+    // A 100 MB message is read and answered, not fatal.
+    let huge = json!({"jsonrpc": "2.0", "id": 999, "method": "pen/callTool",
+        "params": {"name": "pen_search", "arguments": {"query": "x".repeat(100 * 1024 * 1024)}}});
+    client.send_raw(&frame(huge.to_string().as_bytes()));
+    let answer = client.wait_for_response(&json!(999));
+    assert!(
+        answer.get("result").is_some() || answer.get("error").is_some(),
+        "{answer}"
+    );
+
+    assert_eq!(
+        client.request("pen/getConfig", json!(null))["max_tool_result_bytes"],
+        65_536
+    );
+    // The client disappears: the daemon exits cleanly.
+    assert_eq!(client.close(), Some(0));
+}
