@@ -4,6 +4,7 @@
 //! confinement), `tools` (the native tools the model is given), `cli` (the command line).
 
 pub mod cli;
+pub mod documents;
 pub mod limits;
 pub mod tools;
 pub mod workspace;
