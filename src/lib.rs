@@ -1,13 +1,30 @@
 //! pen: a coding-agent daemon with bounded native tools.
 //!
-//! Modules in reading order: `limits` (every bound, named once), `workspace` (path
-//! confinement), `tools` (the native tools the model is given), `cli` (the command line).
+//! Modules in reading order, each group separated so rustfmt keeps the order.
 
-pub mod cli;
-pub mod config;
+/// Every bound, named once.
 pub mod limits;
-pub mod protocol;
-pub mod server;
-pub mod tools;
-pub mod transport;
+
+/// Typed configuration from file, environment, flags and the editor.
+pub mod config;
+
+/// Workspace roots and path confinement.
 pub mod workspace;
+
+/// The native tools the model is given.
+pub mod tools;
+
+/// Exact rope-backed views of the files open in the editor.
+pub mod documents;
+
+/// Wire types of the `pen/…` methods.
+pub mod protocol;
+
+/// Framing of the LSP base protocol over stdio.
+pub mod transport;
+
+/// `pen serve`: the daemon.
+pub mod server;
+
+/// The command line.
+pub mod cli;
