@@ -94,6 +94,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         workspace: &workspace,
         limits: &limits,
         ledger: None,
+        editor: None,
     };
     let result = tools::call(&name, &arguments, &ctx);
     println!("{}", tools::observation(&result, &limits));

@@ -7,34 +7,43 @@
 //! an InternalError; the daemon keeps serving.
 
 use crate::config::Config;
-use crate::protocol::{CallToolParams, PositionEncodingName};
-use crate::tools::{self, ReadLedger, ToolContext};
+use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
+use crate::protocol::{self, CallToolParams};
+use crate::tools::{self, ReadLedger, Replacement, ToolContext};
 use crate::transport;
 use crate::workspace::Workspace;
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use tower::Service;
 use tower_lsp_server::jsonrpc::{self, Request, Response};
 use tower_lsp_server::ls_types::{
-    DidChangeWorkspaceFoldersParams, InitializeParams, InitializeResult, InitializedParams,
-    MessageType, ServerCapabilities, ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind,
-    TextDocumentSyncOptions, TextDocumentSyncSaveOptions, WorkspaceFoldersServerCapabilities,
+    DidChangeTextDocumentParams, DidChangeWorkspaceFoldersParams, DidCloseTextDocumentParams,
+    DidOpenTextDocumentParams, DidSaveTextDocumentParams, DocumentChanges, InitializeParams,
+    InitializeResult, InitializedParams, MessageType, OneOf,
+    OptionalVersionedTextDocumentIdentifier, ServerCapabilities, ServerInfo, TextDocumentEdit,
+    TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    TextDocumentSyncSaveOptions, TextEdit, WorkspaceEdit, WorkspaceFoldersServerCapabilities,
     WorkspaceServerCapabilities,
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
 /// State shared by every handler.
 pub struct State {
+    client: Client,
     config: RwLock<Config>,
     workspace: RwLock<Option<Workspace>>,
-    encoding: RwLock<PositionEncodingName>,
+    /// The open documents; replaced at `initialize` with the negotiated encoding.
+    documents: RwLock<DocumentStore>,
+    /// Whether the client takes versioned `documentChanges` in a workspace edit.
+    versioned_edits: RwLock<bool>,
     ledger: ReadLedger,
     /// Used as the workspace when the client names none.
     fallback_root: PathBuf,
+    runtime: tokio::runtime::Handle,
 }
 
 /// The LanguageServer implementation: converts and delegates.
@@ -56,18 +65,24 @@ where
     I: tokio::io::AsyncRead + Unpin,
     O: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let state = Arc::new(State {
-        config: RwLock::new(options.config),
-        workspace: RwLock::new(None),
-        encoding: RwLock::new(PositionEncodingName::Utf16),
-        ledger: ReadLedger::default(),
-        fallback_root: options.fallback_root,
-    });
-    let mut builder = LspService::build(|client| Backend { client, state })
-        .custom_method("pen/callTool", Backend::call_tool)
-        .custom_method("pen/listTools", Backend::list_tools)
-        .custom_method("pen/getConfig", Backend::get_config)
-        .custom_method("pen/setConfig", Backend::set_config);
+    let runtime = tokio::runtime::Handle::current();
+    let mut builder = LspService::build(|client| {
+        let state = Arc::new(State {
+            client: client.clone(),
+            config: RwLock::new(options.config),
+            workspace: RwLock::new(None),
+            documents: RwLock::new(DocumentStore::default()),
+            versioned_edits: RwLock::new(false),
+            ledger: ReadLedger::default(),
+            fallback_root: options.fallback_root,
+            runtime,
+        });
+        Backend { client, state }
+    })
+    .custom_method("pen/callTool", Backend::call_tool)
+    .custom_method("pen/listTools", Backend::list_tools)
+    .custom_method("pen/getConfig", Backend::get_config)
+    .custom_method("pen/setConfig", Backend::set_config);
     if std::env::var_os(TEST_HOOKS_VAR).is_some() {
         builder = builder.custom_method("pen/test/panic", Backend::test_panic);
     }
@@ -127,6 +142,7 @@ impl State {
             workspace: &workspace,
             limits: &limits,
             ledger: Some(&self.ledger),
+            editor: Some(self),
         };
         let result = tools::call(name, arguments, &ctx);
         let observation = tools::observation(&result, &limits);
@@ -142,6 +158,84 @@ impl State {
         };
         *write(&self.workspace) = workspace;
         Ok(())
+    }
+}
+
+impl tools::Editor for State {
+    fn snapshot(&self, path: &Path) -> Option<Snapshot> {
+        read(&self.documents).get(path)
+    }
+
+    /// Sends `workspace/applyEdit` and waits for the editor's answer. Called from a tool's
+    /// blocking thread, never from the async runtime's own threads.
+    fn apply(&self, path: &Path, version: i32, replacements: &[Replacement]) -> Result<(), String> {
+        let (snapshot, encoding) = {
+            let documents = read(&self.documents);
+            (documents.get(path), documents.encoding())
+        };
+        let snapshot = snapshot.ok_or("the document was closed in the editor")?;
+        if snapshot.version != version {
+            return Err(format!(
+                "the document changed in the editor (version {version} was read, it is now {})",
+                snapshot.version
+            ));
+        }
+        let uri = protocol::path_to_uri(path).ok_or("the path has no file URI")?;
+        let edit = workspace_edit(
+            uri,
+            version,
+            &snapshot,
+            encoding,
+            replacements,
+            *read(&self.versioned_edits),
+        );
+        let answer = self
+            .runtime
+            .block_on(self.client.apply_edit(edit))
+            .map_err(|e| format!("the editor did not answer workspace/applyEdit ({e})"))?;
+        if answer.applied {
+            Ok(())
+        } else {
+            Err(answer
+                .failure_reason
+                .unwrap_or_else(|| "the editor refused it without a reason".to_string()))
+        }
+    }
+}
+
+/// The workspace edit for `replacements` of one document: versioned when the client supports
+/// it, so the editor itself refuses an edit of a buffer that moved on.
+fn workspace_edit(
+    uri: tower_lsp_server::ls_types::Uri,
+    version: i32,
+    snapshot: &Snapshot,
+    encoding: PositionEncoding,
+    replacements: &[Replacement],
+    versioned: bool,
+) -> WorkspaceEdit {
+    let edits: Vec<TextEdit> = replacements
+        .iter()
+        .map(|r| TextEdit {
+            range: protocol::to_lsp_range(snapshot.range_of(r.range.clone(), encoding)),
+            new_text: r.text.clone(),
+        })
+        .collect();
+    if versioned {
+        WorkspaceEdit {
+            document_changes: Some(DocumentChanges::Edits(vec![TextDocumentEdit {
+                text_document: OptionalVersionedTextDocumentIdentifier {
+                    uri,
+                    version: Some(version),
+                },
+                edits: edits.into_iter().map(OneOf::Left).collect(),
+            }])),
+            ..Default::default()
+        }
+    } else {
+        WorkspaceEdit {
+            changes: Some([(uri, edits)].into_iter().collect()),
+            ..Default::default()
+        }
     }
 }
 
@@ -163,12 +257,19 @@ impl LanguageServer for Backend {
             .general
             .as_ref()
             .and_then(|g| g.position_encodings.as_ref());
-        let encoding =
-            PositionEncodingName::negotiate(offered.map(|v| v.as_slice()).unwrap_or(&[]));
-        *write(&self.state.encoding) = encoding;
+        let encoding = protocol::negotiate_encoding(offered.map(|v| v.as_slice()).unwrap_or(&[]));
+        *write(&self.state.documents) = DocumentStore::new(encoding);
+        let versioned = params
+            .capabilities
+            .workspace
+            .as_ref()
+            .and_then(|w| w.workspace_edit.as_ref())
+            .and_then(|e| e.document_changes)
+            .unwrap_or(false);
+        *write(&self.state.versioned_edits) = versioned;
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
-                position_encoding: Some(encoding.kind()),
+                position_encoding: Some(protocol::encoding_kind(encoding)),
                 text_document_sync: Some(TextDocumentSyncCapability::Options(
                     TextDocumentSyncOptions {
                         open_close: Some(true),
@@ -200,6 +301,47 @@ impl LanguageServer for Backend {
 
     async fn shutdown(&self) -> jsonrpc::Result<()> {
         Ok(())
+    }
+
+    async fn did_open(&self, params: DidOpenTextDocumentParams) {
+        let document = params.text_document;
+        if let Some(path) = protocol::uri_to_path(&document.uri) {
+            write(&self.state.documents).open(path, document.version, document.text);
+        }
+    }
+
+    async fn did_change(&self, params: DidChangeTextDocumentParams) {
+        let Some(path) = protocol::uri_to_path(&params.text_document.uri) else {
+            return;
+        };
+        let changes: Vec<_> = params
+            .content_changes
+            .into_iter()
+            .map(protocol::from_lsp_change)
+            .collect();
+        let result =
+            write(&self.state.documents).change(&path, params.text_document.version, &changes);
+        if let Err(err) = result {
+            tracing::warn!("didChange refused: {err}");
+            self.client
+                .log_message(MessageType::WARNING, format!("pen ignored a change: {err}"))
+                .await;
+        }
+    }
+
+    async fn did_save(&self, params: DidSaveTextDocumentParams) {
+        if let Some(path) = protocol::uri_to_path(&params.text_document.uri) {
+            let result = write(&self.state.documents).save(&path, params.text);
+            if let Err(err) = result {
+                tracing::warn!("didSave: {err}");
+            }
+        }
+    }
+
+    async fn did_close(&self, params: DidCloseTextDocumentParams) {
+        if let Some(path) = protocol::uri_to_path(&params.text_document.uri) {
+            let _ = write(&self.state.documents).close(&path);
+        }
     }
 
     async fn did_change_workspace_folders(&self, params: DidChangeWorkspaceFoldersParams) {

@@ -5,8 +5,9 @@
 //! a bad header, a body that is not JSON or not a JSON-RPC message, or a message over
 //! [`MAX_MESSAGE_BYTES`] is answered with the JSON-RPC error it deserves (id `null` when the
 //! id cannot be known) and reading goes on with the next frame. Requests are dispatched to the
-//! `LspService` concurrently; server-to-client requests and every answer are written by one
-//! writer task, a whole frame at a time.
+//! `LspService` concurrently, while notifications run to completion in arrival order, so a
+//! request always sees every document change sent before it. Server-to-client requests and
+//! every answer are written by one writer task, a whole frame at a time.
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -103,9 +104,10 @@ where
                 tracing::error!("service stopped: {e}");
                 break;
             }
+            let is_notification = request.id().is_none();
             let future = service.call(request);
             let answer_tx = out_tx.clone();
-            tokio::spawn(async move {
+            let answer = async move {
                 match future.await {
                     Ok(Some(response)) => {
                         if let Ok(body) = serde_json::to_vec(&response) {
@@ -115,7 +117,14 @@ where
                     Ok(None) => {}
                     Err(e) => tracing::error!("request failed: {e}"),
                 }
-            });
+            };
+            if is_notification {
+                // Notifications (didOpen, didChange, …) take effect in order, before any later
+                // message is dispatched: a request must see every change sent before it.
+                answer.await;
+            } else {
+                tokio::spawn(answer);
+            }
             if exit {
                 break;
             }

@@ -172,6 +172,12 @@ fn normalize(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// The canonical form of an absolute path, as [`Workspace::resolve`] produces it: symlinks
+/// resolved along its longest existing prefix. The daemon keys open documents by it.
+pub fn canonical(path: &Path) -> PathBuf {
+    resolve_symlinks(path).0
+}
+
 /// Canonicalizes the longest existing prefix of `path` and appends the rest, so that a path to
 /// a file about to be created is still checked through the symlinks of its parents.
 fn resolve_symlinks(path: &Path) -> (PathBuf, bool) {

@@ -107,12 +107,37 @@ impl ReadLedger {
     }
 }
 
+/// One replacement in an editor document: a byte range of the snapshot the tool read and the
+/// text to put there. Ranges of one edit never overlap and refer to that same snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    pub range: std::ops::Range<usize>,
+    pub text: String,
+}
+
+/// The editor, as the tools see it: the unsaved text of open files, and a way to change them
+/// that keeps the user's unsaved work and undo history. Implemented by the daemon.
+pub trait Editor: Sync {
+    /// The buffer of the file at `path` (canonical, absolute) if the editor has it open.
+    fn snapshot(&self, path: &std::path::Path) -> Option<crate::documents::Snapshot>;
+    /// Applies `replacements` to the open document at `path`, whose buffer had `version` when
+    /// read. `Err` carries the editor's reason for refusing.
+    fn apply(
+        &self,
+        path: &std::path::Path,
+        version: i32,
+        replacements: &[Replacement],
+    ) -> Result<(), String>;
+}
+
 /// Everything a tool call may use. Built by the caller (CLI, daemon, agent loop) per call.
 pub struct ToolContext<'a> {
     pub workspace: &'a Workspace,
     pub limits: &'a Limits,
     /// The stale-write guard's memory; `None` for one-shot calls, which pass `expected_hash`.
     pub ledger: Option<&'a ReadLedger>,
+    /// The editor's open documents; `None` without an editor (`pen tool`).
+    pub editor: Option<&'a dyn Editor>,
 }
 
 impl ToolContext<'_> {

@@ -10,7 +10,7 @@ use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::keys::{self, KeyRefusal};
 use super::source::{self, ByteSource, Eol, FileFacts, read_range};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 #[derive(Debug, Deserialize)]
@@ -210,17 +210,22 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
 
     // The envelope: every field but the page, numbers and cursors at their widest.
     let wide = widest(facts.len.max(start_line) + 1);
-    let envelope = result_value(
-        &display,
-        "",
+    let envelope = ReadResult {
+        path: &display,
+        content: "",
         start_line,
-        &facts,
-        Some((wide, wide)),
-        &Eol::Mixed,
-        false,
-        wide,
-    );
-    let budget = budget::page_budget(&envelope, limits)?;
+        end_line: wide,
+        partial_line: false,
+        eol: Eol::Mixed,
+        final_newline: facts.final_newline,
+        bom: facts.bom,
+        total_bytes: wide,
+        source: "editor",
+        hash: &facts.hash,
+        next_start_line: Some(wide),
+        next_offset: Some(wide),
+    };
+    let budget = budget::page_budget(&json!(envelope), limits)?;
     let page = cut_page(
         src,
         offset,
@@ -251,56 +256,47 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     } else {
         start_line + newlines
     };
-    let next = (page.end < facts.len).then(|| {
-        let next_line = if page.ends_mid_line {
-            end_line
-        } else {
-            end_line + 1
-        };
-        (next_line, page.end)
-    });
-    let eol = Eol::of(page.content.as_bytes());
-    Ok(result_value(
-        &display,
-        &page.content,
+    let more = page.end < facts.len;
+    let next_start_line = if page.ends_mid_line {
+        end_line
+    } else {
+        end_line + 1
+    };
+    Ok(json!(ReadResult {
+        path: &display,
+        content: &page.content,
         start_line,
-        &facts,
-        next,
-        &eol,
-        page.ends_mid_line || starts_mid_line,
         end_line,
-    ))
+        partial_line: page.ends_mid_line || starts_mid_line,
+        eol: Eol::of(page.content.as_bytes()),
+        final_newline: facts.final_newline,
+        bom: facts.bom,
+        total_bytes: facts.len,
+        source: file.source.name(),
+        hash: &facts.hash,
+        next_start_line: more.then_some(next_start_line),
+        next_offset: more.then_some(page.end),
+    }))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn result_value(
-    display: &str,
-    content: &str,
+/// A pen_read result as the model sees it.
+#[derive(Serialize)]
+struct ReadResult<'a> {
+    path: &'a str,
+    content: &'a str,
     start_line: u64,
-    facts: &FileFacts,
-    next: Option<(u64, u64)>,
-    eol: &Eol,
-    partial_line: bool,
     end_line: u64,
-) -> Value {
-    let mut value = json!({
-        "path": display,
-        "content": content,
-        "start_line": start_line,
-        "end_line": end_line,
-        "partial_line": partial_line,
-        "eol": eol,
-        "final_newline": facts.final_newline,
-        "bom": facts.bom,
-        "total_bytes": facts.len,
-        "source": "disk",
-        "hash": facts.hash,
-    });
-    if let Some((line, offset)) = next {
-        value["next_start_line"] = json!(line);
-        value["next_offset"] = json!(offset);
-    }
-    value
+    partial_line: bool,
+    eol: Eol,
+    final_newline: bool,
+    bom: bool,
+    total_bytes: u64,
+    source: &'a str,
+    hash: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_start_line: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_offset: Option<u64>,
 }
 
 fn check_offset<S: ByteSource + ?Sized>(

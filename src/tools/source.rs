@@ -5,6 +5,7 @@
 //! offsets, testable on an in-memory slice and O(page) on a file of any size.
 
 use super::{ErrorCode, ToolContext, ToolError, shown};
+use crate::documents::Snapshot;
 use crate::limits::Limits;
 use crate::workspace::Resolved;
 use serde::Serialize;
@@ -64,6 +65,47 @@ impl ByteSource for DiskFile {
     }
 }
 
+/// Where a tool's bytes come from: the editor's unsaved buffer when the file is open there,
+/// else the disk.
+pub enum Source {
+    Disk(DiskFile),
+    Editor(Snapshot),
+}
+
+impl Source {
+    /// The `source` field of a result: `"editor"` or `"disk"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Disk(_) => "disk",
+            Source::Editor(_) => "editor",
+        }
+    }
+
+    /// The editor's document version, for an open file.
+    pub fn editor_version(&self) -> Option<i32> {
+        match self {
+            Source::Disk(_) => None,
+            Source::Editor(snapshot) => Some(snapshot.version),
+        }
+    }
+}
+
+impl ByteSource for Source {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Disk(file) => file.len(),
+            Source::Editor(snapshot) => snapshot.len(),
+        }
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Source::Disk(file) => file.read_at(offset, buf),
+            Source::Editor(snapshot) => snapshot.read_at(offset, buf),
+        }
+    }
+}
+
 /// Reads `[start, end)` clamped to the source.
 pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::Result<Vec<u8>> {
     let end = end.min(src.len());
@@ -77,14 +119,22 @@ pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::
 /// A text file opened for reading, with its workspace path.
 pub struct OpenedFile {
     pub resolved: Resolved,
-    pub source: DiskFile,
+    pub source: Source,
     /// The version stamp used when the file is too large to hash.
     stamp: String,
 }
 
-/// Resolves `path` in the workspace and opens it as a regular file.
+/// Resolves `path` in the workspace and opens it: the editor's buffer when the file is open
+/// there, else the regular file on disk.
 pub fn open_file(ctx: &ToolContext, path: &str) -> Result<OpenedFile, ToolError> {
     let resolved = ctx.resolve(path)?;
+    if let Some(snapshot) = ctx.editor.and_then(|e| e.snapshot(&resolved.absolute)) {
+        return Ok(OpenedFile {
+            resolved,
+            source: Source::Editor(snapshot),
+            stamp: String::new(),
+        });
+    }
     let display = shown(&resolved.display).to_string();
     if !resolved.exists {
         return Err(ToolError::new(
@@ -115,10 +165,10 @@ pub fn open_file(ctx: &ToolContext, path: &str) -> Result<OpenedFile, ToolError>
     let stamp = format!("stat:{}:{modified}", metadata.len());
     Ok(OpenedFile {
         resolved,
-        source: DiskFile {
+        source: Source::Disk(DiskFile {
             file,
             len: metadata.len(),
-        },
+        }),
         stamp,
     })
 }
@@ -154,10 +204,12 @@ impl OpenedFile {
             ));
         }
         let last = read_range(&self.source, len.saturating_sub(1), len).map_err(io_err)?;
-        let hash = if len <= limits.max_edit_file_bytes {
-            hash_bytes(&read_range(&self.source, 0, len).map_err(io_err)?)
-        } else {
-            self.stamp.clone()
+        let hash = match &self.source {
+            Source::Editor(snapshot) => snapshot_hash(snapshot),
+            Source::Disk(_) if len <= limits.max_edit_file_bytes => {
+                hash_bytes(&read_range(&self.source, 0, len).map_err(io_err)?)
+            }
+            Source::Disk(_) => self.stamp.clone(),
         };
         Ok(FileFacts {
             len,
@@ -171,6 +223,16 @@ impl OpenedFile {
 /// The content hash of a file's bytes as pen_read reports it and pen_edit checks it.
 pub fn hash_bytes(bytes: &[u8]) -> String {
     format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// The content hash of an editor buffer, the same as [`hash_bytes`] of its text, computed
+/// chunk by chunk without copying the rope.
+pub fn snapshot_hash(snapshot: &Snapshot) -> String {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for chunk in snapshot.rope.chunks() {
+        hasher.update(chunk.as_bytes());
+    }
+    format!("xxh3:{:016x}", hasher.digest())
 }
 
 /// The line-ending style of some text.
@@ -257,6 +319,15 @@ mod tests {
             err.message.contains("0xFF at offset 102"),
             "{}",
             err.message
+        );
+    }
+
+    #[test]
+    fn a_snapshot_hashes_like_its_bytes() {
+        let text = "héllo\r\n😀".repeat(5_000);
+        assert_eq!(
+            snapshot_hash(&Snapshot::new(3, &text)),
+            hash_bytes(text.as_bytes())
         );
     }
 

@@ -174,7 +174,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let envelope = json!({
         "path": display, "content": "", "start_offset": wide, "line_count": wide,
         "start_line": wide, "end_line": wide, "partial_line": false, "eol": Eol::Mixed,
-        "final_newline": false, "bom": false, "total_bytes": wide, "source": "disk", "hash": facts.hash,
+        "final_newline": false, "bom": false, "total_bytes": wide, "source": "editor", "hash": facts.hash,
     });
     let budget = budget::page_budget(&envelope, limits)?;
     let tail = cut_tail(src, line_count, limits.max_page_bytes, budget, &display)?;
@@ -204,7 +204,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
         "final_newline": facts.final_newline,
         "bom": facts.bom,
         "total_bytes": facts.len,
-        "source": "disk",
+        "source": file.source.name(),
         "hash": facts.hash,
     });
     if facts.len <= limits.max_edit_file_bytes {

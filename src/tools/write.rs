@@ -8,6 +8,7 @@
 //! re-encoded. Line-ending conversion touches only the new text, and the final-newline rule only
 //! the end of a file an edit reached.
 
+use super::Replacement;
 use super::budget::{escaped_len, page_budget, widest};
 use super::source::{self, BOM, Eol, hash_bytes};
 use super::{ErrorCode, ReadLedger, ToolContext, ToolError, ToolSpec, floor_char_boundary, keys};
@@ -255,16 +256,34 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let diff = bound_diff(&diff, ctx.limits.max_diff_bytes, diff_budget);
     // An edit that changes nothing leaves the file, and its modification time, alone.
     if new_bytes != bytes {
-        let permissions = std::fs::metadata(&absolute)
-            .map_err(|e| ToolError::io(&display, &e))?
-            .permissions();
-        write_atomically(
-            &absolute,
-            &new_bytes,
-            Landing::Replace(permissions),
-            &display,
-        )
-        .map_err(|e| ToolError::io(&display, &e))?;
+        match (opened.source.editor_version(), ctx.editor) {
+            // An open file is changed through the editor, so unsaved work and undo survive.
+            (Some(version), Some(editor)) => {
+                let bom_len = if rewritten.bom { BOM.len() } else { 0 };
+                let replacements = replacements(rewritten.before, &rewritten.after, bom_len);
+                editor.apply(&absolute, version, &replacements).map_err(|reason| {
+                    ToolError::new(
+                        ErrorCode::Stale,
+                        format!(
+                            "the editor did not apply the edit to {display}: {reason}. Nothing was \
+                             changed; re-read the file with pen_read and redo the edit."
+                        ),
+                    )
+                })?;
+            }
+            _ => {
+                let permissions = std::fs::metadata(&absolute)
+                    .map_err(|e| ToolError::io(&display, &e))?
+                    .permissions();
+                write_atomically(
+                    &absolute,
+                    &new_bytes,
+                    Landing::Replace(permissions),
+                    &display,
+                )
+                .map_err(|e| ToolError::io(&display, &e))?;
+            }
+        }
     }
     if let Some(ledger) = ctx.ledger {
         ledger.record(&absolute, &hash);
@@ -278,7 +297,47 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
         "eol": eol,
         "bom": rewritten.bom,
         "final_newline": final_newline,
+        "source": opened.source.name(),
     }))
+}
+
+/// The spans of `before` that differ from `after`, as replacements of `before`'s bytes
+/// (shifted by `offset`, the BOM the texts were stripped of). Adjacent changed lines form one
+/// replacement, so an editor applies one text edit per changed region.
+fn replacements(before: &str, after: &str, offset: usize) -> Vec<Replacement> {
+    let diff = similar::TextDiff::from_lines(before, after);
+    let mut out: Vec<Replacement> = Vec::new();
+    // The byte position in `before` reached so far, and whether the last change is still open.
+    let mut position = offset;
+    let mut open = false;
+    for change in diff.iter_all_changes() {
+        let text = change.value();
+        match change.tag() {
+            similar::ChangeTag::Equal => {
+                position += text.len();
+                open = false;
+            }
+            tag => {
+                if !open {
+                    out.push(Replacement {
+                        range: position..position,
+                        text: String::new(),
+                    });
+                    open = true;
+                }
+                let Some(current) = out.last_mut() else {
+                    continue;
+                };
+                if tag == similar::ChangeTag::Delete {
+                    position += text.len();
+                    current.range.end = position;
+                } else {
+                    current.text.push_str(text);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn already_exists(path: &str, what: &str) -> ToolError {
@@ -794,6 +853,44 @@ mod tests {
     use crate::workspace::Workspace;
     use proptest::prelude::*;
 
+    /// Applies replacements to `before` back to front, as an editor applies a text edit list.
+    fn apply_replacements(before: &str, list: &[Replacement]) -> String {
+        let mut text = before.to_string();
+        for r in list.iter().rev() {
+            text.replace_range(r.range.clone(), &r.text);
+        }
+        text
+    }
+
+    #[test]
+    fn replacements_cover_each_changed_region_once() {
+        let before = "a\r\nb\r\nc\r\nd\r\ne\r\n";
+        let after = "a\r\nB\r\nc\r\nd\r\nE\r\nf\r\n";
+        let list = replacements(before, after, 0);
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert_eq!(apply_replacements(before, &list), after);
+        let shifted = replacements("x\n", "y\n", 3);
+        assert_eq!(
+            shifted,
+            vec![Replacement {
+                range: 3..5,
+                text: "y\n".into()
+            }]
+        );
+        assert!(replacements("same", "same", 0).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn replacements_rebuild_the_new_text(
+            before in "[ab\r\n😀]{0,40}",
+            after in "[ab\r\n😀]{0,40}",
+        ) {
+            let list = replacements(&before, &after, 0);
+            prop_assert_eq!(apply_replacements(&before, &list), after);
+        }
+    }
+
     fn edit(old_text: &str, new_text: &str) -> Edit {
         Edit {
             old_text: old_text.to_string(),
@@ -1023,6 +1120,7 @@ mod tests {
         let ctx = ToolContext {
             workspace: &workspace,
             limits: &limits,
+            editor: None,
             ledger: Some(&ledger),
         };
         let args = |old: &str, new: &str, expected: Option<&str>| EditArgs {

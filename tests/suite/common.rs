@@ -60,6 +60,7 @@ pub fn call_tool(
         workspace: &workspace,
         limits: &limits,
         ledger: None,
+        editor: None,
     };
     let result = pen::tools::call(name, args, &ctx);
     let observation = pen::tools::observation(&result, &limits);

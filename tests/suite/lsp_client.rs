@@ -190,12 +190,6 @@ impl LspClient {
         while self.next_message().is_some() {}
         self.child.wait().expect("wait").code()
     }
-
-    /// Kills the daemon with SIGKILL, as a crash would.
-    pub fn kill(mut self) {
-        self.child.kill().expect("kill");
-        let _ = self.child.wait();
-    }
 }
 
 impl Drop for LspClient {
@@ -225,9 +219,19 @@ fn read_frame(reader: &mut impl BufRead) -> Option<Value> {
     serde_json::from_slice(&body).ok()
 }
 
-/// The `file://` URI of a path.
+/// The `file://` URI of a path (whose parent exists).
 pub fn file_uri(path: &Path) -> String {
-    let path = path.canonicalize().expect("canonical path");
+    let path = match path.canonicalize() {
+        Ok(path) => path,
+        Err(_) => {
+            let parent = path
+                .parent()
+                .expect("parent")
+                .canonicalize()
+                .expect("canonical parent");
+            parent.join(path.file_name().expect("file name"))
+        }
+    };
     let mut uri = String::from("file://");
     for byte in path.to_string_lossy().bytes() {
         match byte {

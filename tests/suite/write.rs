@@ -142,6 +142,7 @@ fn the_result_reports_counts_diff_and_file_facts() {
             "eol": "lf",
             "bom": false,
             "final_newline": true,
+            "source": "disk",
         })
     );
 }
