@@ -5,5 +5,6 @@
 
 pub mod cli;
 pub mod limits;
+pub mod session;
 pub mod tools;
 pub mod workspace;
