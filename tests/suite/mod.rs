@@ -5,4 +5,5 @@ mod common;
 mod list;
 mod read;
 mod search;
+mod session;
 mod write;
