@@ -561,6 +561,12 @@ fn entries_cannot_be_changed_or_removed_even_with_sql() {
     assert_eq!(all_entries(&store, &session)[0].payload, json!("keep me"));
 }
 
+/// A daemon shares one store between its request handlers, so it must stay `Send + Sync`.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<SessionStore>();
+};
+
 #[test]
 fn two_stores_append_concurrently_without_collisions() {
     const APPENDS_PER_WRITER: usize = 1_500;
