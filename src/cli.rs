@@ -149,7 +149,7 @@ pub fn run_serve() -> ExitCode {
 /// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
 /// the daemon runs unlogged.
 fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let dir = config::data_dir().join("logs");
+    let dir = crate::session::default_data_dir().ok()?.join("logs");
     std::fs::create_dir_all(&dir).ok()?;
     let appender = tracing_appender::rolling::daily(&dir, "pen.log");
     let (writer, guard) = tracing_appender::non_blocking(appender);

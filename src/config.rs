@@ -165,16 +165,6 @@ pub fn default_config_file() -> Option<PathBuf> {
     dirs::config_dir().map(|dir| dir.join("pen").join("config.toml"))
 }
 
-/// The data directory (session database, logs): `PEN_DATA_DIR`, else `dirs::data_dir()/pen`.
-pub fn data_dir() -> PathBuf {
-    match std::env::var_os("PEN_DATA_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => dirs::data_dir()
-            .unwrap_or_else(std::env::temp_dir)
-            .join("pen"),
-    }
-}
-
 /// The config file at boot: `PEN_CONFIG`, else the default path.
 pub fn config_file() -> Option<PathBuf> {
     std::env::var_os("PEN_CONFIG")

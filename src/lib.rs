@@ -17,6 +17,9 @@ pub mod tools;
 /// Exact rope-backed views of the files open in the editor.
 pub mod documents;
 
+/// Durable, append-only session transcripts in SQLite.
+pub mod session;
+
 /// Wire types of the `pen/…` methods.
 pub mod protocol;
 

@@ -2,6 +2,8 @@
 //!
 //! Nothing else in the crate writes a literal limit: tools receive a `&Limits` and read it.
 
+use std::time::Duration;
+
 use thiserror::Error;
 
 /// Bounds on a single integer setting: the default and the inclusive range a user may choose.
@@ -136,6 +138,28 @@ impl Limits {
         })
     }
 }
+
+/// Sessions in one `SessionStore::list_sessions` page; a larger `limit` is lowered to it.
+pub const MAX_SESSION_PAGE: usize = 200;
+
+/// Entries in one `SessionStore::transcript` page; a larger `limit` is lowered to it.
+pub const MAX_TRANSCRIPT_PAGE_ENTRIES: usize = 500;
+
+/// Payload bytes in one transcript page, 4 MiB: the page ends before the entry that would pass
+/// it, so 500 entries near the 1 MiB result ceiling do not make one 500 MiB reply. An entry larger
+/// than this still comes back, alone on its page.
+pub const MAX_TRANSCRIPT_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long one SQLite call waits for another connection (another daemon) to release the
+/// database before it reports it busy: 5 s.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times the session store retries an operation that SQLite still reported busy or
+/// locked after the busy timeout (or at once, where SQLite does not wait): 4.
+pub const SQLITE_BUSY_RETRIES: u32 = 4;
+
+/// The pause before retry `n` of a busy operation is `n` times this: 25 ms, 50 ms, 75 ms…
+pub const SQLITE_BUSY_BACKOFF: Duration = Duration::from_millis(25);
 
 #[cfg(test)]
 mod tests {

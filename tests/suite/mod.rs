@@ -8,4 +8,5 @@ mod lsp_client;
 mod read;
 mod search;
 mod serve;
+mod session;
 mod write;

@@ -1,0 +1,739 @@
+//! Sessions: durable, append-only transcripts in an embedded SQLite database (SPEC §4).
+//!
+//! A [`SessionStore`] is one connection to `<data_dir>/sessions.sqlite3`. Several stores, in
+//! one process or in several daemons (VS Code's and Neovim's on one machine), may share the
+//! file: writes take SQLite's write lock up front (`BEGIN IMMEDIATE`), so two appends to one
+//! session never race for a sequence number, and a busy database is waited for and retried
+//! inside the store instead of being reported as "database is locked".
+//!
+//! **Invariants.** The transcript is append-only: there is no API to change or remove an entry,
+//! and triggers in the schema refuse it. [`SessionStore::append`] returns only after its
+//! transaction committed, so an entry it numbered survives the process being killed. Sequence
+//! numbers in a session run 1, 2, 3… without gaps, which makes `entry_count` the last seq.
+//!
+//! **API boundary.** Plain Rust: no JSON-RPC, provider or async types. Every call blocks on
+//! SQLite, so a caller on an async runtime runs it on a blocking thread. Payloads are
+//! free-form JSON owned by the caller; the store only reads a payload's `call_id`.
+//!
+//! **Secrets.** Never put API keys or other credentials in a title or payload: the database is
+//! a plain file under the data directory, and an entry can never be removed.
+
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, Transaction, TransactionBehavior};
+use rusqlite::{params, types::ValueRef};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use thiserror::Error;
+use uuid::Uuid;
+
+use crate::limits::{
+    MAX_SESSION_PAGE, MAX_TRANSCRIPT_PAGE_BYTES, MAX_TRANSCRIPT_PAGE_ENTRIES, SQLITE_BUSY_BACKOFF,
+    SQLITE_BUSY_RETRIES,
+};
+
+/// The environment variable that overrides the data directory.
+pub const DATA_DIR_ENV: &str = "PEN_DATA_DIR";
+
+/// The database file inside the data directory.
+pub const DATABASE_FILE: &str = "sessions.sqlite3";
+
+/// Every session id starts with this, followed by the 32 hex digits of a UUIDv7.
+pub const SESSION_ID_PREFIX: &str = "s_";
+
+/// The `status` of the result recorded for a tool call that a crash interrupted.
+pub const INTERRUPTED_STATUS: &str = "interrupted";
+
+/// The `content` of the result recorded for a tool call that a crash interrupted (SPEC §4).
+pub const INTERRUPTED_CONTENT: &str =
+    "interrupted; outcome unknown — inspect the state before retrying";
+
+/// The data directory: `$PEN_DATA_DIR` when set and not empty, else `pen` in the platform's
+/// data directory (`~/.local/share/pen` on Linux).
+pub fn default_data_dir() -> Result<PathBuf, SessionError> {
+    resolve_data_dir(std::env::var_os(DATA_DIR_ENV), dirs::data_dir())
+}
+
+fn resolve_data_dir(
+    from_env: Option<OsString>,
+    platform_data_dir: Option<PathBuf>,
+) -> Result<PathBuf, SessionError> {
+    match from_env.filter(|dir| !dir.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => platform_data_dir
+            .map(|dir| dir.join("pen"))
+            .ok_or(SessionError::NoDataDir),
+    }
+}
+
+/// What an entry records. Serialized in snake_case (`user_prompt`, `tool_call`…), which is
+/// also how it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    UserPrompt,
+    AssistantMessage,
+    /// A tool call the model made; its payload carries the call's `call_id`.
+    ToolCall,
+    /// The result of a tool call, with the same `call_id` in its payload.
+    ToolResult,
+    /// Anything else worth keeping: approvals, stops, compaction reports, errors.
+    Event,
+}
+
+impl EntryKind {
+    pub const ALL: [EntryKind; 5] = [
+        EntryKind::UserPrompt,
+        EntryKind::AssistantMessage,
+        EntryKind::ToolCall,
+        EntryKind::ToolResult,
+        EntryKind::Event,
+    ];
+
+    /// The snake_case name, as serialized and stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::UserPrompt => "user_prompt",
+            EntryKind::AssistantMessage => "assistant_message",
+            EntryKind::ToolCall => "tool_call",
+            EntryKind::ToolResult => "tool_result",
+            EntryKind::Event => "event",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<EntryKind> {
+        EntryKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+/// An entry to append. The store assigns its `seq` and `created_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEntry {
+    pub kind: EntryKind,
+    pub turn_id: Option<String>,
+    /// Free-form JSON. Tool calls and results carry a string `call_id`. Never a secret.
+    pub payload: Value,
+}
+
+/// A stored entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// 1, 2, 3… within the session, without gaps.
+    pub seq: u64,
+    pub kind: EntryKind,
+    pub turn_id: Option<String>,
+    pub payload: Value,
+    /// Unix milliseconds; never earlier than the entry before it.
+    pub created_at: i64,
+}
+
+/// A session's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: String,
+    pub title: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds: the newest entry's `created_at`, or `created_at` while there is none.
+    pub updated_at: i64,
+    /// The number of entries, which is also the last entry's `seq`.
+    pub entry_count: u64,
+}
+
+/// One page of [`SessionStore::list_sessions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionInfo>,
+    /// Pass back to get the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One page of [`SessionStore::transcript`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptPage {
+    pub entries: Vec<Entry>,
+    /// Pass back as `after_seq` to get the next page; `None` once the page reached the end.
+    pub next_after_seq: Option<u64>,
+}
+
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("no session has the id {0:?}")]
+    NotFound(String),
+    #[error("no data directory: set {DATA_DIR_ENV} or HOME")]
+    NoDataDir,
+    #[error("cannot create the data directory {path}: {error}")]
+    CreateDir {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot open the session database {path}: {error}")]
+    Open {
+        path: PathBuf,
+        error: rusqlite::Error,
+    },
+    #[error(
+        "the session database {path} cannot use write-ahead logging (journal mode is {mode:?}); \
+         keep the data directory on a local file system, or point {DATA_DIR_ENV} at one"
+    )]
+    NotWal { path: PathBuf, mode: String },
+    #[error(
+        "the session database {path} has schema version {found}, but this pen supports versions \
+         up to {supported}: it was written by a newer pen. Upgrade pen, or point {DATA_DIR_ENV} \
+         at another directory"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("session database error while {context}: {error}")]
+    Database {
+        context: &'static str,
+        error: rusqlite::Error,
+    },
+    /// SQLite still reported the database busy after every retry: another process held its
+    /// write lock for far longer than any pen write takes.
+    #[error(
+        "the session database stayed busy while {context}, through {attempts} attempts: \
+         another process is holding its lock. Try again"
+    )]
+    Busy {
+        context: &'static str,
+        attempts: u32,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error(
+        "invalid session cursor {0:?}: pass back the next_cursor of the previous page as it was"
+    )]
+    InvalidCursor(String),
+    #[error("entry {seq} of session {session_id} is unreadable: {reason}")]
+    CorruptEntry {
+        session_id: String,
+        seq: u64,
+        reason: String,
+    },
+}
+
+/// What an operation inside a transaction fails with: a SQLite error, which
+/// [`SessionStore::transaction`] retries when busy and otherwise labels with the operation, or
+/// a finished [`SessionError`] such as `NotFound`, passed through as it is.
+enum StoreError {
+    Sqlite(rusqlite::Error),
+    Session(SessionError),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Sqlite(error)
+    }
+}
+
+impl From<SessionError> for StoreError {
+    fn from(error: SessionError) -> Self {
+        StoreError::Session(error)
+    }
+}
+
+/// Runs `op` until it succeeds, fails with something other than a busy or locked database, or
+/// has been retried [`SQLITE_BUSY_RETRIES`] times. SQLite's busy timeout already waits for
+/// most locks; this covers the cases where SQLite answers busy at once (a WAL being recovered
+/// after a crash, a schema change by another connection) and the rare wait that times out.
+/// `op` must leave nothing behind when it fails, as a rolled-back transaction does.
+fn retry_busy<T>(
+    context: &'static str,
+    mut op: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, SessionError> {
+    let mut retries = 0;
+    loop {
+        match op() {
+            Ok(value) => return Ok(value),
+            Err(StoreError::Session(error)) => return Err(error),
+            Err(StoreError::Sqlite(error)) if is_busy(&error) => {
+                if retries == SQLITE_BUSY_RETRIES {
+                    return Err(SessionError::Busy {
+                        context,
+                        attempts: retries + 1,
+                        source: error,
+                    });
+                }
+                retries += 1;
+                std::thread::sleep(SQLITE_BUSY_BACKOFF * retries);
+            }
+            Err(StoreError::Sqlite(error)) => {
+                return Err(SessionError::Database { context, error });
+            }
+        }
+    }
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// The durable session store: one SQLite connection, safe to share between threads (calls
+/// take turns on the connection) and between processes (SQLite's locks).
+pub struct SessionStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    /// The clock that stamps sessions and entries, in Unix milliseconds. Tests replace it to
+    /// make every write land in a new millisecond.
+    now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl fmt::Debug for SessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionStore {
+    /// Opens (creating when missing) the data directory and `sessions.sqlite3` in it, and
+    /// brings the schema up to date. A database written by a newer pen is refused with
+    /// [`SessionError::NewerSchema`] rather than misread.
+    pub fn open(data_dir: &Path) -> Result<SessionStore, SessionError> {
+        SessionStore::open_with_clock(data_dir, Box::new(unix_now_ms))
+    }
+
+    fn open_with_clock(
+        data_dir: &Path,
+        now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Result<SessionStore, SessionError> {
+        create_private_dir(data_dir).map_err(|error| SessionError::CreateDir {
+            path: data_dir.to_path_buf(),
+            error,
+        })?;
+        let path = data_dir.join(DATABASE_FILE);
+        let mut conn = Connection::open(&path).map_err(|error| SessionError::Open {
+            path: path.clone(),
+            error,
+        })?;
+        retry_busy("opening the database", || schema::prepare(&mut conn, &path))?;
+        Ok(SessionStore {
+            path,
+            conn: Mutex::new(conn),
+            now_ms,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates an empty session with a new id: `s_` and a UUIDv7 in hex, so ids are URL-safe
+    /// and sort by creation time.
+    pub fn new_session(&self, title: Option<&str>) -> Result<SessionInfo, SessionError> {
+        let id = format!("{SESSION_ID_PREFIX}{}", Uuid::now_v7().simple());
+        self.transaction(TransactionBehavior::Immediate, "creating a session", |tx| {
+            let now = (self.now_ms)();
+            let tick = next_tick(tx)?;
+            tx.prepare_cached(
+                "INSERT INTO sessions (id, title, created_at, updated_at, created_tick)
+                 VALUES (?1, ?2, ?3, ?3, ?4)",
+            )?
+            .execute(params![id, title, now, tick])?;
+            Ok(SessionInfo {
+                id: id.clone(),
+                title: title.map(str::to_owned),
+                created_at: now,
+                updated_at: now,
+                entry_count: 0,
+            })
+        })
+    }
+
+    /// The session's summary, or [`SessionError::NotFound`].
+    pub fn get_session(&self, session_id: &str) -> Result<SessionInfo, SessionError> {
+        self.transaction(TransactionBehavior::Deferred, "reading a session", |tx| {
+            tx.prepare_cached(
+                "SELECT s.id, s.title, s.created_at, s.updated_at,
+                        COALESCE((SELECT MAX(e.seq) FROM entries AS e WHERE e.session_id = s.id), 0)
+                 FROM sessions AS s WHERE s.id = ?1",
+            )?
+            .query_row(params![session_id], session_info)
+            .optional()?
+            .ok_or_else(|| SessionError::NotFound(session_id.to_owned()).into())
+        })
+    }
+
+    /// Sessions, most recently updated first (ties by id, descending), at most `limit` of them
+    /// (lowered to [`MAX_SESSION_PAGE`]; 0 counts as 1).
+    ///
+    /// A listing is a snapshot taken by its first page: the cursor carries it, so later pages
+    /// show sessions as they were then. Sessions created meanwhile are left out, and one
+    /// appended to meanwhile keeps its old place, so paging to the end returns every session
+    /// that existed at the first page exactly once. Each page reads every session's summary
+    /// (an index seek apiece), which is cheap at the thousands of sessions one person makes.
+    pub fn list_sessions(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<SessionPage, SessionError> {
+        let after = cursor.map(SessionCursor::parse).transpose()?;
+        let limit = limit.clamp(1, MAX_SESSION_PAGE);
+        self.transaction(TransactionBehavior::Deferred, "listing sessions", |tx| {
+            let tick = match &after {
+                Some(cursor) => cursor.tick,
+                None => tx.query_row("SELECT tick FROM store_clock", [], |row| row.get(0))?,
+            };
+            let mut sessions = tx
+                .prepare_cached(
+                    "WITH snapshot AS (
+                         SELECT s.id, s.title, s.created_at,
+                                COALESCE(newest.created_at, s.created_at) AS updated_at,
+                                COALESCE(newest.seq, 0) AS entry_count
+                         FROM sessions AS s
+                         LEFT JOIN entries AS newest
+                           ON newest.session_id = s.id
+                          AND newest.seq = (SELECT e.seq FROM entries AS e
+                                            WHERE e.session_id = s.id AND e.tick <= ?1
+                                            ORDER BY e.seq DESC LIMIT 1)
+                         WHERE s.created_tick <= ?1
+                     )
+                     SELECT id, title, created_at, updated_at, entry_count FROM snapshot
+                     WHERE ?2 IS NULL OR (updated_at, id) < (?2, ?3)
+                     ORDER BY updated_at DESC, id DESC
+                     LIMIT ?4",
+                )?
+                .query_map(
+                    params![
+                        tick,
+                        after.as_ref().map(|cursor| cursor.updated_at),
+                        after.as_ref().map(|cursor| cursor.id.as_str()),
+                        limit + 1,
+                    ],
+                    session_info,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut next_cursor = None;
+            if sessions.len() > limit {
+                sessions.truncate(limit);
+                next_cursor = sessions.last().map(|last| {
+                    SessionCursor {
+                        tick,
+                        updated_at: last.updated_at,
+                        id: last.id.clone(),
+                    }
+                    .encode()
+                });
+            }
+            Ok(SessionPage {
+                sessions,
+                next_cursor,
+            })
+        })
+    }
+
+    /// Appends one entry and returns its seq once the transaction committed.
+    pub fn append(&self, session_id: &str, entry: &NewEntry) -> Result<u64, SessionError> {
+        self.transaction(TransactionBehavior::Immediate, "appending an entry", |tx| {
+            insert_entries(tx, session_id, std::slice::from_ref(entry), (self.now_ms)())
+        })
+    }
+
+    /// Appends entries in one transaction, all or none, and returns their seqs (consecutive).
+    pub fn append_many(
+        &self,
+        session_id: &str,
+        entries: &[NewEntry],
+    ) -> Result<Vec<u64>, SessionError> {
+        let first =
+            self.transaction(TransactionBehavior::Immediate, "appending entries", |tx| {
+                insert_entries(tx, session_id, entries, (self.now_ms)())
+            })?;
+        Ok((first..).take(entries.len()).collect())
+    }
+
+    /// Entries with a seq above `after_seq` (all when `None`), in order: at most `limit`
+    /// (lowered to [`MAX_TRANSCRIPT_PAGE_ENTRIES`]; 0 counts as 1) and, beyond the first entry,
+    /// at most [`MAX_TRANSCRIPT_PAGE_BYTES`] of payload.
+    pub fn transcript(
+        &self,
+        session_id: &str,
+        after_seq: Option<u64>,
+        limit: usize,
+    ) -> Result<TranscriptPage, SessionError> {
+        let limit = limit.clamp(1, MAX_TRANSCRIPT_PAGE_ENTRIES);
+        // SQLite integers are signed; no seq is above i64::MAX, so the page is then empty.
+        let after_seq = after_seq.unwrap_or(0).min(i64::MAX as u64);
+        self.transaction(
+            TransactionBehavior::Deferred,
+            "reading a transcript",
+            |tx| {
+                let exists = tx
+                    .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
+                    .exists(params![session_id])?;
+                if !exists {
+                    return Err(SessionError::NotFound(session_id.to_owned()).into());
+                }
+                let mut statement = tx.prepare_cached(
+                    "SELECT seq, kind, turn_id, created_at, payload FROM entries
+                     WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )?;
+                let mut rows = statement.query(params![session_id, after_seq, limit + 1])?;
+                let mut entries: Vec<Entry> = Vec::new();
+                let mut payload_bytes = 0;
+                let mut next_after_seq = None;
+                while let Some(row) = rows.next()? {
+                    let payload = row.get_ref(4)?.as_str().map_err(rusqlite::Error::from)?;
+                    let full = entries.len() == limit
+                        || (!entries.is_empty()
+                            && payload_bytes + payload.len() > MAX_TRANSCRIPT_PAGE_BYTES);
+                    if full {
+                        next_after_seq = entries.last().map(|entry| entry.seq);
+                        break;
+                    }
+                    payload_bytes += payload.len();
+                    entries.push(read_entry(session_id, row, payload)?);
+                }
+                Ok(TranscriptPage {
+                    entries,
+                    next_after_seq,
+                })
+            },
+        )
+    }
+
+    /// Records every tool call of the session that has no later result with its `call_id` as
+    /// interrupted: appends, in call order, a `tool_result` with payload `{call_id, status:
+    /// "interrupted", content: INTERRUPTED_CONTENT}` and the call's turn id. Returns the new
+    /// seqs; running it again appends nothing.
+    ///
+    /// Call it before resuming a session, when no process is running a turn in it: a call
+    /// another daemon is executing right now has no result yet either, and would be recorded
+    /// as interrupted. That is why the store does not do this for every session when it opens.
+    pub fn recover_interrupted(&self, session_id: &str) -> Result<Vec<u64>, SessionError> {
+        self.transaction(
+            TransactionBehavior::Immediate,
+            "recording interrupted tool calls",
+            |tx| {
+                let results: Vec<NewEntry> = unanswered_calls(tx, session_id)?
+                    .into_iter()
+                    .map(|(call_id, turn_id)| NewEntry {
+                        kind: EntryKind::ToolResult,
+                        turn_id,
+                        payload: json!({
+                            "call_id": call_id,
+                            "status": INTERRUPTED_STATUS,
+                            "content": INTERRUPTED_CONTENT,
+                        }),
+                    })
+                    .collect();
+                let first = insert_entries(tx, session_id, &results, (self.now_ms)())?;
+                Ok((first..).take(results.len()).collect())
+            },
+        )
+    }
+
+    /// Runs `op` in a transaction and commits it, retrying from the start while the database
+    /// is busy. Writes use `Immediate`, which takes the write lock before reading anything, so
+    /// a write never has to upgrade a read lock, the one wait SQLite cannot resolve by waiting.
+    fn transaction<T>(
+        &self,
+        behavior: TransactionBehavior,
+        context: &'static str,
+        mut op: impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, SessionError> {
+        let mut conn = self.lock();
+        retry_busy(context, || {
+            let tx = conn.transaction_with_behavior(behavior)?;
+            let value = op(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while the lock was held unwound through the open Transaction, whose drop
+        // rolled it back, so the connection is clean and the poison flag can be ignored.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The position after the last session of a page, and the snapshot the listing reads.
+/// Encoded as `tick.updated_at.id`: the id is last because it is the only free-form part.
+struct SessionCursor {
+    tick: i64,
+    updated_at: i64,
+    id: String,
+}
+
+impl SessionCursor {
+    fn encode(&self) -> String {
+        format!("{}.{}.{}", self.tick, self.updated_at, self.id)
+    }
+
+    fn parse(text: &str) -> Result<SessionCursor, SessionError> {
+        let invalid = || SessionError::InvalidCursor(text.to_owned());
+        let mut parts = text.splitn(3, '.');
+        let mut number = || -> Result<i64, SessionError> {
+            parts
+                .next()
+                .and_then(|part| part.parse().ok())
+                .ok_or_else(invalid)
+        };
+        let tick = number()?;
+        let updated_at = number()?;
+        let id = parts
+            .next()
+            .filter(|id| !id.is_empty())
+            .ok_or_else(invalid)?;
+        Ok(SessionCursor {
+            tick,
+            updated_at,
+            id: id.to_owned(),
+        })
+    }
+}
+
+/// Maps `id, title, created_at, updated_at, entry_count` to a summary.
+fn session_info(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    Ok(SessionInfo {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        created_at: row.get(2)?,
+        updated_at: row.get(3)?,
+        entry_count: row.get(4)?,
+    })
+}
+
+/// Maps `seq, kind, turn_id, created_at` and the payload text to an entry.
+fn read_entry(session_id: &str, row: &Row<'_>, payload: &str) -> Result<Entry, StoreError> {
+    let seq: u64 = row.get(0)?;
+    let corrupt = |reason: String| SessionError::CorruptEntry {
+        session_id: session_id.to_owned(),
+        seq,
+        reason,
+    };
+    let kind = match row.get_ref(1)? {
+        ValueRef::Text(name) => std::str::from_utf8(name)
+            .ok()
+            .and_then(EntryKind::from_name)
+            .ok_or_else(|| corrupt(format!("unknown kind {:?}", String::from_utf8_lossy(name))))?,
+        _ => return Err(corrupt("its kind is not text".to_owned()).into()),
+    };
+    let payload = serde_json::from_str(payload)
+        .map_err(|error| corrupt(format!("its payload is not JSON: {error}")))?;
+    Ok(Entry {
+        seq,
+        kind,
+        turn_id: row.get(2)?,
+        created_at: row.get(3)?,
+        payload,
+    })
+}
+
+/// Bumps the store clock for a transaction that adds rows and returns the new tick.
+fn next_tick(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+    tx.prepare_cached("UPDATE store_clock SET tick = tick + 1 RETURNING tick")?
+        .query_row([], |row| row.get(0))
+}
+
+/// Inserts `entries` after the session's last one, inside the caller's write transaction, and
+/// returns the first new seq. Reading the last seq and inserting under one write lock is what
+/// makes seqs gapless and unique across processes. With no entries it only checks that the
+/// session exists.
+fn insert_entries(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    entries: &[NewEntry],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let (updated_at, last_seq): (i64, u64) = tx
+        .prepare_cached(
+            "SELECT s.updated_at,
+                    COALESCE((SELECT MAX(e.seq) FROM entries AS e WHERE e.session_id = s.id), 0)
+             FROM sessions AS s WHERE s.id = ?1",
+        )?
+        .query_row(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?
+        .ok_or_else(|| SessionError::NotFound(session_id.to_owned()))?;
+    let first = last_seq + 1;
+    if entries.is_empty() {
+        return Ok(first);
+    }
+    // Entry times never run backwards within a session, even when the wall clock does, so the
+    // newest entry's time is the session's `updated_at` and the listing order follows activity.
+    let created_at = now_ms.max(updated_at);
+    let tick = next_tick(tx)?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO entries (session_id, seq, kind, turn_id, tick, created_at, call_id, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for (seq, entry) in (first..).zip(entries) {
+        insert.execute(params![
+            session_id,
+            seq,
+            entry.kind.as_str(),
+            entry.turn_id,
+            tick,
+            created_at,
+            entry.payload.get("call_id").and_then(Value::as_str),
+            entry.payload.to_string(),
+        ])?;
+    }
+    tx.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+        .execute(params![session_id, created_at])?;
+    Ok(first)
+}
+
+/// The `call_id` and turn id of each tool call in session `?1` with no later tool result of
+/// the same `call_id`, in call order. It reads the `entries_by_call_id` index and the rows of
+/// the calls it returns, never a payload (a unit test checks the query plan). `INDEXED BY`
+/// because without statistics SQLite would rather walk every entry of the session in seq order
+/// than sort the few unanswered calls.
+const UNANSWERED_CALLS_SQL: &str = "
+    SELECT call.call_id, call.turn_id FROM entries AS call INDEXED BY entries_by_call_id
+    WHERE call.session_id = ?1 AND call.call_id IS NOT NULL AND call.kind = 'tool_call'
+      AND NOT EXISTS (
+          SELECT 1 FROM entries AS result
+          WHERE result.session_id = call.session_id AND result.call_id = call.call_id
+            AND result.kind = 'tool_result' AND result.seq > call.seq)
+    ORDER BY call.seq";
+
+fn unanswered_calls(
+    tx: &Transaction<'_>,
+    session_id: &str,
+) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+    let mut statement = tx.prepare_cached(UNANSWERED_CALLS_SQL)?;
+    statement
+        .query_map(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
+}
+
+/// Creates the data directory and its missing parents, readable only by the owner on Unix:
+/// transcripts hold the code and commands of every session.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// The wall clock in Unix milliseconds. A clock set before 1970 reads as 0 rather than
+/// failing a write; entry times are kept non-decreasing in any case.
+fn unix_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+        })
+}
