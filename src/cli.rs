@@ -3,7 +3,9 @@
 
 use crate::config::{self, Config};
 use crate::limits::MAX_TOOL_RESULT_BYTES;
+use crate::protocol;
 use crate::server::{self, ServeOptions};
+use crate::session::{self, SessionStore};
 use crate::tools::{self, ToolContext};
 use crate::workspace::Workspace;
 use clap::{Parser, Subcommand};
@@ -27,6 +29,13 @@ pub enum Command {
     Tool(ToolCommand),
     /// Run the daemon on stdio (the LSP base protocol); editors start this.
     Serve,
+    /// List sessions, newest first, one JSON object a line (as pen/listSessions shows them).
+    Sessions,
+    /// Export a session's transcript, one JSON entry a line (as pen/getTranscript shows them).
+    Transcript {
+        /// The session id (from `pen sessions`).
+        session_id: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +124,72 @@ fn boot_config() -> Config {
     config
 }
 
+/// How many rows the export commands fetch per store call.
+const EXPORT_PAGE: usize = 200;
+
+/// `pen sessions`: every session, newest first, as JSON lines.
+pub fn run_sessions() -> ExitCode {
+    export(|store, out| {
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store.list_sessions(cursor.as_deref(), EXPORT_PAGE)?;
+            for info in page.sessions {
+                writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    })
+}
+
+/// `pen transcript ID`: every entry of a session, in order, as JSON lines.
+pub fn run_transcript(session_id: &str) -> ExitCode {
+    export(|store, out| {
+        let mut after: Option<u64> = None;
+        loop {
+            let page = store.transcript(session_id, after, EXPORT_PAGE)?;
+            for entry in page.entries {
+                writeln!(
+                    out,
+                    "{}",
+                    json_line(&protocol::TranscriptEntry::from(entry))
+                )?;
+            }
+            match page.next_after_seq {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
+            }
+        }
+    })
+}
+
+fn json_line(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Opens the session store and runs an export into stdout; errors go to stderr with exit 1.
+fn export(
+    body: impl FnOnce(&SessionStore, &mut dyn std::io::Write) -> anyhow::Result<()>,
+) -> ExitCode {
+    let result = session::default_data_dir()
+        .and_then(|dir| SessionStore::open(&dir))
+        .map_err(anyhow::Error::from)
+        .and_then(|store| {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            body(&store, &mut out)
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pen: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Runs `pen serve` until the client exits or closes stdin.
 pub fn run_serve() -> ExitCode {
     let _log_guard = init_file_logging();
@@ -138,6 +213,7 @@ pub fn run_serve() -> ExitCode {
         tokio::io::stdout(),
         ServeOptions {
             config,
+            data_dir: session::default_data_dir(),
             fallback_root,
         },
     ));
@@ -149,7 +225,7 @@ pub fn run_serve() -> ExitCode {
 /// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
 /// the daemon runs unlogged.
 fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let dir = crate::session::default_data_dir().ok()?.join("logs");
+    let dir = session::default_data_dir().ok()?.join("logs");
     std::fs::create_dir_all(&dir).ok()?;
     let appender = tracing_appender::rolling::daily(&dir, "pen.log");
     let (writer, guard) = tracing_appender::non_blocking(appender);

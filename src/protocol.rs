@@ -4,6 +4,7 @@
 //! core modules never see these.
 
 use crate::documents::{self, PositionEncoding};
+use crate::session;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -69,4 +70,109 @@ pub fn from_lsp_change(change: lsp::TextDocumentContentChangeEvent) -> documents
         range: change.range.map(from_lsp_range),
         text: change.text,
     }
+}
+
+/// `pen/newSession` params.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewSessionParams {
+    pub title: Option<String>,
+}
+
+/// `pen/listSessions` params.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListSessionsParams {
+    pub cursor: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// `pen/getTranscript` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetTranscriptParams {
+    pub session_id: String,
+    pub after_seq: Option<u64>,
+    pub limit: Option<usize>,
+}
+
+/// A session as the protocol shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub title: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub entry_count: u64,
+}
+
+impl From<session::SessionInfo> for SessionSummary {
+    fn from(info: session::SessionInfo) -> SessionSummary {
+        SessionSummary {
+            session_id: info.id,
+            title: info.title,
+            created_at: info.created_at,
+            updated_at: info.updated_at,
+            entry_count: info.entry_count,
+        }
+    }
+}
+
+/// `pen/listSessions` result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsResponse {
+    pub sessions: Vec<SessionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+impl From<session::SessionPage> for ListSessionsResponse {
+    fn from(page: session::SessionPage) -> ListSessionsResponse {
+        ListSessionsResponse {
+            sessions: page
+                .sessions
+                .into_iter()
+                .map(SessionSummary::from)
+                .collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
+}
+
+/// One transcript entry as the protocol shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptEntry {
+    pub seq: u64,
+    pub kind: session::EntryKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    pub payload: Value,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+impl From<session::Entry> for TranscriptEntry {
+    fn from(entry: session::Entry) -> TranscriptEntry {
+        TranscriptEntry {
+            seq: entry.seq,
+            kind: entry.kind,
+            turn_id: entry.turn_id,
+            payload: entry.payload,
+            created_at: entry.created_at,
+        }
+    }
+}
+
+/// `pen/getTranscript` result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptResponse {
+    pub session_id: String,
+    pub entries: Vec<TranscriptEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after_seq: Option<u64>,
 }

@@ -8,7 +8,11 @@
 
 use crate::config::Config;
 use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
-use crate::protocol::{self, CallToolParams};
+use crate::protocol::{
+    self, CallToolParams, GetTranscriptParams, ListSessionsParams, ListSessionsResponse,
+    NewSessionParams, SessionSummary, TranscriptEntry, TranscriptResponse,
+};
+use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger, Replacement, ToolContext};
 use crate::transport;
 use crate::workspace::Workspace;
@@ -41,6 +45,8 @@ pub struct State {
     /// Whether the client takes versioned `documentChanges` in a workspace edit.
     versioned_edits: RwLock<bool>,
     ledger: ReadLedger,
+    /// The session store, or why it could not be opened (the tools still work without it).
+    sessions: Result<Arc<SessionStore>, String>,
     /// Used as the workspace when the client names none.
     fallback_root: PathBuf,
     runtime: tokio::runtime::Handle,
@@ -55,6 +61,8 @@ pub struct Backend {
 /// Options fixed when the daemon starts.
 pub struct ServeOptions {
     pub config: Config,
+    /// Where the session database lives.
+    pub data_dir: Result<PathBuf, SessionError>,
     /// The workspace when the client sends no workspace folders or root URI.
     pub fallback_root: PathBuf,
 }
@@ -66,6 +74,14 @@ where
     O: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::current();
+    let sessions = options
+        .data_dir
+        .and_then(|dir| SessionStore::open(&dir))
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
+    if let Err(err) = &sessions {
+        tracing::error!("sessions are unavailable: {err}");
+    }
     let mut builder = LspService::build(|client| {
         let state = Arc::new(State {
             client: client.clone(),
@@ -74,6 +90,7 @@ where
             documents: RwLock::new(DocumentStore::default()),
             versioned_edits: RwLock::new(false),
             ledger: ReadLedger::default(),
+            sessions,
             fallback_root: options.fallback_root,
             runtime,
         });
@@ -82,7 +99,10 @@ where
     .custom_method("pen/callTool", Backend::call_tool)
     .custom_method("pen/listTools", Backend::list_tools)
     .custom_method("pen/getConfig", Backend::get_config)
-    .custom_method("pen/setConfig", Backend::set_config);
+    .custom_method("pen/setConfig", Backend::set_config)
+    .custom_method("pen/newSession", Backend::new_session)
+    .custom_method("pen/listSessions", Backend::list_sessions)
+    .custom_method("pen/getTranscript", Backend::get_transcript);
     if std::env::var_os(TEST_HOOKS_VAR).is_some() {
         builder = builder.custom_method("pen/test/panic", Backend::test_panic);
     }
@@ -125,6 +145,82 @@ impl Backend {
             .set_all(values)
             .map_err(|e| jsonrpc::Error::invalid_params(e.to_string()))?;
         Ok(config.to_json())
+    }
+}
+
+/// The number of sessions a `pen/listSessions` page holds when the client names none.
+const DEFAULT_SESSION_PAGE: usize = 50;
+/// The number of entries a `pen/getTranscript` page holds when the client names none.
+const DEFAULT_TRANSCRIPT_PAGE: usize = 200;
+
+impl Backend {
+    async fn new_session(
+        &self,
+        params: Option<NewSessionParams>,
+    ) -> jsonrpc::Result<SessionSummary> {
+        let title = params.unwrap_or_default().title;
+        self.with_sessions(move |store| {
+            store
+                .new_session(title.as_deref())
+                .map(SessionSummary::from)
+        })
+        .await
+    }
+
+    async fn list_sessions(
+        &self,
+        params: Option<ListSessionsParams>,
+    ) -> jsonrpc::Result<ListSessionsResponse> {
+        let params = params.unwrap_or_default();
+        let limit = params.limit.unwrap_or(DEFAULT_SESSION_PAGE);
+        self.with_sessions(move |store| {
+            store
+                .list_sessions(params.cursor.as_deref(), limit)
+                .map(ListSessionsResponse::from)
+        })
+        .await
+    }
+
+    async fn get_transcript(
+        &self,
+        params: GetTranscriptParams,
+    ) -> jsonrpc::Result<TranscriptResponse> {
+        let limit = params.limit.unwrap_or(DEFAULT_TRANSCRIPT_PAGE);
+        self.with_sessions(move |store| {
+            let page = store.transcript(&params.session_id, params.after_seq, limit)?;
+            Ok(TranscriptResponse {
+                session_id: params.session_id,
+                entries: page
+                    .entries
+                    .into_iter()
+                    .map(TranscriptEntry::from)
+                    .collect(),
+                next_after_seq: page.next_after_seq,
+            })
+        })
+        .await
+    }
+
+    /// Runs a session-store call on a blocking thread (SQLite is synchronous) and maps its
+    /// errors: a bad id or cursor is the client's InvalidParams, anything else InternalError.
+    async fn with_sessions<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> jsonrpc::Result<T> {
+        let store = self
+            .state
+            .sessions
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let result = tokio::task::spawn_blocking(move || call(&store))
+            .await
+            .map_err(|e| internal(&format!("the session store failed: {e}")))?;
+        result.map_err(|err| match err {
+            SessionError::NotFound(_) | SessionError::InvalidCursor(_) => {
+                jsonrpc::Error::invalid_params(err.to_string())
+            }
+            other => internal(&other.to_string()),
+        })
     }
 }
 

@@ -192,6 +192,14 @@ impl LspClient {
     }
 }
 
+impl LspClient {
+    /// Kills the daemon with SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for LspClient {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod daemon_sessions;
 mod documents;
 mod list;
 mod lsp_client;
