@@ -193,6 +193,11 @@ impl LspClient {
 }
 
 impl LspClient {
+    /// The daemon's process id.
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     /// Kills the daemon with SIGKILL, as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
