@@ -193,7 +193,8 @@ impl LspClient {
 }
 
 impl LspClient {
-    /// The daemon's process id.
+    /// The daemon's process id (the daemon benchmark reads its memory).
+    #[allow(dead_code)]
     pub fn pid(&self) -> Option<u32> {
         Some(self.child.id())
     }
