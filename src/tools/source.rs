@@ -15,6 +15,9 @@ use std::time::UNIX_EPOCH;
 /// Random access to the bytes of a file or buffer.
 pub trait ByteSource {
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Reads at `offset` into `buf`; returns fewer bytes only at the end of the source.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
 }
