@@ -18,6 +18,7 @@ use super::budget;
 use super::keys;
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
 use crate::limits::{Limits, SearchLimits};
+use crate::workspace::Workspace;
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::{DirEntry, WalkBuilder};
@@ -73,10 +74,14 @@ const DOTNET_OUTPUT_FOLDERS: &[&str] = &["bin", "obj"];
 /// The extensions of the files that mark a folder as a .NET project.
 const DOTNET_PROJECT_EXTENSIONS: &[&str] = &["csproj", "fsproj", "vbproj", "sln"];
 
-/// Files handed to the readers ahead of the in-order merge. Enough to keep every reader busy
-/// while the walk lists a large folder, and small enough that a search stopped early by its
-/// match limit reads few files for nothing.
-const READ_AHEAD_FILES: usize = 32;
+/// Files go to the readers in batches of this many: one hand-over per batch instead of per file
+/// keeps thread wake-ups off the hot path, and a small batch keeps small the reading done for
+/// nothing after an early stop.
+const BATCH_FILES: usize = 16;
+
+/// Batches queued for the readers ahead of the in-order merge: enough to keep every reader busy
+/// while the walk lists a large folder.
+const READ_AHEAD_BATCHES: usize = 4;
 
 /// Marks the cut end of an excerpt. Its bytes count toward `excerpt_bytes`.
 const ELLIPSIS: &str = "…";
@@ -149,8 +154,9 @@ pub fn run(args: SearchArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let request = Request::new(args, ctx)?;
     let envelope = request.envelope(ctx.limits);
     let budget = budget::page_budget(&envelope, ctx.limits)?;
-    let mut page = search(&request, ctx, budget, envelope.to_string().len())?;
-    page.into_value(&request.query, ctx.limits)
+    let envelope_len = envelope.to_string().len();
+    let page = search(&request, ctx, budget, envelope_len)?;
+    page.finish(&request.query, envelope_len, ctx.limits)
 }
 
 /// Which limit stopped a search. Serialized as `limit_hit`.
@@ -348,7 +354,6 @@ impl Request {
             .iter()
             .map(|&limit| {
                 let page = Page {
-                    matches: Vec::new(),
                     stop: Some(Stop {
                         limit,
                         cursor: Some(String::new()),
@@ -363,6 +368,7 @@ impl Request {
                     files_searched: budget::widest(search.max_files as u64),
                     entries_walked: entries,
                     bytes_read: budget::widest(search.max_bytes),
+                    ..Page::default()
                 };
                 page.to_value(&self.query, limits)
             })
@@ -400,10 +406,12 @@ impl FileGlob {
         })
     }
 
-    fn is_match(&self, path: &Path, display: &str) -> bool {
+    /// Whether the file at `path` is wanted; `display` gives its path from the workspace root,
+    /// computed only for a path glob.
+    fn is_match(&self, path: &Path, display: impl FnOnce() -> String) -> bool {
         match self {
             FileGlob::Name(matcher) => path.file_name().is_some_and(|n| matcher.is_match(n)),
-            FileGlob::Path(matcher) => matcher.is_match(display),
+            FileGlob::Path(matcher) => matcher.is_match(display()),
         }
     }
 }
@@ -411,7 +419,7 @@ impl FileGlob {
 /// Finds the query in bytes.
 enum Matcher {
     /// Case-sensitive: a plain substring search.
-    Exact(memmem::Finder<'static>),
+    Exact(Box<memmem::Finder<'static>>),
     /// Case-insensitive: the escaped query as a Unicode-aware regex, so `ÄPFEL` finds `äpfel`.
     Caseless(regex::bytes::Regex),
 }
@@ -419,7 +427,9 @@ enum Matcher {
 impl Matcher {
     fn new(query: &str, case_sensitive: bool) -> Result<Matcher, ToolError> {
         if case_sensitive {
-            return Ok(Matcher::Exact(memmem::Finder::new(query).into_owned()));
+            return Ok(Matcher::Exact(Box::new(
+                memmem::Finder::new(query).into_owned(),
+            )));
         }
         regex::bytes::RegexBuilder::new(&regex::escape(query))
             .case_insensitive(true)
@@ -600,100 +610,128 @@ impl Skipped {
 /// What became of one walked file.
 #[derive(Debug)]
 enum Outcome {
-    Searched { bytes_read: u64, found: Vec<Found> },
-    Skipped { reason: SkipReason, bytes_read: u64 },
+    /// The file was opened. Its size when opened is charged to the byte limit; a binary file is
+    /// charged in full though only its head is read.
+    Read {
+        size: u64,
+        bytes_read: u64,
+        content: Content,
+    },
+    /// The file was not read: too large, or unreadable (or a folder the walk could not list).
+    NotRead(SkipReason),
 }
 
-/// A file for a reader.
+#[derive(Debug)]
+enum Content {
+    Text(Vec<Found>),
+    Skipped(SkipReason),
+}
+
+/// A file for a reader, in walk order.
 struct Job {
     index: usize,
     path: PathBuf,
-    display: String,
-    size: u64,
-    after_line: u64,
+    /// The entry walked before this file: a limit that stops the search at this file resumes
+    /// after it.
+    previous: Option<PathBuf>,
+    /// Entries walked up to and including this file.
     entries_walked: u64,
+    after_line: u64,
 }
 
-/// A walked file with its outcome, in the order of the walk.
+/// A walked file with its outcome.
 struct Done {
-    index: usize,
+    job: Job,
+    /// The file's path as results show it; empty unless it has matches to show.
     display: String,
-    /// Entries walked up to and including this file: the count a search stopped here reports.
-    entries_walked: u64,
-    /// Whether the file was opened, and so counts in `files_searched`.
-    opened: bool,
     outcome: Outcome,
 }
 
 /// What the readers share.
 struct ReadPlan<'a> {
+    workspace: &'a Workspace,
     matcher: &'a Matcher,
+    max_bytes: u64,
     binary_sniff_bytes: u64,
     max_shown: usize,
     excerpt_bytes: usize,
 }
 
-/// Reads one file (at most the size the walk charged for it) and scans it.
-fn read_and_scan(job: &Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Outcome {
+/// Reads one file (at most the size it had when opened) and scans it.
+fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
     buffer.clear();
-    let read = |buffer: &mut Vec<u8>| -> io::Result<bool> {
-        let mut reader = File::open(&job.path)?.take(job.size);
-        buffer.reserve(usize::try_from(job.size).unwrap_or(0));
-        // Sniff the head first so a large binary is not read whole.
+    let mut read = || -> io::Result<Outcome> {
+        let file = File::open(&job.path)?;
+        // The size comes from the open file, not the walk: a stat by path would cost the walk,
+        // which is the one sequential part of a search, a second path lookup per file.
+        let size = file.metadata()?.len();
+        if size > plan.max_bytes {
+            return Ok(Outcome::NotRead(SkipReason::TooLarge));
+        }
+        let mut reader = file.take(size);
+        buffer.reserve(usize::try_from(size).unwrap_or(0));
+        // Sniff the head first so that a large binary is not read whole.
         (&mut reader)
             .take(plan.binary_sniff_bytes)
             .read_to_end(buffer)?;
-        if memchr::memchr(0, buffer).is_some() {
-            return Ok(false);
+        let binary = memchr::memchr(0, buffer).is_some();
+        if !binary {
+            reader.read_to_end(buffer)?;
         }
-        reader.read_to_end(buffer)?;
-        Ok(true)
-    };
-    let text = read(buffer);
-    let bytes_read = buffer.len() as u64;
-    let skipped = |reason| Outcome::Skipped { reason, bytes_read };
-    match text {
-        Err(_) => skipped(SkipReason::Unreadable),
-        Ok(false) => skipped(SkipReason::Binary),
-        Ok(true) => match std::str::from_utf8(buffer) {
-            Err(_) => skipped(SkipReason::NonUtf8),
-            Ok(text) => Outcome::Searched {
-                bytes_read,
-                found: scan(
+        let content = if binary {
+            Content::Skipped(SkipReason::Binary)
+        } else {
+            match std::str::from_utf8(buffer) {
+                Err(_) => Content::Skipped(SkipReason::NonUtf8),
+                Ok(text) => Content::Text(scan(
                     text,
                     plan.matcher,
                     job.after_line,
                     plan.max_shown,
                     plan.excerpt_bytes,
-                ),
-            },
-        },
+                )),
+            }
+        };
+        Ok(Outcome::Read {
+            size,
+            bytes_read: buffer.len() as u64,
+            content,
+        })
+    };
+    let outcome = read().unwrap_or(Outcome::NotRead(SkipReason::Unreadable));
+    let display = match &outcome {
+        Outcome::Read {
+            content: Content::Text(found),
+            ..
+        } if !found.is_empty() => plan.workspace.display(&job.path),
+        _ => String::new(),
+    };
+    Done {
+        job,
+        display,
+        outcome,
     }
 }
 
-/// One reader thread: takes jobs until the walk ends, skipping them once the search stopped.
-fn reader(jobs: &Mutex<Receiver<Job>>, done: Sender<Done>, stop: &AtomicBool, plan: &ReadPlan) {
+/// One reader thread: takes batches until the walk ends, skipping files once the search stopped.
+fn reader(
+    batches: &Mutex<Receiver<Vec<Job>>>,
+    done: Sender<Vec<Done>>,
+    stop: &AtomicBool,
+    plan: &ReadPlan,
+) {
     let mut buffer = Vec::new();
     loop {
-        let job = match jobs.lock() {
-            Ok(receiver) => match receiver.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            },
-            Err(_) => return,
+        let batch = match batches.lock().map(|receiver| receiver.recv()) {
+            Ok(Ok(batch)) => batch,
+            _ => return,
         };
-        if stop.load(Ordering::Relaxed) {
-            continue;
-        }
-        let outcome = read_and_scan(&job, &mut buffer, plan);
-        let sent = done.send(Done {
-            index: job.index,
-            display: job.display,
-            entries_walked: job.entries_walked,
-            opened: true,
-            outcome,
-        });
-        if sent.is_err() {
+        let outcomes = batch
+            .into_iter()
+            .take_while(|_| !stop.load(Ordering::Relaxed))
+            .map(|job| read_and_scan(job, &mut buffer, plan))
+            .collect();
+        if done.send(outcomes).is_err() {
             return;
         }
     }
@@ -806,13 +844,6 @@ fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
         .collect()
 }
 
-/// Why the walk stopped before its end.
-struct WalkStop {
-    limit: LimitHit,
-    /// The last entry walked, which the cursor names.
-    last: Option<PathBuf>,
-}
-
 /// A search stopped by a limit, and where to resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stop {
@@ -820,10 +851,46 @@ struct Stop {
     cursor: Option<String>,
 }
 
+/// One match as the result shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct Match {
+    path: String,
+    line: u64,
+    column: u64,
+    excerpt: String,
+}
+
+impl Match {
+    /// The bytes this match takes in the serialized result, without serializing it.
+    fn json_len(&self) -> usize {
+        const FIXED: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
+        FIXED
+            + budget::escaped_len(&self.path)
+            + decimal_len(self.line)
+            + decimal_len(self.column)
+            + budget::escaped_len(&self.excerpt)
+    }
+
+    /// The cursor that resumes right after this match's line.
+    fn cursor(&self) -> String {
+        Cursor {
+            display: self.path.clone(),
+            resume: Resume::AfterLine(self.line),
+        }
+        .to_string()
+    }
+}
+
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
+}
+
 /// A search's result before serialization.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Page {
-    matches: Vec<Value>,
+    matches: Vec<Match>,
+    /// Escaped bytes the matches take in the result, commas included.
+    matches_len: usize,
     stop: Option<Stop>,
     skipped: Skipped,
     files_searched: u64,
@@ -852,76 +919,77 @@ impl Page {
         value
     }
 
-    /// The result object, checked against the cap. The page budget leaves room for any cursor
-    /// no longer than the budget; a longer one (a deep path at a small cap) gives back matches
-    /// until the result fits.
-    fn into_value(&mut self, query: &str, limits: &Limits) -> Result<Value, ToolError> {
+    fn push(&mut self, found: Match) {
+        self.matches_len += found.json_len() + usize::from(!self.matches.is_empty());
+        self.matches.push(found);
+    }
+
+    fn pop(&mut self) {
+        if let Some(last) = self.matches.pop() {
+            self.matches_len -= last.json_len() + usize::from(!self.matches.is_empty());
+        }
+    }
+
+    /// The result object, within the cap. The matches and a match cursor always fit the page
+    /// budget, so only a longer cursor (the path of a deep entry at a small cap) can overflow;
+    /// then matches are given back until the result fits.
+    fn finish(
+        mut self,
+        query: &str,
+        envelope_len: usize,
+        limits: &Limits,
+    ) -> Result<Value, ToolError> {
         loop {
+            let cursor_len = self
+                .stop
+                .as_ref()
+                .and_then(|stop| stop.cursor.as_deref())
+                .map_or(0, budget::escaped_len);
             let value = self.to_value(query, limits);
+            // The envelope is the widest result without matches; under it, nothing to measure.
+            if envelope_len + self.matches_len + cursor_len <= limits.max_tool_result_bytes {
+                return Ok(value);
+            }
             let len = value.to_string().len();
             if len <= limits.max_tool_result_bytes {
                 return Ok(value);
             }
-            self.matches.pop();
+            self.pop();
             let Some(last) = self.matches.last() else {
                 return Err(budget::budget_too_small(len, limits));
             };
             self.stop = Some(Stop {
                 limit: LimitHit::ResultBytes,
-                cursor: Some(match_cursor(last)),
+                cursor: Some(last.cursor()),
             });
         }
     }
 }
 
-/// The cursor that resumes right after a match object's line.
-fn match_cursor(value: &Value) -> String {
-    Cursor {
-        display: value["path"].as_str().unwrap_or_default().to_string(),
-        resume: Resume::AfterLine(value["line"].as_u64().unwrap_or_default()),
-    }
-    .to_string()
-}
-
-/// Merges outcomes in walk order into a page, deciding the match and result-size limits.
+/// Merges outcomes in walk order into a page, deciding the file, byte, match and result-size
+/// limits at the file where a sequential search would decide them.
 struct Collector<'a> {
     limits: &'a Limits,
+    workspace: &'a Workspace,
+    /// The cursor this page began at: where to resume when it stops before walking anything.
+    after_text: Option<&'a str>,
     budget: usize,
     envelope_len: usize,
-    /// Escaped bytes the matches take in the result, commas included.
-    used: usize,
     page: Page,
+    /// Bytes charged to the byte limit so far.
+    charged: u64,
     /// Outcomes that arrived before an earlier one, by walk index.
     waiting: BTreeMap<usize, Done>,
     next: usize,
+    /// Tells the readers to skip the files still queued.
+    stop_readers: &'a AtomicBool,
     stopped: bool,
     error: Option<ToolError>,
 }
 
-impl<'a> Collector<'a> {
-    fn new(limits: &'a Limits, budget: usize, envelope_len: usize) -> Collector<'a> {
-        Collector {
-            limits,
-            budget,
-            envelope_len,
-            used: 0,
-            page: Page {
-                matches: Vec::new(),
-                stop: None,
-                skipped: Skipped::default(),
-                files_searched: 0,
-                entries_walked: 0,
-                bytes_read: 0,
-            },
-            waiting: BTreeMap::new(),
-            next: 0,
-            stopped: false,
-            error: None,
-        }
-    }
-
+impl Collector<'_> {
     fn accept(&mut self, done: Done) {
-        self.waiting.insert(done.index, done);
+        self.waiting.insert(done.job.index, done);
         while !self.stopped {
             let Some(done) = self.waiting.remove(&self.next) else {
                 break;
@@ -932,34 +1000,74 @@ impl<'a> Collector<'a> {
     }
 
     fn merge(&mut self, done: Done) {
-        let page = &mut self.page;
-        page.entries_walked = done.entries_walked;
-        page.files_searched += u64::from(done.opened);
-        match done.outcome {
-            Outcome::Skipped { reason, bytes_read } => {
-                page.skipped.count(reason);
-                page.bytes_read += bytes_read;
+        let Done {
+            job,
+            display,
+            outcome,
+        } = done;
+        let (size, bytes_read, content) = match outcome {
+            Outcome::NotRead(reason) => {
+                self.page.entries_walked = job.entries_walked;
+                self.page.skipped.count(reason);
+                return;
             }
-            Outcome::Searched { bytes_read, found } => {
-                page.bytes_read += bytes_read;
-                for found in found {
-                    match found {
-                        Found::InKey => self.page.skipped.key_material += 1,
-                        Found::Shown {
-                            line,
-                            column,
-                            excerpt,
-                        } => {
-                            let shown = json!({
-                                "path": done.display,
-                                "line": line,
-                                "column": column,
-                                "excerpt": excerpt,
-                            });
-                            if !self.add(shown, line, &done.display) {
-                                return;
-                            }
-                        }
+            Outcome::Read {
+                size,
+                bytes_read,
+                content,
+            } => (size, bytes_read, content),
+        };
+        let search = &self.limits.search;
+        let limit = if self.page.files_searched >= search.max_files as u64 {
+            Some(LimitHit::Files)
+        } else if self.charged + size > search.max_bytes {
+            Some(LimitHit::Bytes)
+        } else {
+            None
+        };
+        if let Some(limit) = limit {
+            // This file is not part of the page: the next one starts with it.
+            self.page.entries_walked = job.entries_walked.saturating_sub(1);
+            let cursor = match &job.previous {
+                Some(previous) => Some(
+                    Cursor {
+                        display: self.workspace.display(previous),
+                        resume: Resume::AfterEntry,
+                    }
+                    .to_string(),
+                ),
+                None => self.after_text.map(str::to_string),
+            };
+            self.stop(Stop { limit, cursor });
+            return;
+        }
+        self.page.entries_walked = job.entries_walked;
+        self.page.files_searched += 1;
+        self.page.bytes_read += bytes_read;
+        self.charged += size;
+        let found = match content {
+            Content::Skipped(reason) => {
+                self.page.skipped.count(reason);
+                return;
+            }
+            Content::Text(found) => found,
+        };
+        for found in found {
+            match found {
+                Found::InKey => self.page.skipped.key_material += 1,
+                Found::Shown {
+                    line,
+                    column,
+                    excerpt,
+                } => {
+                    let shown = Match {
+                        path: display.clone(),
+                        line,
+                        column,
+                        excerpt,
+                    };
+                    if !self.add(shown) {
+                        return;
                     }
                 }
             }
@@ -967,43 +1075,133 @@ impl<'a> Collector<'a> {
     }
 
     /// Adds a match if the limits allow; otherwise stops the search and returns false.
-    fn add(&mut self, shown: Value, line: u64, display: &str) -> bool {
-        if self.page.matches.len() >= self.limits.search.max_matches {
-            return self.stop(LimitHit::Matches);
-        }
-        let cost = shown.to_string().len() + usize::from(!self.page.matches.is_empty());
-        let cursor = Cursor {
-            display: display.to_string(),
-            resume: Resume::AfterLine(line),
+    fn add(&mut self, shown: Match) -> bool {
+        let stop_at_last_match = |limit| Stop {
+            limit,
+            cursor: None,
         };
-        let cursor_len = budget::escaped_len(&cursor.to_string());
-        if self.used + cost + cursor_len > self.budget {
+        if self.page.matches.len() >= self.limits.search.max_matches {
+            self.stop(stop_at_last_match(LimitHit::Matches));
+            return false;
+        }
+        let cost = shown.json_len() + usize::from(!self.page.matches.is_empty());
+        let cursor_len = budget::escaped_len(&shown.cursor());
+        if self.page.matches_len + cost + cursor_len > self.budget {
             if self.page.matches.is_empty() {
                 self.error = Some(budget::budget_too_small(
                     self.envelope_len + cost + cursor_len,
                     self.limits,
                 ));
                 self.stopped = true;
+                self.stop_readers.store(true, Ordering::Relaxed);
                 return false;
             }
-            return self.stop(LimitHit::ResultBytes);
+            self.stop(stop_at_last_match(LimitHit::ResultBytes));
+            return false;
         }
-        self.used += cost;
-        self.page.matches.push(shown);
+        self.page.push(shown);
         true
     }
 
-    fn stop(&mut self, limit: LimitHit) -> bool {
-        self.page.stop = Some(Stop {
-            limit,
-            cursor: self.page.matches.last().map(match_cursor),
-        });
+    /// Ends the page. A stop without a cursor resumes after the last match shown.
+    fn stop(&mut self, mut stop: Stop) {
+        if stop.cursor.is_none() {
+            stop.cursor = self.page.matches.last().map(Match::cursor);
+        }
+        self.page.stop = Some(stop);
         self.stopped = true;
-        false
+        self.stop_readers.store(true, Ordering::Relaxed);
     }
 }
 
-/// Walks the search root in order, hands files to the readers and merges their outcomes.
+/// What the walk makes of one entry.
+enum Step {
+    /// Nothing to read: a folder, a symlink, a file the glob leaves out, or an entry an earlier
+    /// page walked.
+    Pass,
+    /// A file to read.
+    Read(Job),
+    /// A folder the walk could not list.
+    Unlisted(Done),
+    /// The entry limit: this entry is not walked.
+    Stop(LimitHit),
+}
+
+/// The sequential half of a search: walks entries in order, counts them against the entry
+/// limit, and turns each wanted file into a job.
+struct Walker<'a> {
+    request: &'a Request,
+    workspace: &'a Workspace,
+    max_entries: u64,
+    entries: u64,
+    index: usize,
+    /// The last entry walked: the entry limit's cursor names it.
+    last: Option<PathBuf>,
+}
+
+impl Walker<'_> {
+    fn step(&mut self, entry: Result<DirEntry, ignore::Error>) -> Step {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(_) => {
+                let job = self.job(PathBuf::new(), 0);
+                return Step::Unlisted(Done {
+                    job,
+                    display: String::new(),
+                    outcome: Outcome::NotRead(SkipReason::Unreadable),
+                });
+            }
+        };
+        let is_file = entry.file_type().is_some_and(|t| t.is_file());
+        if entry.depth() == 0 && !is_file {
+            return Step::Pass;
+        }
+        let mut after_line = 0;
+        if let Some((after, resume)) = &self.request.after {
+            let relative = entry
+                .path()
+                .strip_prefix(&self.request.root)
+                .unwrap_or(entry.path());
+            match (position(relative, after), resume) {
+                (Position::After, _) => {}
+                (Position::At, Resume::AfterLine(line)) if is_file => after_line = *line,
+                _ => return Step::Pass,
+            }
+        }
+        if self.entries >= self.max_entries {
+            return Step::Stop(LimitHit::Entries);
+        }
+        self.entries += 1;
+        let wanted = is_file
+            && self.request.glob.as_ref().is_none_or(|glob| {
+                glob.is_match(entry.path(), || self.workspace.display(entry.path()))
+            });
+        let path = entry.into_path();
+        if !wanted {
+            self.last = Some(path);
+            return Step::Pass;
+        }
+        let previous = self.last.replace(path.clone());
+        let mut job = self.job(path, after_line);
+        job.previous = previous;
+        Step::Read(job)
+    }
+
+    /// The next item in walk order.
+    fn job(&mut self, path: PathBuf, after_line: u64) -> Job {
+        self.index += 1;
+        Job {
+            index: self.index - 1,
+            path,
+            previous: None,
+            entries_walked: self.entries,
+            after_line,
+        }
+    }
+}
+
+/// Walks the search root in order, hands files in batches to the readers and merges their
+/// outcomes in walk order.
 fn search(
     request: &Request,
     ctx: &ToolContext,
@@ -1032,155 +1230,86 @@ fn search(
         .filter_entry(move |entry| filter.keep(entry))
         .build();
     let plan = ReadPlan {
+        workspace: ctx.workspace,
         matcher: &request.matcher,
+        max_bytes: limits.max_bytes,
         binary_sniff_bytes: ctx.limits.binary_sniff_bytes as u64,
         max_shown: limits.max_matches.saturating_add(1),
         excerpt_bytes: limits.excerpt_bytes,
     };
+    let mut walker = Walker {
+        request,
+        workspace: ctx.workspace,
+        max_entries: limits.max_entries as u64,
+        entries: 0,
+        index: 0,
+        last: None,
+    };
+    let stop_readers = AtomicBool::new(false);
+    let mut collector = Collector {
+        limits: ctx.limits,
+        workspace: ctx.workspace,
+        after_text: request.after_text.as_deref(),
+        budget,
+        envelope_len,
+        page: Page::default(),
+        charged: 0,
+        waiting: BTreeMap::new(),
+        next: 0,
+        stop_readers: &stop_readers,
+        stopped: false,
+        error: None,
+    };
+    let mut walk_stop = None;
+    let (batch_sender, batch_receiver) = mpsc::sync_channel::<Vec<Job>>(READ_AHEAD_BATCHES);
+    let batch_receiver = Mutex::new(batch_receiver);
     let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let stop = AtomicBool::new(false);
-    let mut collector = Collector::new(ctx.limits, budget, envelope_len);
-
-    let (job_sender, job_receiver) = mpsc::sync_channel::<Job>(READ_AHEAD_FILES);
-    let job_receiver = Mutex::new(job_receiver);
-    let (walk_stop, entries_walked) = std::thread::scope(|scope| {
-        let (done_sender, done_receiver) = mpsc::channel::<Done>();
+    std::thread::scope(|scope| {
+        let (done_sender, done_receiver) = mpsc::channel::<Vec<Done>>();
         for _ in 0..readers {
             let done_sender = done_sender.clone();
-            let (job_receiver, stop, plan) = (&job_receiver, &stop, &plan);
-            scope.spawn(move || reader(job_receiver, done_sender, stop, plan));
+            let (batch_receiver, stop_readers, plan) = (&batch_receiver, &stop_readers, &plan);
+            scope.spawn(move || reader(batch_receiver, done_sender, stop_readers, plan));
         }
         drop(done_sender);
-
-        let mut entries = 0u64;
-        let mut files = 0usize;
-        let mut bytes = 0u64;
-        let mut index = 0usize;
-        let mut last: Option<PathBuf> = None;
-        let mut walk_stop = None;
+        let mut batch = Vec::with_capacity(BATCH_FILES);
         for entry in walk {
-            while let Ok(done) = done_receiver.try_recv() {
+            for done in done_receiver.try_iter().flatten() {
                 collector.accept(done);
             }
             if collector.stopped {
                 break;
             }
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(_) => {
-                    // A folder that cannot be listed: counted where a sequential search meets it.
-                    collector.accept(Done {
-                        index,
-                        display: String::new(),
-                        entries_walked: entries,
-                        opened: false,
-                        outcome: Outcome::Skipped {
-                            reason: SkipReason::Unreadable,
-                            bytes_read: 0,
-                        },
-                    });
-                    index += 1;
-                    continue;
+            match walker.step(entry) {
+                Step::Pass => {}
+                Step::Unlisted(done) => collector.accept(done),
+                Step::Stop(limit) => {
+                    walk_stop = Some(limit);
+                    break;
                 }
-            };
-            let is_file = entry.file_type().is_some_and(|t| t.is_file());
-            if entry.depth() == 0 && !is_file {
-                continue;
-            }
-            let mut after_line = 0;
-            if let Some((after, resume)) = &request.after {
-                let relative = entry
-                    .path()
-                    .strip_prefix(&request.root)
-                    .unwrap_or(entry.path());
-                match (position(relative, after), resume) {
-                    (Position::After, _) => {}
-                    (Position::At, Resume::AfterLine(line)) if is_file => after_line = *line,
-                    _ => continue,
+                Step::Read(job) => {
+                    batch.push(job);
+                    if batch.len() >= BATCH_FILES {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_FILES));
+                        if batch_sender.send(full).is_err() {
+                            break;
+                        }
+                    }
                 }
-            }
-            if entries as usize >= limits.max_entries {
-                walk_stop = Some(WalkStop {
-                    limit: LimitHit::Entries,
-                    last,
-                });
-                break;
-            }
-            if !is_file {
-                entries += 1;
-                last = Some(entry.into_path());
-                continue;
-            }
-            let display = ctx.workspace.display(entry.path());
-            if let Some(glob) = &request.glob
-                && !glob.is_match(entry.path(), &display)
-            {
-                entries += 1;
-                last = Some(entry.into_path());
-                continue;
-            }
-            let size = match entry.metadata() {
-                Ok(metadata) if metadata.len() > limits.max_bytes => Err(SkipReason::TooLarge),
-                Ok(metadata) => Ok(metadata.len()),
-                Err(_) => Err(SkipReason::Unreadable),
-            };
-            let size = match size {
-                Ok(size) => size,
-                Err(reason) => {
-                    entries += 1;
-                    collector.accept(Done {
-                        index,
-                        display,
-                        entries_walked: entries,
-                        opened: false,
-                        outcome: Outcome::Skipped {
-                            reason,
-                            bytes_read: 0,
-                        },
-                    });
-                    index += 1;
-                    last = Some(entry.into_path());
-                    continue;
-                }
-            };
-            let limit = if files >= limits.max_files {
-                Some(LimitHit::Files)
-            } else if bytes + size > limits.max_bytes {
-                Some(LimitHit::Bytes)
-            } else {
-                None
-            };
-            if let Some(limit) = limit {
-                walk_stop = Some(WalkStop { limit, last });
-                break;
-            }
-            entries += 1;
-            files += 1;
-            bytes += size;
-            let job = Job {
-                index,
-                path: entry.path().to_path_buf(),
-                display,
-                size,
-                after_line,
-                entries_walked: entries,
-            };
-            index += 1;
-            last = Some(entry.into_path());
-            if job_sender.send(job).is_err() {
-                break;
             }
         }
-        drop(job_sender);
+        if !batch.is_empty() && !collector.stopped {
+            // A failed send means every reader is gone; the merge below then ends early.
+            let _ = batch_sender.send(batch);
+        }
+        drop(batch_sender);
         while !collector.stopped {
             match done_receiver.recv() {
-                Ok(done) => collector.accept(done),
+                Ok(outcomes) => outcomes.into_iter().for_each(|done| collector.accept(done)),
                 Err(_) => break,
             }
         }
-        // Readers skip what is still queued once the page is complete.
-        stop.store(true, Ordering::Relaxed);
-        (walk_stop, entries)
+        stop_readers.store(true, Ordering::Relaxed);
     });
 
     if let Some(error) = collector.error {
@@ -1188,9 +1317,9 @@ fn search(
     }
     let mut page = collector.page;
     if page.stop.is_none() {
-        page.entries_walked = entries_walked;
-        if let Some(walk_stop) = walk_stop {
-            let cursor = match walk_stop.last {
+        page.entries_walked = walker.entries;
+        if let Some(limit) = walk_stop {
+            let cursor = match walker.last {
                 Some(path) => Some(
                     Cursor {
                         display: ctx.workspace.display(&path),
@@ -1198,13 +1327,9 @@ fn search(
                     }
                     .to_string(),
                 ),
-                // Nothing was walked before the limit: resume where this page began.
                 None => request.after_text.clone(),
             };
-            page.stop = Some(Stop {
-                limit: walk_stop.limit,
-                cursor,
-            });
+            page.stop = Some(Stop { limit, cursor });
         } else if too_deep.load(Ordering::Relaxed) {
             page.stop = Some(Stop {
                 limit: LimitHit::Depth,
