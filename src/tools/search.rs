@@ -1339,3 +1339,644 @@ fn search(
     }
     Ok(page)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::call;
+    use proptest::prelude::*;
+    use std::fs;
+
+    /// A temporary workspace holding `files` (path, content); folders are created as needed.
+    fn workspace(files: &[(&str, &[u8])]) -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, content) in files {
+            let path = dir.path().join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+        (dir, workspace)
+    }
+
+    fn run_with(workspace: &Workspace, limits: &Limits, args: Value) -> Result<Value, ToolError> {
+        let ctx = ToolContext {
+            workspace,
+            limits,
+            ledger: None,
+        };
+        call("pen_search", &args, &ctx)
+    }
+
+    fn run(workspace: &Workspace, args: Value) -> Value {
+        run_with(workspace, &Limits::default(), args).unwrap()
+    }
+
+    /// Limits small enough that fixtures hit them with a few files.
+    fn small(search: SearchLimits) -> Limits {
+        Limits {
+            search,
+            ..Limits::default()
+        }
+    }
+
+    /// The matches of a result as (path, line, column, excerpt).
+    fn found(result: &Value) -> Vec<(String, u64, u64, String)> {
+        result["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["path"].as_str().unwrap().to_string(),
+                    m["line"].as_u64().unwrap(),
+                    m["column"].as_u64().unwrap(),
+                    m["excerpt"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn places(result: &Value) -> Vec<(String, u64)> {
+        found(result)
+            .into_iter()
+            .map(|(p, l, _, _)| (p, l))
+            .collect()
+    }
+
+    #[test]
+    fn excerpt_keeps_short_lines_whole() {
+        assert_eq!(excerpt("let x = 1;", 4, 5, 200), "let x = 1;");
+        assert_eq!(excerpt(&"a".repeat(200), 0, 1, 200), "a".repeat(200));
+    }
+
+    #[test]
+    fn excerpt_centres_the_match_and_marks_cut_ends() {
+        let line = format!("{}NEEDLE{}", "a".repeat(300), "b".repeat(300));
+        let cut = excerpt(&line, 300, 306, 200);
+        assert_eq!(cut.len(), 200);
+        assert!(cut.starts_with('…') && cut.ends_with('…'), "{cut}");
+        let at = cut.find("NEEDLE").unwrap();
+        let after = cut.len() - at - "NEEDLE".len();
+        assert!(at.abs_diff(after) <= 1, "{at} {after}");
+        // At either end of the line only one side is cut, and gets the room of both.
+        let start = excerpt(&line, 0, 1, 200);
+        assert_eq!(start, format!("{}…", "a".repeat(197)));
+        let end = excerpt(&line, line.len() - 1, line.len(), 200);
+        assert_eq!(end, format!("…{}", "b".repeat(197)));
+    }
+
+    #[test]
+    fn excerpt_of_a_match_longer_than_the_room_shows_its_start() {
+        let line = format!("xx{}yy", "m".repeat(500));
+        let cut = excerpt(&line, 2, 502, 200);
+        assert!(cut.starts_with("…mmm"), "{cut}");
+        assert!(cut.len() <= 200);
+    }
+
+    proptest! {
+        #[test]
+        fn excerpt_is_bounded_cut_on_chars_and_shows_the_match(
+            parts in proptest::collection::vec(prop_oneof!["a", "é", "€", "😀", "\"", "\t"], 0..400),
+            at in 0usize..400,
+            max in 7usize..300,
+        ) {
+            let line: String = parts.concat();
+            let starts: Vec<usize> = line.char_indices().map(|(i, _)| i).collect();
+            prop_assume!(!starts.is_empty());
+            let start = starts[at % starts.len()];
+            let end = start + line[start..].chars().next().unwrap().len_utf8();
+            let cut = excerpt(&line, start, end, max);
+            prop_assert!(cut.len() <= max, "{} > {max}", cut.len());
+            let body = cut.trim_start_matches('…').trim_end_matches('…');
+            prop_assert!(line.contains(body));
+            // The matched char is visible, unless the line is too short to need a cut.
+            let matched = &line[start..end];
+            prop_assert!(cut.contains(matched) || max < 6 + matched.len());
+        }
+    }
+
+    #[test]
+    fn scan_reports_lines_and_columns_in_chars_once_per_line() {
+        let text = "\u{feff}x here\r\nno\r\näöü x x\nlast x";
+        let matcher = Matcher::new("x", true).unwrap();
+        let found = scan(text, &matcher, 0, 100, 200);
+        let shown: Vec<(u64, u64, String)> = found
+            .into_iter()
+            .map(|f| match f {
+                Found::Shown {
+                    line,
+                    column,
+                    excerpt,
+                } => (line, column, excerpt),
+                Found::InKey => panic!("no key here"),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (1, 1, "x here".to_string()),
+                (3, 5, "äöü x x".to_string()),
+                (4, 6, "last x".to_string()),
+            ]
+        );
+        let resumed = scan(text, &matcher, 3, 100, 200);
+        assert_eq!(resumed.len(), 1);
+        assert!(scan(text, &matcher, 4, 100, 200).is_empty());
+        assert!(scan(text, &matcher, 99, 100, 200).is_empty());
+        assert_eq!(scan(text, &matcher, 0, 2, 200).len(), 2);
+    }
+
+    #[test]
+    fn match_length_is_computed_as_serde_json_writes_it() {
+        let samples = [
+            Match {
+                path: "src/a.rs".into(),
+                line: 1,
+                column: 9,
+                excerpt: "plain".into(),
+            },
+            Match {
+                path: "dir/\"quoted\"\\é".into(),
+                line: 1_234_567,
+                column: 10,
+                excerpt: "tab\tnul\u{0}😀…".into(),
+            },
+        ];
+        for sample in samples {
+            let serialized = serde_json::to_string(&sample).unwrap();
+            assert_eq!(sample.json_len(), serialized.len(), "{serialized}");
+        }
+    }
+
+    #[test]
+    fn cursors_round_trip_and_malformed_ones_are_refused() {
+        for text in ["src/a.rs#L12", "a#b.txt#end", "x#L1"] {
+            assert_eq!(Cursor::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            Cursor::parse("a#b#L3").unwrap(),
+            Cursor {
+                display: "a#b".into(),
+                resume: Resume::AfterLine(3)
+            }
+        );
+        for text in [
+            "", "src/a.rs", "a#L0", "a#L", "a#L+3", "a#Lx", "a#END", "a#12",
+        ] {
+            let err = Cursor::parse(text).unwrap_err();
+            assert_eq!(err.code, ErrorCode::BadCursor, "{text}");
+            assert!(err.message.contains("next_after"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn walk_order_is_component_wise_path_order() {
+        let cursor = Path::new("a/b/c.txt");
+        assert_eq!(position(Path::new("a"), cursor), Position::Enclosing);
+        assert_eq!(position(Path::new("a/b"), cursor), Position::Enclosing);
+        assert_eq!(position(Path::new("a/b/c.txt"), cursor), Position::At);
+        assert_eq!(position(Path::new("a/a.txt"), cursor), Position::Before);
+        assert_eq!(position(Path::new("a/b/d"), cursor), Position::After);
+        // `a/b` is walked before `a.txt`, although "a/b" > "a.txt" as strings.
+        assert_eq!(position(Path::new("a.txt"), cursor), Position::After);
+        assert_eq!(
+            position(Path::new("a"), Path::new("a.txt")),
+            Position::Before
+        );
+    }
+
+    #[test]
+    fn query_is_literal() {
+        let (_dir, ws) = workspace(&[
+            ("a.txt", b"a.b(c)*[d]\naxb(c)[d]\nabccc[d]\n"),
+            ("b.txt", b"^$ \\d+ a.b(c)*[d]?\n"),
+        ]);
+        let result = run(&ws, json!({"query": "a.b(c)*[d]"}));
+        assert_eq!(
+            places(&result),
+            vec![("a.txt".into(), 1), ("b.txt".into(), 1)]
+        );
+        assert_eq!(found(&result)[1].2, 8);
+        let result = run(&ws, json!({"query": "A.B(C)*[D]", "case_sensitive": false}));
+        assert_eq!(places(&result).len(), 2);
+    }
+
+    #[test]
+    fn case_sensitivity_both_ways_including_non_ascii() {
+        let (_dir, ws) = workspace(&[("f.txt", "Äpfel\näpfel\nÄPFEL\nstraße\n".as_bytes())]);
+        let exact = run(&ws, json!({"query": "äpfel"}));
+        assert_eq!(places(&exact), vec![("f.txt".into(), 2)]);
+        let caseless = run(&ws, json!({"query": "ÄPFEL", "case_sensitive": false}));
+        assert_eq!(
+            places(&caseless),
+            vec![
+                ("f.txt".into(), 1),
+                ("f.txt".into(), 2),
+                ("f.txt".into(), 3)
+            ]
+        );
+        let exact_upper = run(&ws, json!({"query": "ÄPFEL", "case_sensitive": true}));
+        assert_eq!(places(&exact_upper), vec![("f.txt".into(), 3)]);
+    }
+
+    #[test]
+    fn globs_filter_by_name_or_by_path_from_the_root() {
+        let (_dir, ws) = workspace(&[
+            ("src/a.rs", b"hit"),
+            ("src/a.ts", b"hit"),
+            ("src/deep/b.ts", b"hit"),
+            ("lib/c.ts", b"hit"),
+        ]);
+        let paths = |glob: &str| -> Vec<String> {
+            found(&run(&ws, json!({"query": "hit", "glob": glob})))
+                .into_iter()
+                .map(|m| m.0)
+                .collect()
+        };
+        assert_eq!(paths("*.rs"), vec!["src/a.rs"]);
+        assert_eq!(paths("*.ts"), vec!["lib/c.ts", "src/a.ts", "src/deep/b.ts"]);
+        assert_eq!(paths("src/**/*.ts"), vec!["src/a.ts", "src/deep/b.ts"]);
+        assert_eq!(paths("src/*.ts"), vec!["src/a.ts"]);
+        assert_eq!(paths("*.{rs,ts}").len(), 4);
+        // A path glob is relative to the workspace root even when `path` narrows the search.
+        let narrowed = run(
+            &ws,
+            json!({"query": "hit", "path": "src", "glob": "src/*.ts"}),
+        );
+        assert_eq!(places(&narrowed), vec![("src/a.ts".into(), 1)]);
+    }
+
+    #[test]
+    fn path_narrows_to_a_folder_or_one_file() {
+        let (_dir, ws) = workspace(&[
+            ("a/x.txt", b"hit"),
+            ("a/y.txt", b"hit"),
+            ("b/x.txt", b"hit"),
+        ]);
+        let folder = run(&ws, json!({"query": "hit", "path": "a"}));
+        assert_eq!(
+            places(&folder),
+            vec![("a/x.txt".into(), 1), ("a/y.txt".into(), 1)]
+        );
+        let file = run(&ws, json!({"query": "hit", "path": "b/x.txt"}));
+        assert_eq!(places(&file), vec![("b/x.txt".into(), 1)]);
+        assert_eq!(file["entries_walked"], 1);
+    }
+
+    #[test]
+    fn argument_errors_say_what_to_do() {
+        let (_dir, ws) = workspace(&[("a.txt", b"x")]);
+        let limits = Limits::default();
+        let error = |args: Value| run_with(&ws, &limits, args).unwrap_err();
+        let empty = error(json!({"query": ""}));
+        assert_eq!(empty.code, ErrorCode::InvalidArguments);
+        assert!(empty.message.contains("`query`"), "{}", empty.message);
+        let glob = error(json!({"query": "x", "glob": "a[b"}));
+        assert_eq!(glob.code, ErrorCode::InvalidArguments);
+        assert!(glob.message.contains("`glob`"), "{}", glob.message);
+        assert_eq!(
+            error(json!({"query": "x", "path": "nope"})).code,
+            ErrorCode::NotFound
+        );
+        assert_eq!(
+            error(json!({"query": "x", "path": "../.."})).code,
+            ErrorCode::OutsideWorkspace
+        );
+        assert_eq!(
+            error(json!({"query": "x", "after": "a.txt"})).code,
+            ErrorCode::BadCursor
+        );
+        let elsewhere = error(json!({"query": "x", "path": "a.txt", "after": "b/c#end"}));
+        assert_eq!(elsewhere.code, ErrorCode::BadCursor);
+        assert_eq!(
+            error(json!({"query": "x", "regex": true})).code,
+            ErrorCode::InvalidArguments
+        );
+    }
+
+    #[test]
+    fn entry_limit_stops_after_exactly_max_entries() {
+        let limits = small(SearchLimits {
+            max_entries: 4,
+            ..SearchLimits::default()
+        });
+        let four: Vec<(String, &[u8])> = (0..4).map(|i| (format!("f{i}"), &b"x"[..])).collect();
+        let four: Vec<(&str, &[u8])> = four.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+        let (_dir, ws) = workspace(&four);
+        let result = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(result["truncated"], false);
+        assert_eq!(result["entries_walked"], 4);
+        fs::write(ws.roots()[0].path.join("f4"), "x").unwrap();
+        let result = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(result["truncated"], true);
+        assert_eq!(result["limit_hit"], "entries");
+        assert_eq!(result["next_after"], "f3#end");
+        assert_eq!(places(&result).len(), 4);
+        let rest = run_with(&ws, &limits, json!({"query": "x", "after": "f3#end"})).unwrap();
+        assert_eq!(places(&rest), vec![("f4".into(), 1)]);
+        assert_eq!(rest["truncated"], false);
+    }
+
+    #[test]
+    fn file_limit_and_byte_limit_stop_before_the_file_that_would_pass_them() {
+        let (_dir, ws) = workspace(&[("a", b"x\n"), ("b", b"x\n"), ("c/d", b"x\n"), ("e", b"x\n")]);
+        let files = small(SearchLimits {
+            max_files: 2,
+            ..SearchLimits::default()
+        });
+        let result = run_with(&ws, &files, json!({"query": "x"})).unwrap();
+        assert_eq!(result["limit_hit"], "files");
+        assert_eq!(result["files_searched"], 2);
+        assert_eq!(result["next_after"], "c#end");
+        assert_eq!(result["entries_walked"], 3);
+        let bytes = small(SearchLimits {
+            max_bytes: 7,
+            ..SearchLimits::default()
+        });
+        let result = run_with(&ws, &bytes, json!({"query": "x"})).unwrap();
+        assert_eq!(result["limit_hit"], "bytes");
+        assert_eq!(result["bytes_read"], 6);
+        assert_eq!(result["next_after"], "c/d#end");
+        let exact = small(SearchLimits {
+            max_bytes: 8,
+            ..SearchLimits::default()
+        });
+        let result = run_with(&ws, &exact, json!({"query": "x"})).unwrap();
+        assert_eq!(result["truncated"], false);
+        assert_eq!(result["bytes_read"], 8);
+    }
+
+    #[test]
+    fn a_file_over_the_byte_limit_is_skipped_and_counted() {
+        let (_dir, ws) = workspace(&[("big", &[b'x'; 10]), ("small", b"x")]);
+        let limits = small(SearchLimits {
+            max_bytes: 9,
+            ..SearchLimits::default()
+        });
+        let result = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(places(&result), vec![("small".into(), 1)]);
+        assert_eq!(result["skipped"]["too_large"], 1);
+        assert_eq!(result["truncated"], false);
+    }
+
+    #[test]
+    fn depth_limit_reports_what_was_not_entered() {
+        let (_dir, ws) = workspace(&[("1/2/3/deep.txt", b"x"), ("1/2/ok.txt", b"x")]);
+        let limits = small(SearchLimits {
+            max_depth: 3,
+            ..SearchLimits::default()
+        });
+        let result = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(places(&result), vec![("1/2/ok.txt".into(), 1)]);
+        assert_eq!(result["truncated"], true);
+        assert_eq!(result["limit_hit"], "depth");
+        assert!(result.get("next_after").is_none());
+        assert!(result["guidance"].as_str().unwrap().contains("`path`"));
+        let deeper = run_with(&ws, &limits, json!({"query": "x", "path": "1/2"})).unwrap();
+        assert_eq!(deeper["truncated"], false);
+        assert_eq!(places(&deeper).len(), 2);
+    }
+
+    #[test]
+    fn match_limit_stops_at_the_next_match_and_resumes_after_the_last_line_shown() {
+        let (_dir, ws) = workspace(&[("a", b"x\nx\nx\n"), ("b", b"x\n")]);
+        let limits = small(SearchLimits {
+            max_matches: 2,
+            ..SearchLimits::default()
+        });
+        let first = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(first["limit_hit"], "matches");
+        assert_eq!(first["next_after"], "a#L2");
+        let second = run_with(&ws, &limits, json!({"query": "x", "after": "a#L2"})).unwrap();
+        assert_eq!(places(&second), vec![("a".into(), 3), ("b".into(), 1)]);
+        assert_eq!(second["truncated"], false);
+        // Exactly max_matches matches is a complete result.
+        let (_dir, ws) = workspace(&[("a", b"x\nx\n")]);
+        let exact = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(exact["truncated"], false);
+    }
+
+    #[test]
+    fn result_bytes_limit_keeps_the_result_under_the_cap() {
+        let line = format!("{}x\n", "\"".repeat(150));
+        let (_dir, ws) = workspace(&[("a", line.repeat(20).as_bytes())]);
+        let limits = Limits::with_max_tool_result_bytes(2_048).unwrap();
+        let result = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(result["limit_hit"], "result_bytes");
+        assert!(result.to_string().len() <= 2_048);
+        let shown = places(&result).len();
+        assert!(shown >= 1);
+        assert_eq!(result["next_after"], format!("a#L{shown}"));
+    }
+
+    #[test]
+    fn the_budget_error_names_the_cap_when_not_one_match_fits() {
+        let deep = format!("{}/f.txt", vec!["d".repeat(60); 13].join("/"));
+        let (_dir, ws) = workspace(&[(deep.as_str(), b"x")]);
+        let limits = Limits::with_max_tool_result_bytes(1_024).unwrap();
+        let err = run_with(&ws, &limits, json!({"query": "x"})).unwrap_err();
+        assert_eq!(err.code, ErrorCode::BudgetTooSmall);
+        assert!(
+            err.message.contains("max_tool_result_bytes"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn binary_and_non_utf8_files_are_skipped_and_counted() {
+        let (_dir, ws) = workspace(&[
+            ("bin", b"x\0x"),
+            ("latin1", b"x caf\xe9\n"),
+            ("text", b"x\n"),
+        ]);
+        let result = run(&ws, json!({"query": "x"}));
+        assert_eq!(places(&result), vec![("text".into(), 1)]);
+        assert_eq!(result["skipped"]["binary"], 1);
+        assert_eq!(result["skipped"]["non_utf8"], 1);
+        assert_eq!(result["files_searched"], 3);
+    }
+
+    #[test]
+    fn ignored_vcs_dependency_and_build_folders_are_not_searched() {
+        let (_dir, ws) = workspace(&[
+            (".gitignore", b"*.log\ngen/\n"),
+            ("a.log", b"x"),
+            ("gen/a.rs", b"x"),
+            (".git/config", b"x"),
+            ("node_modules/m/i.js", b"x"),
+            ("target/debug/o", b"x"),
+            ("sub/.venv/s.py", b"x"),
+            ("sub/.gitignore", b"keep.*\n"),
+            ("sub/keep.txt", b"x"),
+            ("sub/a.log", b"x"),
+            ("app/App.csproj", b"<Project/>"),
+            ("app/bin/Debug/app.dll.config", b"x"),
+            ("app/obj/o.cs", b"x"),
+            ("crate/src/bin/main.rs", b"x"),
+            (".hidden/h.txt", b"x"),
+        ]);
+        let result = run(&ws, json!({"query": "x"}));
+        assert_eq!(
+            places(&result),
+            vec![
+                (".hidden/h.txt".into(), 1),
+                ("crate/src/bin/main.rs".into(), 1)
+            ]
+        );
+        // A sub-folder search still applies the ignore files above it.
+        let sub = run(&ws, json!({"query": "x", "path": "sub"}));
+        assert!(places(&sub).is_empty(), "{sub}");
+        // Naming a skipped folder searches it.
+        let named = run(&ws, json!({"query": "x", "path": "node_modules"}));
+        assert_eq!(places(&named), vec![("node_modules/m/i.js".into(), 1)]);
+    }
+
+    #[test]
+    fn symlinks_are_not_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret.txt"), "x").unwrap();
+        let (dir, ws) = workspace(&[("real/f.txt", b"x")]);
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, dir.path().join(name)).unwrap();
+        };
+        link(outside.path(), "out_dir");
+        link(&outside.path().join("secret.txt"), "out_file");
+        link(&dir.path().join("real"), "in_dir");
+        link(&dir.path().join("real/f.txt"), "in_file");
+        let result = run(&ws, json!({"query": "x"}));
+        assert_eq!(places(&result), vec![("real/f.txt".into(), 1)]);
+        assert_eq!(result["entries_walked"], 6);
+    }
+
+    #[test]
+    fn private_key_lines_are_counted_never_shown() {
+        let pem = "config: x\n-----BEGIN RSA PRIVATE KEY-----\nMIIxBAAKx\nqx83vEjKz==\n\
+                   -----END RSA PRIVATE KEY-----\nafter x\n";
+        let (_dir, ws) = workspace(&[("id", pem.as_bytes())]);
+        let result = run(&ws, json!({"query": "x"}));
+        assert_eq!(places(&result), vec![("id".into(), 1), ("id".into(), 6)]);
+        assert_eq!(result["skipped"]["key_material"], 2);
+        let armor = run(&ws, json!({"query": "PRIVATE"}));
+        assert!(places(&armor).is_empty());
+        assert_eq!(armor["skipped"]["key_material"], 2);
+    }
+
+    #[test]
+    fn results_are_the_same_every_time() {
+        let files: Vec<(String, Vec<u8>)> = (0..300)
+            .map(|i| {
+                (
+                    format!("d{}/f{i:03}", i % 7),
+                    format!("x {i}\n").repeat(i % 3).into_bytes(),
+                )
+            })
+            .collect();
+        let files: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), c.as_slice()))
+            .collect();
+        let (_dir, ws) = workspace(&files);
+        let limits = small(SearchLimits {
+            max_matches: 150,
+            ..SearchLimits::default()
+        });
+        let first = run_with(&ws, &limits, json!({"query": "x"})).unwrap();
+        assert_eq!(first["limit_hit"], "matches");
+        for _ in 0..5 {
+            assert_eq!(
+                run_with(&ws, &limits, json!({"query": "x"})).unwrap(),
+                first
+            );
+        }
+    }
+
+    /// A random small tree: paths from a few names (so that `a/…` and `a.txt` interleave) and
+    /// text whose lines sometimes hold the query.
+    fn tree() -> impl Strategy<Value = Vec<(String, String)>> {
+        let name = prop_oneof!["a", "a.txt", "b", "B", "é", "a-b"];
+        let path = proptest::collection::vec(name, 1..4).prop_map(|parts| parts.join("/"));
+        let line = prop_oneof![
+            Just("x".to_string()),
+            Just("no".to_string()),
+            Just("ax x".to_string()),
+            Just(String::new()),
+            Just(format!("{}x{}", "y".repeat(150), "\"".repeat(40))),
+            Just("-----BEGIN PRIVATE KEY-----".to_string()),
+            Just("-----END PRIVATE KEY-----".to_string()),
+        ];
+        let text = (proptest::collection::vec(line, 0..8), any::<bool>())
+            .prop_map(|(lines, crlf)| lines.join(if crlf { "\r\n" } else { "\n" }));
+        proptest::collection::vec((path, text), 1..10)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Following `next_after` until a page is complete yields every match of an unlimited
+        /// search exactly once, in order, and every page fits the cap.
+        #[test]
+        fn cursors_lose_and_repeat_nothing(
+            files in tree(),
+            max_entries in 1usize..8,
+            max_files in 1usize..5,
+            extra_bytes in 0u64..400,
+            max_matches in 1usize..6,
+            cap in 1_800usize..6_000,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut largest = 0;
+            for (path, text) in &files {
+                let path = dir.path().join(path);
+                // Paths that clash (a file where a folder is wanted) are left out.
+                if path.parent().is_some_and(|p| fs::create_dir_all(p).is_ok())
+                    && fs::write(&path, text).is_ok()
+                {
+                    largest = largest.max(text.len() as u64);
+                }
+            }
+            let ws = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+            let unlimited = Limits {
+                max_tool_result_bytes: 1 << 30,
+                search: SearchLimits {
+                    max_entries: usize::MAX,
+                    max_files: usize::MAX,
+                    max_matches: usize::MAX - 1,
+                    ..SearchLimits::default()
+                },
+                ..Limits::default()
+            };
+            let all = found(&run_with(&ws, &unlimited, json!({"query": "x"})).unwrap());
+            let limits = Limits {
+                max_tool_result_bytes: cap,
+                search: SearchLimits {
+                    max_entries,
+                    max_files,
+                    max_bytes: largest.max(1) + extra_bytes,
+                    max_matches,
+                    ..SearchLimits::default()
+                },
+                ..Limits::default()
+            };
+            let mut paged = Vec::new();
+            let mut after: Option<String> = None;
+            for _ in 0..200 {
+                let mut args = json!({"query": "x"});
+                if let Some(after) = &after {
+                    args["after"] = json!(after);
+                }
+                let page = run_with(&ws, &limits, args).unwrap();
+                prop_assert!(page.to_string().len() <= cap);
+                paged.extend(found(&page));
+                if page["truncated"] == false {
+                    break;
+                }
+                let next = page["next_after"].as_str().unwrap().to_string();
+                prop_assert_ne!(Some(&next), after.as_ref(), "no progress");
+                after = Some(next);
+            }
+            prop_assert_eq!(paged, all);
+        }
+    }
+}
