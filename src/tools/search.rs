@@ -156,7 +156,7 @@ pub fn run(args: SearchArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let budget = budget::page_budget(&envelope, ctx.limits)?;
     let envelope_len = envelope.to_string().len();
     let page = search(&request, ctx, budget, envelope_len)?;
-    page.finish(&request.query, envelope_len, ctx.limits)
+    page.finish(&request.query, ctx.limits)
 }
 
 /// Which limit stopped a search. Serialized as `limit_hit`.
@@ -181,29 +181,28 @@ impl LimitHit {
         LimitHit::ResultBytes,
     ];
 
-    /// What the model should do next, naming the limit.
+    /// What the model should do next, naming the limit. Kept short: at the smallest cap every
+    /// byte of it is a byte less for matches.
     fn guidance(self, limits: &Limits) -> String {
         let search = &limits.search;
         let what = match self {
-            LimitHit::Entries => format!("walked its limit of {} entries", search.max_entries),
-            LimitHit::Files => format!("read its limit of {} files", search.max_files),
-            LimitHit::Bytes => format!("read its limit of {} bytes", search.max_bytes),
-            LimitHit::Matches => format!("stopped at {} matches", search.max_matches),
-            LimitHit::ResultBytes => format!(
-                "filled this result's share of max_tool_result_bytes ({})",
-                limits.max_tool_result_bytes
-            ),
+            LimitHit::Entries => format!("the {}-entry limit", search.max_entries),
+            LimitHit::Files => format!("the {}-file limit", search.max_files),
+            LimitHit::Bytes => format!("the {}-byte read limit", search.max_bytes),
+            LimitHit::Matches => format!("{} matches", search.max_matches),
+            LimitHit::ResultBytes => {
+                format!("max_tool_result_bytes ({})", limits.max_tool_result_bytes)
+            }
             LimitHit::Depth => {
                 return format!(
-                    "Folders more than {} levels below the search root were not searched. To \
-                     search inside one, pass it (or a folder close to it) as `path`.",
+                    "Folders over {} levels deep were skipped; pass one as `path` to search it.",
                     search.max_depth
                 );
             }
         };
         format!(
-            "The search {what}. Narrow it with `path`, `glob` or a longer query, or pass \
-             `next_after` as `after` to continue exactly where it stopped."
+            "Stopped at {what}. Narrow with `path`, `glob` or a longer query, or pass `next_after` \
+             as `after` to continue."
         )
     }
 }
@@ -344,33 +343,38 @@ impl Request {
         })
     }
 
-    /// The longest result this search can return with no matches: every optional field present,
-    /// every number at its widest. What the cap leaves after it is the budget for matches and
-    /// the cursor.
+    /// The widest result this search can return with no matches, cursor or guidance: every
+    /// number at its widest, the longest `limit_hit`. The page budget (half of what the cap
+    /// leaves after it) holds the matches and the cursor; the other half has room for the
+    /// guidance, which is far shorter than a minimum page.
     fn envelope(&self, limits: &Limits) -> Value {
         let search = &limits.search;
         let entries = budget::widest(search.max_entries as u64);
+        let mut page = Page {
+            skipped: Skipped {
+                binary: entries,
+                non_utf8: entries,
+                too_large: entries,
+                unreadable: entries,
+                key_material: budget::widest(search.max_bytes),
+            },
+            files_searched: budget::widest(search.max_files as u64),
+            entries_walked: entries,
+            bytes_read: budget::widest(search.max_bytes),
+            ..Page::default()
+        };
         LimitHit::ALL
             .iter()
             .map(|&limit| {
-                let page = Page {
-                    stop: Some(Stop {
-                        limit,
-                        cursor: Some(String::new()),
-                    }),
-                    skipped: Skipped {
-                        binary: entries,
-                        non_utf8: entries,
-                        too_large: entries,
-                        unreadable: entries,
-                        key_material: budget::widest(search.max_bytes),
-                    },
-                    files_searched: budget::widest(search.max_files as u64),
-                    entries_walked: entries,
-                    bytes_read: budget::widest(search.max_bytes),
-                    ..Page::default()
-                };
-                page.to_value(&self.query, limits)
+                page.stop = Some(Stop {
+                    limit,
+                    cursor: None,
+                });
+                let mut value = page.to_value(&self.query, limits);
+                if let Some(object) = value.as_object_mut() {
+                    object.remove("guidance");
+                }
+                value
             })
             .max_by_key(|value| value.to_string().len())
             .unwrap_or(Value::Null)
@@ -464,7 +468,7 @@ enum Found {
     Shown {
         line: u64,
         column: u64,
-        excerpt: String,
+        excerpt: Excerpt,
     },
     /// A match on a line of a private key: counted, never shown.
     InKey,
@@ -535,17 +539,28 @@ fn scan(
     found
 }
 
+/// A line, or the part of it around a match, as a result shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Excerpt {
+    text: String,
+    /// The byte range of the match in `text` (cut short where `text` is).
+    matched: Range<usize>,
+}
+
 /// `line` cut to at most `max` bytes around the match at `start..end` (byte offsets in `line`),
 /// on char boundaries, with [`ELLIPSIS`] at each cut end. The match is centred; when it is
 /// longer than the room, its start is shown.
-fn excerpt(line: &str, start: usize, end: usize, max: usize) -> String {
+fn excerpt(line: &str, start: usize, end: usize, max: usize) -> Excerpt {
     let len = line.len();
-    if len <= max {
-        return line.to_string();
-    }
-    let room = max.saturating_sub(2 * ELLIPSIS.len());
     let start = start.min(len);
     let end = end.clamp(start, len);
+    if len <= max {
+        return Excerpt {
+            text: line.to_string(),
+            matched: start..end,
+        };
+    }
+    let room = max.saturating_sub(2 * ELLIPSIS.len());
     let lead = room.saturating_sub(end - start) / 2;
     let mut from = start.saturating_sub(lead);
     let mut to = from + room;
@@ -566,15 +581,42 @@ fn excerpt(line: &str, start: usize, end: usize, max: usize) -> String {
     while !line.is_char_boundary(to) {
         to -= 1;
     }
-    let mut out = String::with_capacity(max);
+    let to = to.max(from);
+    let mut text = String::with_capacity(max);
     if from > 0 {
-        out.push_str(ELLIPSIS);
+        text.push_str(ELLIPSIS);
     }
-    out.push_str(&line[from..to.max(from)]);
+    let shift = text.len();
+    text.push_str(&line[from..to]);
     if to < len {
-        out.push_str(ELLIPSIS);
+        text.push_str(ELLIPSIS);
     }
-    out
+    Excerpt {
+        text,
+        matched: shift + start.clamp(from, to) - from..shift + end.clamp(from, to) - from,
+    }
+}
+
+impl Excerpt {
+    /// A shorter excerpt of the same match whose JSON-escaped text takes at most `room` bytes,
+    /// if one can still show the match's start. Lets the first match of a page fit a small cap
+    /// even when its line is full of characters JSON escapes at six bytes each.
+    fn shrunk_to(&self, room: usize) -> Option<Excerpt> {
+        let smallest = 2 * ELLIPSIS.len() + 1;
+        let mut max = self.text.len();
+        loop {
+            let cut = excerpt(&self.text, self.matched.start, self.matched.end, max);
+            let escaped = budget::escaped_len(&cut.text);
+            if escaped <= room {
+                return Some(cut);
+            }
+            // Each byte cut saves at most six escaped bytes.
+            max = max.checked_sub((escaped - room).div_ceil(6))?;
+            if max < smallest {
+                return None;
+            }
+        }
+    }
 }
 
 /// Why a file was not searched, or a match not shown. Serialized as the `skipped` counts.
@@ -930,29 +972,19 @@ impl Page {
         }
     }
 
-    /// The result object, within the cap. The matches and a match cursor always fit the page
-    /// budget, so only a longer cursor (the path of a deep entry at a small cap) can overflow;
-    /// then matches are given back until the result fits.
-    fn finish(
-        mut self,
-        query: &str,
-        envelope_len: usize,
-        limits: &Limits,
-    ) -> Result<Value, ToolError> {
+    /// The result object, within the cap. The matches and their cursor always fit the page
+    /// budget, and the guidance the other half of what the envelope leaves; only a longer cursor
+    /// (the path of a deep entry at a small cap) can overflow. Then matches are given back until
+    /// the result fits.
+    fn finish(mut self, query: &str, limits: &Limits) -> Result<Value, ToolError> {
         loop {
-            let cursor_len = self
-                .stop
-                .as_ref()
-                .and_then(|stop| stop.cursor.as_deref())
-                .map_or(0, budget::escaped_len);
-            let value = self.to_value(query, limits);
-            // The envelope is the widest result without matches; under it, nothing to measure.
-            if envelope_len + self.matches_len + cursor_len <= limits.max_tool_result_bytes {
-                return Ok(value);
-            }
-            let len = value.to_string().len();
+            // Measure everything but the matches, whose length is already known, so that a
+            // result with thousands of matches is not serialized just to be measured.
+            let matches = std::mem::take(&mut self.matches);
+            let len = self.to_value(query, limits).to_string().len() + self.matches_len;
+            self.matches = matches;
             if len <= limits.max_tool_result_bytes {
-                return Ok(value);
+                return Ok(self.to_value(query, limits));
             }
             self.pop();
             let Some(last) = self.matches.last() else {
@@ -1060,13 +1092,7 @@ impl Collector<'_> {
                     column,
                     excerpt,
                 } => {
-                    let shown = Match {
-                        path: display.clone(),
-                        line,
-                        column,
-                        excerpt,
-                    };
-                    if !self.add(shown) {
+                    if !self.add(&display, line, column, excerpt) {
                         return;
                     }
                 }
@@ -1075,7 +1101,7 @@ impl Collector<'_> {
     }
 
     /// Adds a match if the limits allow; otherwise stops the search and returns false.
-    fn add(&mut self, shown: Match) -> bool {
+    fn add(&mut self, display: &str, line: u64, column: u64, excerpt: Excerpt) -> bool {
         let stop_at_last_match = |limit| Stop {
             limit,
             cursor: None,
@@ -1084,19 +1110,32 @@ impl Collector<'_> {
             self.stop(stop_at_last_match(LimitHit::Matches));
             return false;
         }
-        let cost = shown.json_len() + usize::from(!self.page.matches.is_empty());
-        let cursor_len = budget::escaped_len(&shown.cursor());
-        if self.page.matches_len + cost + cursor_len > self.budget {
-            if self.page.matches.is_empty() {
-                self.error = Some(budget::budget_too_small(
-                    self.envelope_len + cost + cursor_len,
-                    self.limits,
-                ));
-                self.stopped = true;
-                self.stop_readers.store(true, Ordering::Relaxed);
-                return false;
-            }
+        let mut shown = Match {
+            path: display.to_string(),
+            line,
+            column,
+            excerpt: String::new(),
+        };
+        let comma = usize::from(!self.page.matches.is_empty());
+        let room = self
+            .budget
+            .saturating_sub(self.page.matches_len + comma + shown.json_len())
+            .saturating_sub(budget::escaped_len(&shown.cursor()));
+        if budget::escaped_len(&excerpt.text) <= room {
+            shown.excerpt = excerpt.text;
+        } else if !self.page.matches.is_empty() {
             self.stop(stop_at_last_match(LimitHit::ResultBytes));
+            return false;
+        } else if let Some(shorter) = excerpt.shrunk_to(room) {
+            // The first match of a page is shown with a shorter excerpt rather than not at all.
+            shown.excerpt = shorter.text;
+        } else {
+            self.error = Some(budget::budget_too_small(
+                self.envelope_len + shown.json_len() + budget::escaped_len(&shown.cursor()),
+                self.limits,
+            ));
+            self.stopped = true;
+            self.stop_readers.store(true, Ordering::Relaxed);
             return false;
         }
         self.page.push(shown);
@@ -1406,32 +1445,71 @@ mod tests {
 
     #[test]
     fn excerpt_keeps_short_lines_whole() {
-        assert_eq!(excerpt("let x = 1;", 4, 5, 200), "let x = 1;");
-        assert_eq!(excerpt(&"a".repeat(200), 0, 1, 200), "a".repeat(200));
+        assert_eq!(excerpt("let x = 1;", 4, 5, 200).text, "let x = 1;");
+        assert_eq!(excerpt(&"a".repeat(200), 0, 1, 200).text, "a".repeat(200));
     }
 
     #[test]
     fn excerpt_centres_the_match_and_marks_cut_ends() {
         let line = format!("{}NEEDLE{}", "a".repeat(300), "b".repeat(300));
         let cut = excerpt(&line, 300, 306, 200);
+        assert_eq!(&cut.text[cut.matched.clone()], "NEEDLE");
+        let cut = cut.text;
         assert_eq!(cut.len(), 200);
         assert!(cut.starts_with('…') && cut.ends_with('…'), "{cut}");
         let at = cut.find("NEEDLE").unwrap();
         let after = cut.len() - at - "NEEDLE".len();
         assert!(at.abs_diff(after) <= 1, "{at} {after}");
         // At either end of the line only one side is cut, and gets the room of both.
-        let start = excerpt(&line, 0, 1, 200);
+        let start = excerpt(&line, 0, 1, 200).text;
         assert_eq!(start, format!("{}…", "a".repeat(197)));
-        let end = excerpt(&line, line.len() - 1, line.len(), 200);
+        let end = excerpt(&line, line.len() - 1, line.len(), 200).text;
         assert_eq!(end, format!("…{}", "b".repeat(197)));
     }
 
     #[test]
     fn excerpt_of_a_match_longer_than_the_room_shows_its_start() {
         let line = format!("xx{}yy", "m".repeat(500));
-        let cut = excerpt(&line, 2, 502, 200);
+        let cut = excerpt(&line, 2, 502, 200).text;
         assert!(cut.starts_with("…mmm"), "{cut}");
         assert!(cut.len() <= 200);
+    }
+
+    #[test]
+    fn a_shrunk_excerpt_fits_its_escaped_room_and_keeps_the_match() {
+        let line = format!("{}NEEDLE{}", "\u{1}".repeat(100), "\"".repeat(100));
+        let full = excerpt(&line, 100, 106, 200);
+        for room in [40, 80, 150, 300] {
+            let shrunk = full.shrunk_to(room).unwrap();
+            assert!(budget::escaped_len(&shrunk.text) <= room, "{room}");
+            assert_eq!(&shrunk.text[shrunk.matched.clone()], "NEEDLE", "{room}");
+        }
+        assert_eq!(full.shrunk_to(6), None);
+    }
+
+    #[test]
+    fn the_first_match_of_a_page_gets_a_shorter_excerpt_rather_than_an_error() {
+        let line = format!("{}x{}\n", "\u{1}".repeat(100), "\\".repeat(100));
+        let (_dir, ws) = workspace(&[("a", line.repeat(3).as_bytes())]);
+        let limits = Limits::with_max_tool_result_bytes(1_024).unwrap();
+        let mut after: Option<String> = None;
+        let mut lines = Vec::new();
+        loop {
+            let mut args = json!({"query": "x"});
+            if let Some(after) = &after {
+                args["after"] = json!(after);
+            }
+            let page = run_with(&ws, &limits, args).unwrap();
+            assert!(page.to_string().len() <= 1_024);
+            let shown = found(&page);
+            assert!(shown.iter().all(|m| m.3.contains('x')));
+            lines.extend(shown.into_iter().map(|m| m.1));
+            if page["truncated"] == false {
+                break;
+            }
+            after = page["next_after"].as_str().map(str::to_string);
+        }
+        assert_eq!(lines, vec![1, 2, 3]);
     }
 
     proptest! {
@@ -1446,8 +1524,9 @@ mod tests {
             prop_assume!(!starts.is_empty());
             let start = starts[at % starts.len()];
             let end = start + line[start..].chars().next().unwrap().len_utf8();
-            let cut = excerpt(&line, start, end, max);
+            let Excerpt { text: cut, matched } = excerpt(&line, start, end, max);
             prop_assert!(cut.len() <= max, "{} > {max}", cut.len());
+            prop_assert!(cut.get(matched.clone()).is_some_and(|m| line[start..end].starts_with(m)));
             let body = cut.trim_start_matches('…').trim_end_matches('…');
             prop_assert!(line.contains(body));
             // The matched char is visible, unless the line is too short to need a cut.
@@ -1468,7 +1547,7 @@ mod tests {
                     line,
                     column,
                     excerpt,
-                } => (line, column, excerpt),
+                } => (line, column, excerpt.text),
                 Found::InKey => panic!("no key here"),
             })
             .collect();
