@@ -370,7 +370,7 @@ impl Request {
                     limit,
                     cursor: None,
                 });
-                let mut value = page.to_value(&self.query, limits);
+                let mut value = page.to_value(&self.query, limits, Vec::new());
                 if let Some(object) = value.as_object_mut() {
                     object.remove("guidance");
                 }
@@ -502,7 +502,15 @@ fn scan(
         line += memchr::memchr_iter(b'\n', before).count() as u64;
         let start = memchr::memrchr(b'\n', before).map_or(line_start, |i| line_start + i + 1);
         let end = memchr::memchr(b'\n', &bytes[hit.start..]).map_or(bytes.len(), |i| hit.start + i);
-        let spans = key_spans.get_or_insert_with(|| keys::private_key_spans(bytes));
+        let spans = key_spans.get_or_insert_with(|| {
+            // Every armor label names a PRIVATE KEY, so one pass for that rules out most files
+            // before the four passes that find the armor lines.
+            if memmem::find(bytes, b"PRIVATE KEY").is_some() {
+                keys::private_key_spans(bytes)
+            } else {
+                Vec::new()
+            }
+        });
         if spans.iter().any(|span| span.contains(&start)) {
             found.push(Found::InKey);
         } else {
@@ -545,6 +553,9 @@ struct Excerpt {
     text: String,
     /// The byte range of the match in `text` (cut short where `text` is).
     matched: Range<usize>,
+    /// The length of `text` JSON-escaped, measured by the reader so that the in-order merge,
+    /// the one sequential part of a search, does not have to.
+    escaped_len: usize,
 }
 
 /// `line` cut to at most `max` bytes around the match at `start..end` (byte offsets in `line`),
@@ -558,6 +569,7 @@ fn excerpt(line: &str, start: usize, end: usize, max: usize) -> Excerpt {
         return Excerpt {
             text: line.to_string(),
             matched: start..end,
+            escaped_len: budget::escaped_len(line),
         };
     }
     let room = max.saturating_sub(2 * ELLIPSIS.len());
@@ -592,6 +604,7 @@ fn excerpt(line: &str, start: usize, end: usize, max: usize) -> Excerpt {
         text.push_str(ELLIPSIS);
     }
     Excerpt {
+        escaped_len: budget::escaped_len(&text),
         text,
         matched: shift + start.clamp(from, to) - from..shift + end.clamp(from, to) - from,
     }
@@ -606,7 +619,7 @@ impl Excerpt {
         let mut max = self.text.len();
         loop {
             let cut = excerpt(&self.text, self.matched.start, self.matched.end, max);
-            let escaped = budget::escaped_len(&cut.text);
+            let escaped = cut.escaped_len;
             if escaped <= room {
                 return Some(cut);
             }
@@ -903,14 +916,26 @@ struct Match {
 }
 
 impl Match {
+    /// The bytes of a serialized match besides its path, numbers and excerpt.
+    const FIXED_LEN: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
+
     /// The bytes this match takes in the serialized result, without serializing it.
     fn json_len(&self) -> usize {
-        const FIXED: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
-        FIXED
+        Match::FIXED_LEN
             + budget::escaped_len(&self.path)
             + decimal_len(self.line)
             + decimal_len(self.column)
             + budget::escaped_len(&self.excerpt)
+    }
+
+    /// The match as a JSON object, moving its strings rather than copying them.
+    fn into_value(self) -> Value {
+        let mut object = serde_json::Map::new();
+        object.insert("path".into(), Value::String(self.path));
+        object.insert("line".into(), self.line.into());
+        object.insert("column".into(), self.column.into());
+        object.insert("excerpt".into(), Value::String(self.excerpt));
+        Value::Object(object)
     }
 
     /// The cursor that resumes right after this match's line.
@@ -941,28 +966,30 @@ struct Page {
 }
 
 impl Page {
-    fn to_value(&self, query: &str, limits: &Limits) -> Value {
-        let mut value = json!({
-            "query": query,
-            "matches": self.matches,
-            "truncated": self.stop.is_some(),
-            "skipped": self.skipped,
-            "files_searched": self.files_searched,
-            "entries_walked": self.entries_walked,
-            "bytes_read": self.bytes_read,
-        });
-        if let (Some(stop), Some(object)) = (&self.stop, value.as_object_mut()) {
+    /// The result object, with `matches` in place of the page's own. Built field by field so
+    /// that the matches are moved in, not copied.
+    fn to_value(&self, query: &str, limits: &Limits, matches: Vec<Value>) -> Value {
+        let mut object = serde_json::Map::new();
+        object.insert("query".into(), query.into());
+        object.insert("matches".into(), Value::Array(matches));
+        object.insert("truncated".into(), self.stop.is_some().into());
+        if let Some(stop) = &self.stop {
             object.insert("limit_hit".into(), json!(stop.limit));
             if let Some(cursor) = &stop.cursor {
-                object.insert("next_after".into(), json!(cursor));
+                object.insert("next_after".into(), cursor.as_str().into());
             }
-            object.insert("guidance".into(), json!(stop.limit.guidance(limits)));
+            object.insert("guidance".into(), stop.limit.guidance(limits).into());
         }
-        value
+        object.insert("skipped".into(), json!(self.skipped));
+        object.insert("files_searched".into(), self.files_searched.into());
+        object.insert("entries_walked".into(), self.entries_walked.into());
+        object.insert("bytes_read".into(), self.bytes_read.into());
+        Value::Object(object)
     }
 
-    fn push(&mut self, found: Match) {
-        self.matches_len += found.json_len() + usize::from(!self.matches.is_empty());
+    /// Adds a match whose serialized length is `json_len`.
+    fn push(&mut self, found: Match, json_len: usize) {
+        self.matches_len += json_len + usize::from(!self.matches.is_empty());
         self.matches.push(found);
     }
 
@@ -980,11 +1007,11 @@ impl Page {
         loop {
             // Measure everything but the matches, whose length is already known, so that a
             // result with thousands of matches is not serialized just to be measured.
-            let matches = std::mem::take(&mut self.matches);
-            let len = self.to_value(query, limits).to_string().len() + self.matches_len;
-            self.matches = matches;
+            let len = self.to_value(query, limits, Vec::new()).to_string().len() + self.matches_len;
             if len <= limits.max_tool_result_bytes {
-                return Ok(self.to_value(query, limits));
+                let matches = std::mem::take(&mut self.matches);
+                let matches = matches.into_iter().map(Match::into_value).collect();
+                return Ok(self.to_value(query, limits, matches));
             }
             self.pop();
             let Some(last) = self.matches.last() else {
@@ -1084,6 +1111,7 @@ impl Collector<'_> {
             }
             Content::Text(found) => found,
         };
+        let path_len = budget::escaped_len(&display);
         for found in found {
             match found {
                 Found::InKey => self.page.skipped.key_material += 1,
@@ -1092,7 +1120,7 @@ impl Collector<'_> {
                     column,
                     excerpt,
                 } => {
-                    if !self.add(&display, line, column, excerpt) {
+                    if !self.add(&display, path_len, line, column, excerpt) {
                         return;
                     }
                 }
@@ -1101,7 +1129,15 @@ impl Collector<'_> {
     }
 
     /// Adds a match if the limits allow; otherwise stops the search and returns false.
-    fn add(&mut self, display: &str, line: u64, column: u64, excerpt: Excerpt) -> bool {
+    /// `path_len` is the escaped length of `display`.
+    fn add(
+        &mut self,
+        display: &str,
+        path_len: usize,
+        line: u64,
+        column: u64,
+        excerpt: Excerpt,
+    ) -> bool {
         let stop_at_last_match = |limit| Stop {
             limit,
             cursor: None,
@@ -1110,35 +1146,37 @@ impl Collector<'_> {
             self.stop(stop_at_last_match(LimitHit::Matches));
             return false;
         }
-        let mut shown = Match {
-            path: display.to_string(),
-            line,
-            column,
-            excerpt: String::new(),
-        };
+        // The lengths this match and its cursor (`{path}#L{line}`) add, the excerpt aside.
+        let fields = Match::FIXED_LEN + path_len + decimal_len(line) + decimal_len(column);
+        let cursor = path_len + "#L".len() + decimal_len(line);
         let comma = usize::from(!self.page.matches.is_empty());
         let room = self
             .budget
-            .saturating_sub(self.page.matches_len + comma + shown.json_len())
-            .saturating_sub(budget::escaped_len(&shown.cursor()));
-        if budget::escaped_len(&excerpt.text) <= room {
-            shown.excerpt = excerpt.text;
+            .saturating_sub(self.page.matches_len + comma + fields + cursor);
+        let excerpt = if excerpt.escaped_len <= room {
+            excerpt
         } else if !self.page.matches.is_empty() {
             self.stop(stop_at_last_match(LimitHit::ResultBytes));
             return false;
         } else if let Some(shorter) = excerpt.shrunk_to(room) {
             // The first match of a page is shown with a shorter excerpt rather than not at all.
-            shown.excerpt = shorter.text;
+            shorter
         } else {
             self.error = Some(budget::budget_too_small(
-                self.envelope_len + shown.json_len() + budget::escaped_len(&shown.cursor()),
+                self.envelope_len + fields + cursor,
                 self.limits,
             ));
             self.stopped = true;
             self.stop_readers.store(true, Ordering::Relaxed);
             return false;
-        }
-        self.page.push(shown);
+        };
+        let shown = Match {
+            path: display.to_string(),
+            line,
+            column,
+            excerpt: excerpt.text,
+        };
+        self.page.push(shown, fields + excerpt.escaped_len);
         true
     }
 
@@ -1524,7 +1562,8 @@ mod tests {
             prop_assume!(!starts.is_empty());
             let start = starts[at % starts.len()];
             let end = start + line[start..].chars().next().unwrap().len_utf8();
-            let Excerpt { text: cut, matched } = excerpt(&line, start, end, max);
+            let Excerpt { text: cut, matched, escaped_len } = excerpt(&line, start, end, max);
+            prop_assert_eq!(escaped_len, budget::escaped_len(&cut));
             prop_assert!(cut.len() <= max, "{} > {max}", cut.len());
             prop_assert!(cut.get(matched.clone()).is_some_and(|m| line[start..end].starts_with(m)));
             let body = cut.trim_start_matches('…').trim_end_matches('…');
@@ -1585,6 +1624,7 @@ mod tests {
         for sample in samples {
             let serialized = serde_json::to_string(&sample).unwrap();
             assert_eq!(sample.json_len(), serialized.len(), "{serialized}");
+            assert_eq!(sample.clone().into_value(), json!(sample));
         }
     }
 
