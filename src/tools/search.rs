@@ -98,15 +98,15 @@ static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
          to at most {excerpt} bytes around the match, `…` marking a cut). Only the first match on \
          a line is reported. Narrow with `path` (a folder or one file) and `glob` (a file-name \
          glob such as `*.rs`, or a path glob such as `src/**/*.ts` when it contains `/`). \
-         Honours .gitignore; never follows symlinks; skips .git and dependency/build folders \
-         (node_modules, target, dist, build, vendor, .venv, __pycache__, …) unless named as \
-         `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`; lines inside \
+         Honours .gitignore; never follows symlinks; skips the folders {skipped} (and .NET \
+         bin/obj) unless named as `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`; lines inside \
          private keys are never shown. Limits: {entries} entries walked, {files} files read, \
-         {bytes} bytes read, folders {depth} levels deep, {matches} matches, and the result \
+         {bytes} bytes read, {depth} folder levels below `path`, {matches} matches, and the result \
          size. When a limit stops the search, `truncated` is true, `limit_hit` names it, and \
          `next_after` is a cursor: pass it as `after` with the same other arguments to continue \
          exactly where it stopped.",
         excerpt = limits.excerpt_bytes,
+        skipped = SKIPPED_FOLDERS.join(", "),
         entries = limits.max_entries,
         files = limits.max_files,
         bytes = limits.max_bytes,
@@ -350,7 +350,7 @@ impl Request {
     fn envelope(&self, limits: &Limits) -> Value {
         let search = &limits.search;
         let entries = budget::widest(search.max_entries as u64);
-        let mut page = Page {
+        let page = Page {
             skipped: Skipped {
                 binary: entries,
                 non_utf8: entries,
@@ -363,21 +363,21 @@ impl Request {
             bytes_read: budget::widest(search.max_bytes),
             ..Page::default()
         };
-        LimitHit::ALL
-            .iter()
-            .map(|&limit| {
-                page.stop = Some(Stop {
-                    limit,
-                    cursor: None,
-                });
-                let mut value = page.to_value(&self.query, limits, Vec::new());
-                if let Some(object) = value.as_object_mut() {
-                    object.remove("guidance");
-                }
-                value
-            })
-            .max_by_key(|value| value.to_string().len())
-            .unwrap_or(Value::Null)
+        let longest = LimitHit::ALL
+            .into_iter()
+            .max_by_key(|limit| json!(limit).to_string().len());
+        let page = Page {
+            stop: longest.map(|limit| Stop {
+                limit,
+                cursor: None,
+            }),
+            ..page
+        };
+        let mut value = page.to_value(&self.query, limits, Vec::new());
+        if let Some(object) = value.as_object_mut() {
+            object.remove("guidance");
+        }
+        value
     }
 }
 
@@ -1201,7 +1201,7 @@ enum Step {
     /// A folder the walk could not list.
     Unlisted(Done),
     /// The entry limit: this entry is not walked.
-    Stop(LimitHit),
+    EntryLimit,
 }
 
 /// The sequential half of a search: walks entries in order, counts them against the entry
@@ -1246,7 +1246,7 @@ impl Walker<'_> {
             }
         }
         if self.entries >= self.max_entries {
-            return Step::Stop(LimitHit::Entries);
+            return Step::EntryLimit;
         }
         self.entries += 1;
         let wanted = is_file
@@ -1337,18 +1337,20 @@ fn search(
         stopped: false,
         error: None,
     };
-    let mut walk_stop = None;
-    let (batch_sender, batch_receiver) = mpsc::sync_channel::<Vec<Job>>(READ_AHEAD_BATCHES);
-    let batch_receiver = Mutex::new(batch_receiver);
+    let mut entry_limit = false;
     let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
+        let (batch_sender, batch_receiver) = mpsc::sync_channel::<Vec<Job>>(READ_AHEAD_BATCHES);
+        // Only the readers hold the receiver, so that if they all ended, a send fails instead
+        // of waiting forever.
+        let batch_receiver = Arc::new(Mutex::new(batch_receiver));
         let (done_sender, done_receiver) = mpsc::channel::<Vec<Done>>();
         for _ in 0..readers {
-            let done_sender = done_sender.clone();
-            let (batch_receiver, stop_readers, plan) = (&batch_receiver, &stop_readers, &plan);
-            scope.spawn(move || reader(batch_receiver, done_sender, stop_readers, plan));
+            let (batches, done) = (Arc::clone(&batch_receiver), done_sender.clone());
+            let (stop_readers, plan) = (&stop_readers, &plan);
+            scope.spawn(move || reader(&batches, done, stop_readers, plan));
         }
-        drop(done_sender);
+        drop((batch_receiver, done_sender));
         let mut batch = Vec::with_capacity(BATCH_FILES);
         for entry in walk {
             for done in done_receiver.try_iter().flatten() {
@@ -1360,8 +1362,8 @@ fn search(
             match walker.step(entry) {
                 Step::Pass => {}
                 Step::Unlisted(done) => collector.accept(done),
-                Step::Stop(limit) => {
-                    walk_stop = Some(limit);
+                Step::EntryLimit => {
+                    entry_limit = true;
                     break;
                 }
                 Step::Read(job) => {
@@ -1395,7 +1397,7 @@ fn search(
     let mut page = collector.page;
     if page.stop.is_none() {
         page.entries_walked = walker.entries;
-        if let Some(limit) = walk_stop {
+        if entry_limit {
             let cursor = match walker.last {
                 Some(path) => Some(
                     Cursor {
@@ -1406,7 +1408,10 @@ fn search(
                 ),
                 None => request.after_text.clone(),
             };
-            page.stop = Some(Stop { limit, cursor });
+            page.stop = Some(Stop {
+                limit: LimitHit::Entries,
+                cursor,
+            });
         } else if too_deep.load(Ordering::Relaxed) {
             page.stop = Some(Stop {
                 limit: LimitHit::Depth,
