@@ -32,7 +32,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -210,7 +210,8 @@ impl LimitHit {
 /// Where a resumed search picks up, relative to the entry its cursor names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resume {
-    /// After the given line of the named file: the next lines of that file are searched.
+    /// After the given line of the named file (0: before its first line): the lines after it
+    /// are searched.
     AfterLine(u64),
     /// After the named entry, and for a folder before its contents.
     AfterEntry,
@@ -251,7 +252,7 @@ impl Cursor {
                 let digits = position.strip_prefix('L').ok_or_else(bad)?;
                 // `parse` alone would take `+5`; a cursor is only ever written as digits.
                 match digits.parse::<u64>() {
-                    Ok(line) if line >= 1 && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(line) if digits.bytes().all(|b| b.is_ascii_digit()) => {
                         Resume::AfterLine(line)
                     }
                     _ => return Err(bad()),
@@ -356,6 +357,7 @@ impl Request {
                 non_utf8: entries,
                 too_large: entries,
                 unreadable: entries,
+                too_deep: entries,
                 key_material: budget::widest(search.max_bytes),
             },
             files_searched: budget::widest(search.max_files as u64),
@@ -647,6 +649,8 @@ struct Skipped {
     non_utf8: u64,
     too_large: u64,
     unreadable: u64,
+    /// Entries not entered because they lie more than `max_depth` levels below the root.
+    too_deep: u64,
     key_material: u64,
 }
 
@@ -689,9 +693,19 @@ struct Job {
     /// The entry walked before this file: a limit that stops the search at this file resumes
     /// after it.
     previous: Option<PathBuf>,
-    /// Entries walked up to and including this file.
-    entries_walked: u64,
+    /// The walk up to the entry before this file, and up to and including this file.
+    before: Walked,
+    walked: Walked,
     after_line: u64,
+}
+
+/// How much of the walk lies behind a point in it. A page reports the counts at the point where
+/// it stopped, which is where the next page starts counting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Walked {
+    entries: u64,
+    /// Entries not entered because they lie deeper than `max_depth`; not counted as entries.
+    too_deep: u64,
 }
 
 /// A walked file with its outcome.
@@ -820,7 +834,9 @@ struct EntryFilter {
     root: PathBuf,
     after: Option<PathBuf>,
     max_depth: usize,
-    too_deep: Arc<AtomicBool>,
+    /// Counts the entries left out for their depth; the walk loop takes the count after each
+    /// step, which places them in walk order.
+    too_deep: Arc<AtomicU64>,
     /// Ignore files of the workspace folders above the search root, deepest first; the walk
     /// itself only reads those at and below the root.
     enclosing_ignores: Vec<Gitignore>,
@@ -838,7 +854,7 @@ impl EntryFilter {
             }
         }
         if entry.depth() > self.max_depth {
-            self.too_deep.store(true, Ordering::Relaxed);
+            self.too_deep.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
@@ -938,14 +954,21 @@ impl Match {
         Value::Object(object)
     }
 
-    /// The cursor that resumes right after this match's line.
-    fn cursor(&self) -> String {
-        Cursor {
-            display: self.path.clone(),
-            resume: Resume::AfterLine(self.line),
-        }
-        .to_string()
+    /// The cursor that resumes at this match's line: a page that stops because this match did
+    /// not fit hands it on, so that the next page starts exactly where this one ended and walks
+    /// nothing twice.
+    fn cursor_before(&self) -> String {
+        resume_before(&self.path, self.line)
     }
+}
+
+/// The cursor that resumes at `line` of the file shown as `display`: after the line before it.
+fn resume_before(display: &str, line: u64) -> String {
+    Cursor {
+        display: display.to_string(),
+        resume: Resume::AfterLine(line.saturating_sub(1)),
+    }
+    .to_string()
 }
 
 fn decimal_len(n: u64) -> usize {
@@ -987,16 +1010,22 @@ impl Page {
         Value::Object(object)
     }
 
+    /// Takes the walk's counts at the point where the page ends (so far).
+    fn walked_to(&mut self, walked: Walked) {
+        self.entries_walked = walked.entries;
+        self.skipped.too_deep = walked.too_deep;
+    }
+
     /// Adds a match whose serialized length is `json_len`.
     fn push(&mut self, found: Match, json_len: usize) {
         self.matches_len += json_len + usize::from(!self.matches.is_empty());
         self.matches.push(found);
     }
 
-    fn pop(&mut self) {
-        if let Some(last) = self.matches.pop() {
-            self.matches_len -= last.json_len() + usize::from(!self.matches.is_empty());
-        }
+    fn pop(&mut self) -> Option<Match> {
+        let last = self.matches.pop()?;
+        self.matches_len -= last.json_len() + usize::from(!self.matches.is_empty());
+        Some(last)
     }
 
     /// The result object, within the cap. The matches and their cursor always fit the page
@@ -1013,13 +1042,12 @@ impl Page {
                 let matches = matches.into_iter().map(Match::into_value).collect();
                 return Ok(self.to_value(query, limits, matches));
             }
-            self.pop();
-            let Some(last) = self.matches.last() else {
+            let Some(last) = self.pop().filter(|_| !self.matches.is_empty()) else {
                 return Err(budget::budget_too_small(len, limits));
             };
             self.stop = Some(Stop {
                 limit: LimitHit::ResultBytes,
-                cursor: Some(last.cursor()),
+                cursor: Some(last.cursor_before()),
             });
         }
     }
@@ -1066,7 +1094,7 @@ impl Collector<'_> {
         } = done;
         let (size, bytes_read, content) = match outcome {
             Outcome::NotRead(reason) => {
-                self.page.entries_walked = job.entries_walked;
+                self.page.walked_to(job.walked);
                 self.page.skipped.count(reason);
                 return;
             }
@@ -1086,7 +1114,7 @@ impl Collector<'_> {
         };
         if let Some(limit) = limit {
             // This file is not part of the page: the next one starts with it.
-            self.page.entries_walked = job.entries_walked.saturating_sub(1);
+            self.page.walked_to(job.before);
             let cursor = match &job.previous {
                 Some(previous) => Some(
                     Cursor {
@@ -1097,10 +1125,10 @@ impl Collector<'_> {
                 ),
                 None => self.after_text.map(str::to_string),
             };
-            self.stop(Stop { limit, cursor });
+            self.stop(limit, cursor);
             return;
         }
-        self.page.entries_walked = job.entries_walked;
+        self.page.walked_to(job.walked);
         self.page.files_searched += 1;
         self.page.bytes_read += bytes_read;
         self.charged += size;
@@ -1128,8 +1156,8 @@ impl Collector<'_> {
         }
     }
 
-    /// Adds a match if the limits allow; otherwise stops the search and returns false.
-    /// `path_len` is the escaped length of `display`.
+    /// Adds a match if the limits allow; otherwise stops the search before it and returns
+    /// false. `path_len` is the escaped length of `display`.
     fn add(
         &mut self,
         display: &str,
@@ -1138,15 +1166,12 @@ impl Collector<'_> {
         column: u64,
         excerpt: Excerpt,
     ) -> bool {
-        let stop_at_last_match = |limit| Stop {
-            limit,
-            cursor: None,
-        };
         if self.page.matches.len() >= self.limits.search.max_matches {
-            self.stop(stop_at_last_match(LimitHit::Matches));
+            self.stop(LimitHit::Matches, Some(resume_before(display, line)));
             return false;
         }
-        // The lengths this match and its cursor (`{path}#L{line}`) add, the excerpt aside.
+        // What this match adds, its excerpt aside, and room for a cursor as long as its own:
+        // the cursor of a page names the first match it could not show.
         let fields = Match::FIXED_LEN + path_len + decimal_len(line) + decimal_len(column);
         let cursor = path_len + "#L".len() + decimal_len(line);
         let comma = usize::from(!self.page.matches.is_empty());
@@ -1156,7 +1181,7 @@ impl Collector<'_> {
         let excerpt = if excerpt.escaped_len <= room {
             excerpt
         } else if !self.page.matches.is_empty() {
-            self.stop(stop_at_last_match(LimitHit::ResultBytes));
+            self.stop(LimitHit::ResultBytes, Some(resume_before(display, line)));
             return false;
         } else if let Some(shorter) = excerpt.shrunk_to(room) {
             // The first match of a page is shown with a shorter excerpt rather than not at all.
@@ -1180,12 +1205,9 @@ impl Collector<'_> {
         true
     }
 
-    /// Ends the page. A stop without a cursor resumes after the last match shown.
-    fn stop(&mut self, mut stop: Stop) {
-        if stop.cursor.is_none() {
-            stop.cursor = self.page.matches.last().map(Match::cursor);
-        }
-        self.page.stop = Some(stop);
+    /// Ends the page with `limit`; the next page starts at `cursor`.
+    fn stop(&mut self, limit: LimitHit, cursor: Option<String>) {
+        self.page.stop = Some(Stop { limit, cursor });
         self.stopped = true;
         self.stop_readers.store(true, Ordering::Relaxed);
     }
@@ -1210,18 +1232,21 @@ struct Walker<'a> {
     request: &'a Request,
     workspace: &'a Workspace,
     max_entries: u64,
-    entries: u64,
+    walked: Walked,
     index: usize,
     /// The last entry walked: the entry limit's cursor names it.
     last: Option<PathBuf>,
 }
 
 impl Walker<'_> {
-    fn step(&mut self, entry: Result<DirEntry, ignore::Error>) -> Step {
+    /// Takes the next entry of the walk; `too_deep` entries were left out for their depth just
+    /// before it. They belong to this page unless the page ends at this entry.
+    fn step(&mut self, entry: Result<DirEntry, ignore::Error>, too_deep: u64) -> Step {
         let entry = match entry {
             Ok(entry) => entry,
             Err(_) => {
-                let job = self.job(PathBuf::new(), 0);
+                self.walked.too_deep += too_deep;
+                let job = self.job(PathBuf::new(), self.walked, 0);
                 return Step::Unlisted(Done {
                     job,
                     display: String::new(),
@@ -1230,25 +1255,35 @@ impl Walker<'_> {
             }
         };
         let is_file = entry.file_type().is_some_and(|t| t.is_file());
-        if entry.depth() == 0 && !is_file {
-            return Step::Pass;
-        }
         let mut after_line = 0;
-        if let Some((after, resume)) = &self.request.after {
+        let passed = if entry.depth() == 0 && !is_file {
+            true
+        } else if let Some((after, resume)) = &self.request.after {
             let relative = entry
                 .path()
                 .strip_prefix(&self.request.root)
                 .unwrap_or(entry.path());
             match (position(relative, after), resume) {
-                (Position::After, _) => {}
-                (Position::At, Resume::AfterLine(line)) if is_file => after_line = *line,
-                _ => return Step::Pass,
+                (Position::After, _) => false,
+                (Position::At, Resume::AfterLine(line)) if is_file => {
+                    after_line = *line;
+                    false
+                }
+                _ => true,
             }
+        } else {
+            false
+        };
+        if passed {
+            self.walked.too_deep += too_deep;
+            return Step::Pass;
         }
-        if self.entries >= self.max_entries {
+        if self.walked.entries >= self.max_entries {
             return Step::EntryLimit;
         }
-        self.entries += 1;
+        let before = self.walked;
+        self.walked.too_deep += too_deep;
+        self.walked.entries += 1;
         let wanted = is_file
             && self.request.glob.as_ref().is_none_or(|glob| {
                 glob.is_match(entry.path(), || self.workspace.display(entry.path()))
@@ -1259,19 +1294,20 @@ impl Walker<'_> {
             return Step::Pass;
         }
         let previous = self.last.replace(path.clone());
-        let mut job = self.job(path, after_line);
+        let mut job = self.job(path, before, after_line);
         job.previous = previous;
         Step::Read(job)
     }
 
     /// The next item in walk order.
-    fn job(&mut self, path: PathBuf, after_line: u64) -> Job {
+    fn job(&mut self, path: PathBuf, before: Walked, after_line: u64) -> Job {
         self.index += 1;
         Job {
             index: self.index - 1,
             path,
             previous: None,
-            entries_walked: self.entries,
+            before,
+            walked: self.walked,
             after_line,
         }
     }
@@ -1286,7 +1322,7 @@ fn search(
     envelope_len: usize,
 ) -> Result<Page, ToolError> {
     let limits = &ctx.limits.search;
-    let too_deep = Arc::new(AtomicBool::new(false));
+    let too_deep = Arc::new(AtomicU64::new(0));
     let filter = EntryFilter {
         root: request.root.clone(),
         after: request.after.as_ref().map(|(path, _)| path.clone()),
@@ -1318,7 +1354,7 @@ fn search(
         request,
         workspace: ctx.workspace,
         max_entries: limits.max_entries as u64,
-        entries: 0,
+        walked: Walked::default(),
         index: 0,
         last: None,
     };
@@ -1359,7 +1395,7 @@ fn search(
             if collector.stopped {
                 break;
             }
-            match walker.step(entry) {
+            match walker.step(entry, too_deep.swap(0, Ordering::Relaxed)) {
                 Step::Pass => {}
                 Step::Unlisted(done) => collector.accept(done),
                 Step::EntryLimit => {
@@ -1376,6 +1412,10 @@ fn search(
                     }
                 }
             }
+        }
+        if !entry_limit {
+            // The walk's last step may have left out deep entries after the last one yielded.
+            walker.walked.too_deep += too_deep.swap(0, Ordering::Relaxed);
         }
         if !batch.is_empty() && !collector.stopped {
             // A failed send means every reader is gone; the merge below then ends early.
@@ -1396,7 +1436,7 @@ fn search(
     }
     let mut page = collector.page;
     if page.stop.is_none() {
-        page.entries_walked = walker.entries;
+        page.walked_to(walker.walked);
         if entry_limit {
             let cursor = match walker.last {
                 Some(path) => Some(
@@ -1412,7 +1452,7 @@ fn search(
                 limit: LimitHit::Entries,
                 cursor,
             });
-        } else if too_deep.load(Ordering::Relaxed) {
+        } else if page.skipped.too_deep > 0 {
             page.stop = Some(Stop {
                 limit: LimitHit::Depth,
                 cursor: None,
@@ -1635,7 +1675,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_malformed_ones_are_refused() {
-        for text in ["src/a.rs#L12", "a#b.txt#end", "x#L1"] {
+        for text in ["src/a.rs#L12", "a#b.txt#end", "x#L1", "x#L0"] {
             assert_eq!(Cursor::parse(text).unwrap().to_string(), text);
         }
         assert_eq!(
@@ -1646,7 +1686,7 @@ mod tests {
             }
         );
         for text in [
-            "", "src/a.rs", "a#L0", "a#L", "a#L+3", "a#Lx", "a#END", "a#12",
+            "", "src/a.rs", "a#L", "a#L+3", "a#Lx", "a#L-1", "a#END", "a#12",
         ] {
             let err = Cursor::parse(text).unwrap_err();
             assert_eq!(err.code, ErrorCode::BadCursor, "{text}");
@@ -1855,6 +1895,8 @@ mod tests {
         assert_eq!(places(&result), vec![("1/2/ok.txt".into(), 1)]);
         assert_eq!(result["truncated"], true);
         assert_eq!(result["limit_hit"], "depth");
+        assert_eq!(result["skipped"]["too_deep"], 1);
+        assert_eq!(result["entries_walked"], 4);
         assert!(result.get("next_after").is_none());
         assert!(result["guidance"].as_str().unwrap().contains("`path`"));
         let deeper = run_with(&ws, &limits, json!({"query": "x", "path": "1/2"})).unwrap();
@@ -2047,6 +2089,7 @@ mod tests {
             max_files in 1usize..5,
             extra_bytes in 0u64..400,
             max_matches in 1usize..6,
+            max_depth in 1usize..4,
             cap in 1_800usize..6_000,
         ) {
             let dir = tempfile::tempdir().unwrap();
@@ -2067,11 +2110,13 @@ mod tests {
                     max_entries: usize::MAX,
                     max_files: usize::MAX,
                     max_matches: usize::MAX - 1,
+                    max_depth,
                     ..SearchLimits::default()
                 },
                 ..Limits::default()
             };
-            let all = found(&run_with(&ws, &unlimited, json!({"query": "x"})).unwrap());
+            let reference = run_with(&ws, &unlimited, json!({"query": "x"})).unwrap();
+            let all = found(&reference);
             let limits = Limits {
                 max_tool_result_bytes: cap,
                 search: SearchLimits {
@@ -2079,11 +2124,13 @@ mod tests {
                     max_files,
                     max_bytes: largest.max(1) + extra_bytes,
                     max_matches,
+                    max_depth,
                     ..SearchLimits::default()
                 },
                 ..Limits::default()
             };
             let mut paged = Vec::new();
+            let mut too_deep = 0;
             let mut after: Option<String> = None;
             for _ in 0..200 {
                 let mut args = json!({"query": "x"});
@@ -2093,14 +2140,18 @@ mod tests {
                 let page = run_with(&ws, &limits, args).unwrap();
                 prop_assert!(page.to_string().len() <= cap);
                 paged.extend(found(&page));
-                if page["truncated"] == false {
+                too_deep += page["skipped"]["too_deep"].as_u64().unwrap();
+                // Only the depth limit ends a search that is still truncated: it has no cursor.
+                let Some(next) = page["next_after"].as_str().map(str::to_string) else {
+                    prop_assert!(page["truncated"] == false || page["limit_hit"] == "depth");
                     break;
-                }
-                let next = page["next_after"].as_str().unwrap().to_string();
+                };
                 prop_assert_ne!(Some(&next), after.as_ref(), "no progress");
                 after = Some(next);
             }
             prop_assert_eq!(paged, all);
+            // Pages partition the walk: what one left out for depth, no other counts again.
+            prop_assert_eq!(Some(too_deep), reference["skipped"]["too_deep"].as_u64());
         }
     }
 }

@@ -244,6 +244,7 @@ fn depth_limit_is_32() {
     assert_eq!(places(&result), vec![place(&at_32, 1)]);
     assert_eq!(result["truncated"], true);
     assert_eq!(result["limit_hit"], "depth");
+    assert_eq!(result["skipped"]["too_deep"], 1);
     let deeper = search(dir.path(), json!({"query": "x", "path": "1"}), &[]);
     assert_eq!(places(&deeper).len(), 2);
     assert_eq!(deeper["truncated"], false);
