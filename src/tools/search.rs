@@ -962,6 +962,25 @@ impl Match {
     }
 }
 
+/// The cursor that resumes after the walked entry `last`, or, when the page walked nothing,
+/// where it began (`page_start`).
+fn resume_after(
+    workspace: &Workspace,
+    last: Option<&Path>,
+    page_start: Option<&str>,
+) -> Option<String> {
+    match last {
+        Some(path) => Some(
+            Cursor {
+                display: workspace.display(path),
+                resume: Resume::AfterEntry,
+            }
+            .to_string(),
+        ),
+        None => page_start.map(str::to_string),
+    }
+}
+
 /// The cursor that resumes at `line` of the file shown as `display`: after the line before it.
 fn resume_before(display: &str, line: u64) -> String {
     Cursor {
@@ -1115,16 +1134,7 @@ impl Collector<'_> {
         if let Some(limit) = limit {
             // This file is not part of the page: the next one starts with it.
             self.page.walked_to(job.before);
-            let cursor = match &job.previous {
-                Some(previous) => Some(
-                    Cursor {
-                        display: self.workspace.display(previous),
-                        resume: Resume::AfterEntry,
-                    }
-                    .to_string(),
-                ),
-                None => self.after_text.map(str::to_string),
-            };
+            let cursor = resume_after(self.workspace, job.previous.as_deref(), self.after_text);
             self.stop(limit, cursor);
             return;
         }
@@ -1438,16 +1448,11 @@ fn search(
     if page.stop.is_none() {
         page.walked_to(walker.walked);
         if entry_limit {
-            let cursor = match walker.last {
-                Some(path) => Some(
-                    Cursor {
-                        display: ctx.workspace.display(&path),
-                        resume: Resume::AfterEntry,
-                    }
-                    .to_string(),
-                ),
-                None => request.after_text.clone(),
-            };
+            let cursor = resume_after(
+                ctx.workspace,
+                walker.last.as_deref(),
+                request.after_text.as_deref(),
+            );
             page.stop = Some(Stop {
                 limit: LimitHit::Entries,
                 cursor,
