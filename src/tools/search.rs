@@ -3,7 +3,11 @@
 //! Architecture invariants:
 //! - The walk is sequential and sorted by file name, depth first, so it visits paths in
 //!   component-wise [`Path`] order (`a/b` before `a.txt`). Cursors compare paths in that order,
-//!   which lets a resumed search prune every folder that lies wholly before its cursor.
+//!   which lets a resumed search prune every folder that lies wholly before its cursor. Pages
+//!   partition the walk: a page ends exactly where the next begins (at the first match it could
+//!   not show, or after the last entry it walked), so no match is lost or shown twice, and the
+//!   entries before a cursor are neither walked nor counted again (a page limited by entries
+//!   would otherwise never get past them).
 //! - Files are read and scanned by worker threads, but their outcomes are merged strictly in walk
 //!   order, and every limit is decided at the point of the walk where a sequential search would
 //!   decide it. The result is therefore the same as a sequential search's, whatever the timing.
@@ -99,8 +103,9 @@ static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
          a line is reported. Narrow with `path` (a folder or one file) and `glob` (a file-name \
          glob such as `*.rs`, or a path glob such as `src/**/*.ts` when it contains `/`). \
          Honours .gitignore; never follows symlinks; skips the folders {skipped} (and .NET \
-         bin/obj) unless named as `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`; lines inside \
-         private keys are never shown. Limits: {entries} entries walked, {files} files read, \
+         bin/obj) unless named as `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`, as are \
+         entries too deep to enter and matches on lines inside private keys, which are never \
+         shown. Limits: {entries} entries walked, {files} files read, \
          {bytes} bytes read, {depth} folder levels below `path`, {matches} matches, and the result \
          size. When a limit stops the search, `truncated` is true, `limit_hit` names it, and \
          `next_after` is a cursor: pass it as `after` with the same other arguments to continue \
