@@ -687,8 +687,50 @@ enum Outcome {
 
 #[derive(Debug)]
 enum Content {
-    Text(Vec<Found>),
+    Text(Vec<Prepared>),
     Skipped(SkipReason),
+}
+
+/// A match as a reader hands it to the merge.
+#[derive(Debug)]
+enum Prepared {
+    Shown(Shown),
+    InKey,
+}
+
+/// A match to show, its result object already built by the reader, so that the merge, the
+/// sequential part of a search, only places it.
+#[derive(Debug)]
+struct Shown {
+    line: u64,
+    value: Value,
+    /// The serialized length of `value`, and of the escaped excerpt in it.
+    json_len: usize,
+    excerpt_len: usize,
+    /// Where the match lies in the excerpt, to cut a shorter one.
+    matched: Range<usize>,
+}
+
+/// Builds the result objects of the matches of the file shown as `display`.
+fn prepare(found: Vec<Found>, display: &str) -> Vec<Prepared> {
+    let path_len = budget::escaped_len(display);
+    found
+        .into_iter()
+        .map(|found| match found {
+            Found::InKey => Prepared::InKey,
+            Found::Shown {
+                line,
+                column,
+                excerpt,
+            } => Prepared::Shown(Shown {
+                line,
+                json_len: match_json_len(path_len, line, column, excerpt.escaped_len),
+                excerpt_len: excerpt.escaped_len,
+                matched: excerpt.matched,
+                value: match_value(display, line, column, excerpt.text),
+            }),
+        })
+        .collect()
 }
 
 /// A file for a reader, in walk order.
@@ -731,9 +773,10 @@ struct ReadPlan<'a> {
     excerpt_bytes: usize,
 }
 
-/// Reads one file (at most the size it had when opened) and scans it.
+/// Reads one file (at most the size it had when opened), scans it and prepares its matches.
 fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
     buffer.clear();
+    let mut display = String::new();
     let mut read = || -> io::Result<Outcome> {
         let file = File::open(&job.path)?;
         // The size comes from the open file, not the walk: a stat by path would cost the walk,
@@ -757,13 +800,19 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
         } else {
             match std::str::from_utf8(buffer) {
                 Err(_) => Content::Skipped(SkipReason::NonUtf8),
-                Ok(text) => Content::Text(scan(
-                    text,
-                    plan.matcher,
-                    job.after_line,
-                    plan.max_shown,
-                    plan.excerpt_bytes,
-                )),
+                Ok(text) => {
+                    let found = scan(
+                        text,
+                        plan.matcher,
+                        job.after_line,
+                        plan.max_shown,
+                        plan.excerpt_bytes,
+                    );
+                    if !found.is_empty() {
+                        display = plan.workspace.display(&job.path);
+                    }
+                    Content::Text(prepare(found, &display))
+                }
             }
         };
         Ok(Outcome::Read {
@@ -773,13 +822,6 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
         })
     };
     let outcome = read().unwrap_or(Outcome::NotRead(SkipReason::Unreadable));
-    let display = match &outcome {
-        Outcome::Read {
-            content: Content::Text(found),
-            ..
-        } if !found.is_empty() => plan.workspace.display(&job.path),
-        _ => String::new(),
-    };
     Done {
         job,
         display,
@@ -927,44 +969,31 @@ struct Stop {
     cursor: Option<String>,
 }
 
-/// One match as the result shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-struct Match {
-    path: String,
-    line: u64,
-    column: u64,
-    excerpt: String,
+/// The bytes of a serialized match besides its path, numbers and excerpt.
+const MATCH_FIXED_LEN: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
+
+/// The bytes a match object takes serialized, from the escaped lengths of its strings.
+fn match_json_len(path_len: usize, line: u64, column: u64, excerpt_len: usize) -> usize {
+    MATCH_FIXED_LEN + path_len + decimal_len(line) + decimal_len(column) + excerpt_len
 }
 
-impl Match {
-    /// The bytes of a serialized match besides its path, numbers and excerpt.
-    const FIXED_LEN: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
+/// A match as the result shows it: `{path, line, column, excerpt}`.
+fn match_value(display: &str, line: u64, column: u64, excerpt: String) -> Value {
+    let mut object = serde_json::Map::new();
+    object.insert("path".into(), display.into());
+    object.insert("line".into(), line.into());
+    object.insert("column".into(), column.into());
+    object.insert("excerpt".into(), Value::String(excerpt));
+    Value::Object(object)
+}
 
-    /// The bytes this match takes in the serialized result, without serializing it.
-    fn json_len(&self) -> usize {
-        Match::FIXED_LEN
-            + budget::escaped_len(&self.path)
-            + decimal_len(self.line)
-            + decimal_len(self.column)
-            + budget::escaped_len(&self.excerpt)
-    }
-
-    /// The match as a JSON object, moving its strings rather than copying them.
-    fn into_value(self) -> Value {
-        let mut object = serde_json::Map::new();
-        object.insert("path".into(), Value::String(self.path));
-        object.insert("line".into(), self.line.into());
-        object.insert("column".into(), self.column.into());
-        object.insert("excerpt".into(), Value::String(self.excerpt));
-        Value::Object(object)
-    }
-
-    /// The cursor that resumes at this match's line: a page that stops because this match did
-    /// not fit hands it on, so that the next page starts exactly where this one ended and walks
-    /// nothing twice.
-    fn cursor_before(&self) -> String {
-        resume_before(&self.path, self.line)
-    }
+/// The cursor that resumes at a match object's line: a page that stops because that match did
+/// not fit hands it on, so that the next page starts exactly where this one ended.
+fn cursor_before(shown: &Value) -> String {
+    resume_before(
+        shown["path"].as_str().unwrap_or_default(),
+        shown["line"].as_u64().unwrap_or_default(),
+    )
 }
 
 /// The cursor that resumes after the walked entry `last`, or, when the page walked nothing,
@@ -1002,7 +1031,7 @@ fn decimal_len(n: u64) -> usize {
 /// A search's result before serialization.
 #[derive(Debug, Default)]
 struct Page {
-    matches: Vec<Match>,
+    matches: Vec<Value>,
     /// Escaped bytes the matches take in the result, commas included.
     matches_len: usize,
     stop: Option<Stop>,
@@ -1041,14 +1070,14 @@ impl Page {
     }
 
     /// Adds a match whose serialized length is `json_len`.
-    fn push(&mut self, found: Match, json_len: usize) {
+    fn push(&mut self, shown: Value, json_len: usize) {
         self.matches_len += json_len + usize::from(!self.matches.is_empty());
-        self.matches.push(found);
+        self.matches.push(shown);
     }
 
-    fn pop(&mut self) -> Option<Match> {
+    fn pop(&mut self) -> Option<Value> {
         let last = self.matches.pop()?;
-        self.matches_len -= last.json_len() + usize::from(!self.matches.is_empty());
+        self.matches_len -= last.to_string().len() + usize::from(!self.matches.is_empty());
         Some(last)
     }
 
@@ -1063,7 +1092,6 @@ impl Page {
             let len = self.to_value(query, limits, Vec::new()).to_string().len() + self.matches_len;
             if len <= limits.max_tool_result_bytes {
                 let matches = std::mem::take(&mut self.matches);
-                let matches = matches.into_iter().map(Match::into_value).collect();
                 return Ok(self.to_value(query, limits, matches));
             }
             let Some(last) = self.pop().filter(|_| !self.matches.is_empty()) else {
@@ -1071,7 +1099,7 @@ impl Page {
             };
             self.stop = Some(Stop {
                 limit: LimitHit::ResultBytes,
-                cursor: Some(last.cursor_before()),
+                cursor: Some(cursor_before(&last)),
             });
         }
     }
@@ -1157,13 +1185,9 @@ impl Collector<'_> {
         let path_len = budget::escaped_len(&display);
         for found in found {
             match found {
-                Found::InKey => self.page.skipped.key_material += 1,
-                Found::Shown {
-                    line,
-                    column,
-                    excerpt,
-                } => {
-                    if !self.add(&display, path_len, line, column, excerpt) {
+                Prepared::InKey => self.page.skipped.key_material += 1,
+                Prepared::Shown(shown) => {
+                    if !self.add(&display, path_len, shown) {
                         return;
                     }
                 }
@@ -1171,53 +1195,57 @@ impl Collector<'_> {
         }
     }
 
-    /// Adds a match if the limits allow; otherwise stops the search before it and returns
-    /// false. `path_len` is the escaped length of `display`.
-    fn add(
-        &mut self,
-        display: &str,
-        path_len: usize,
-        line: u64,
-        column: u64,
-        excerpt: Excerpt,
-    ) -> bool {
+    /// Adds a match of the file shown as `display` (`path_len` bytes escaped) if the limits
+    /// allow; otherwise ends the page before it and returns false.
+    fn add(&mut self, display: &str, path_len: usize, shown: Shown) -> bool {
+        // The next page starts at the match this one could not show.
+        let next_page = || Some(resume_before(display, shown.line));
         if self.page.matches.len() >= self.limits.search.max_matches {
-            self.stop(LimitHit::Matches, Some(resume_before(display, line)));
+            self.stop(LimitHit::Matches, next_page());
             return false;
         }
-        // What this match adds, its excerpt aside, and room for a cursor as long as its own:
-        // the cursor of a page names the first match it could not show.
-        let fields = Match::FIXED_LEN + path_len + decimal_len(line) + decimal_len(column);
-        let cursor = path_len + "#L".len() + decimal_len(line);
+        // Room for the excerpt once the rest of this match and a cursor as long as its own are
+        // counted: a page's cursor names the first match it could not show, usually alike.
+        let cursor = path_len + "#L".len() + decimal_len(shown.line);
+        let fields = shown.json_len - shown.excerpt_len;
         let comma = usize::from(!self.page.matches.is_empty());
         let room = self
             .budget
             .saturating_sub(self.page.matches_len + comma + fields + cursor);
-        let excerpt = if excerpt.escaped_len <= room {
-            excerpt
-        } else if !self.page.matches.is_empty() {
-            self.stop(LimitHit::ResultBytes, Some(resume_before(display, line)));
+        if shown.excerpt_len <= room {
+            self.page.push(shown.value, shown.json_len);
+            return true;
+        }
+        if !self.page.matches.is_empty() {
+            self.stop(LimitHit::ResultBytes, next_page());
             return false;
-        } else if let Some(shorter) = excerpt.shrunk_to(room) {
-            // The first match of a page is shown with a shorter excerpt rather than not at all.
-            shorter
-        } else {
-            self.error = Some(budget::budget_too_small(
-                self.envelope_len + fields + cursor,
-                self.limits,
-            ));
-            self.stopped = true;
-            self.stop_readers.store(true, Ordering::Relaxed);
-            return false;
+        }
+        // The first match of a page is shown with a shorter excerpt rather than not at all.
+        let excerpt = Excerpt {
+            text: shown.value["excerpt"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            matched: shown.matched,
+            escaped_len: shown.excerpt_len,
         };
-        let shown = Match {
-            path: display.to_string(),
-            line,
-            column,
-            excerpt: excerpt.text,
-        };
-        self.page.push(shown, fields + excerpt.escaped_len);
-        true
+        let mut value = shown.value;
+        match (excerpt.shrunk_to(room), value.as_object_mut()) {
+            (Some(shorter), Some(object)) => {
+                object.insert("excerpt".into(), Value::String(shorter.text));
+                self.page.push(value, fields + shorter.escaped_len);
+                true
+            }
+            _ => {
+                self.error = Some(budget::budget_too_small(
+                    self.envelope_len + fields + cursor,
+                    self.limits,
+                ));
+                self.stopped = true;
+                self.stop_readers.store(true, Ordering::Relaxed);
+                false
+            }
+        }
     }
 
     /// Ends the page with `limit`; the next page starts at `cursor`.
@@ -1663,23 +1691,22 @@ mod tests {
     #[test]
     fn match_length_is_computed_as_serde_json_writes_it() {
         let samples = [
-            Match {
-                path: "src/a.rs".into(),
-                line: 1,
-                column: 9,
-                excerpt: "plain".into(),
-            },
-            Match {
-                path: "dir/\"quoted\"\\é".into(),
-                line: 1_234_567,
-                column: 10,
-                excerpt: "tab\tnul\u{0}😀…".into(),
-            },
+            ("src/a.rs", 1, 9, "plain"),
+            ("dir/\"quoted\"\\é", 1_234_567, 10, "tab\tnul\u{0}😀…"),
         ];
-        for sample in samples {
-            let serialized = serde_json::to_string(&sample).unwrap();
-            assert_eq!(sample.json_len(), serialized.len(), "{serialized}");
-            assert_eq!(sample.clone().into_value(), json!(sample));
+        for (path, line, column, excerpt) in samples {
+            let value = match_value(path, line, column, excerpt.to_string());
+            assert_eq!(
+                value,
+                json!({"path": path, "line": line, "column": column, "excerpt": excerpt})
+            );
+            let len = match_json_len(
+                budget::escaped_len(path),
+                line,
+                column,
+                budget::escaped_len(excerpt),
+            );
+            assert_eq!(len, value.to_string().len(), "{value}");
         }
     }
 
