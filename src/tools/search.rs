@@ -639,7 +639,7 @@ impl Excerpt {
     }
 }
 
-/// Why a file was not searched, or a match not shown. Serialized as the `skipped` counts.
+/// Why a file was not searched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SkipReason {
     Binary,
@@ -648,6 +648,8 @@ enum SkipReason {
     Unreadable,
 }
 
+/// The `skipped` counts of a result: files not searched by reason, entries too deep to enter,
+/// and matches hidden because they lie in a private key.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 struct Skipped {
     binary: u64,
