@@ -477,8 +477,9 @@ enum Found {
         column: u64,
         excerpt: Excerpt,
     },
-    /// A match on a line of a private key: counted, never shown.
-    InKey,
+    /// Matches on lines of a private key, one after another: counted, never shown. Runs are
+    /// merged so that a key full of matches costs one entry, not one per line.
+    InKey(u64),
 }
 
 /// The matches of `text` on lines after `after_line`, one per line, at most `max_shown` of them
@@ -519,7 +520,10 @@ fn scan(
             }
         });
         if spans.iter().any(|span| span.contains(&start)) {
-            found.push(Found::InKey);
+            match found.last_mut() {
+                Some(Found::InKey(run)) => *run += 1,
+                _ => found.push(Found::InKey(1)),
+            }
         } else {
             // Editors do not show the byte-order mark, so columns do not count it.
             let start = if start == 0 && text.starts_with(BYTE_ORDER_MARK) && hit.start > 0 {
@@ -697,7 +701,7 @@ enum Content {
 #[derive(Debug)]
 enum Prepared {
     Shown(Shown),
-    InKey,
+    InKey(u64),
 }
 
 /// A match to show, its result object already built by the reader, so that the merge, the
@@ -719,7 +723,7 @@ fn prepare(found: Vec<Found>, display: &str) -> Vec<Prepared> {
     found
         .into_iter()
         .map(|found| match found {
-            Found::InKey => Prepared::InKey,
+            Found::InKey(run) => Prepared::InKey(run),
             Found::Shown {
                 line,
                 column,
@@ -1187,7 +1191,7 @@ impl Collector<'_> {
         let path_len = budget::escaped_len(&display);
         for found in found {
             match found {
-                Prepared::InKey => self.page.skipped.key_material += 1,
+                Prepared::InKey(run) => self.page.skipped.key_material += run,
                 Prepared::Shown(shown) => {
                     if !self.add(&display, path_len, shown) {
                         return;
@@ -1672,7 +1676,7 @@ mod tests {
                     column,
                     excerpt,
                 } => (line, column, excerpt.text),
-                Found::InKey => panic!("no key here"),
+                Found::InKey(_) => panic!("no key here"),
             })
             .collect();
         assert_eq!(
