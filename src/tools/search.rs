@@ -777,6 +777,8 @@ struct ReadPlan<'a> {
     binary_sniff_bytes: u64,
     max_shown: usize,
     excerpt_bytes: usize,
+    /// Open documents are searched in their unsaved editor text.
+    editor: Option<&'a dyn super::Editor>,
 }
 
 /// Reads one file (at most the size it had when opened), scans it and prepares its matches.
@@ -784,23 +786,40 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
     buffer.clear();
     let mut display = String::new();
     let mut read = || -> io::Result<Outcome> {
-        let file = File::open(&job.path)?;
-        // The size comes from the open file, not the walk: a stat by path would cost the walk,
-        // which is the one sequential part of a search, a second path lookup per file.
-        let size = file.metadata()?.len();
-        if size > plan.max_bytes {
-            return Ok(Outcome::NotRead(SkipReason::TooLarge));
-        }
-        let mut reader = file.take(size);
-        buffer.reserve(usize::try_from(size).unwrap_or(0));
-        // Sniff the head first so that a large binary is not read whole.
-        (&mut reader)
-            .take(plan.binary_sniff_bytes)
-            .read_to_end(buffer)?;
-        let binary = memchr::memchr(0, buffer).is_some();
-        if !binary {
-            reader.read_to_end(buffer)?;
-        }
+        let snapshot = plan.editor.and_then(|editor| editor.snapshot(&job.path));
+        let (size, binary) = match snapshot {
+            // An open document is searched as the editor has it, unsaved changes and all.
+            Some(snapshot) => {
+                let size = super::source::ByteSource::len(&snapshot);
+                if size > plan.max_bytes {
+                    return Ok(Outcome::NotRead(SkipReason::TooLarge));
+                }
+                buffer.extend_from_slice(&super::source::read_range(&snapshot, 0, size)?);
+                let head = &buffer[..buffer.len().min(plan.binary_sniff_bytes as usize)];
+                (size, memchr::memchr(0, head).is_some())
+            }
+            None => {
+                let file = File::open(&job.path)?;
+                // The size comes from the open file, not the walk: a stat by path would cost
+                // the walk, which is the one sequential part of a search, a second path lookup
+                // per file.
+                let size = file.metadata()?.len();
+                if size > plan.max_bytes {
+                    return Ok(Outcome::NotRead(SkipReason::TooLarge));
+                }
+                let mut reader = file.take(size);
+                buffer.reserve(usize::try_from(size).unwrap_or(0));
+                // Sniff the head first so that a large binary is not read whole.
+                (&mut reader)
+                    .take(plan.binary_sniff_bytes)
+                    .read_to_end(buffer)?;
+                let binary = memchr::memchr(0, buffer).is_some();
+                if !binary {
+                    reader.read_to_end(buffer)?;
+                }
+                (size, binary)
+            }
+        };
         let content = if binary {
             Content::Skipped(SkipReason::Binary)
         } else {
@@ -1398,6 +1417,7 @@ fn search(
         binary_sniff_bytes: ctx.limits.binary_sniff_bytes as u64,
         max_shown: limits.max_matches.saturating_add(1),
         excerpt_bytes: limits.excerpt_bytes,
+        editor: ctx.editor,
     };
     let mut walker = Walker {
         request,
@@ -1530,6 +1550,7 @@ mod tests {
             workspace,
             limits,
             ledger: None,
+            editor: None,
         };
         call("pen_search", &args, &ctx)
     }

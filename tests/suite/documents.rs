@@ -201,3 +201,14 @@ fn an_edit_after_the_buffer_changed_is_stale() {
     );
     assert_eq!(result["source"], "editor", "{result}");
 }
+
+#[test]
+fn search_finds_unsaved_editor_text() {
+    let mut ed = editor(&["utf-16"]);
+    fs::write(ed.root.path().join("a.rs"), "let saved = 1;\n").unwrap();
+    ed.open("a.rs", 1, "let unsaved_name = 1;\n");
+    let found = ed.tool("pen_search", json!({"query": "unsaved_name"}));
+    assert_eq!(found["matches"][0]["path"], "a.rs", "{found}");
+    let stale = ed.tool("pen_search", json!({"query": "saved = 1"}));
+    assert_eq!(stale["matches"].as_array().unwrap().len(), 0, "{stale}");
+}
