@@ -16,12 +16,35 @@ use std::time::{Duration, Instant};
 const RUNS: usize = 3;
 
 fn main() {
-    let Some(corpus) = corpus() else {
-        println!("no corpus: set PEN_BENCH_CORPUS or fetch some crates into ~/.cargo/registry/src");
-        return;
+    match corpus() {
+        Some(corpus) => {
+            println!("corpus: {}", corpus.display());
+            bench_search(&corpus);
+        }
+        None => println!(
+            "pen_search: no corpus: set PEN_BENCH_CORPUS or fetch some crates into ~/.cargo/registry/src"
+        ),
+    }
+    bench_read();
+    bench_list();
+}
+
+/// Calls a tool in a workspace at the default limits; panics on a tool error, which would make
+/// the figure meaningless.
+fn call(root: &Path, name: &str, args: Value) -> Value {
+    let workspace = Workspace::new(&[root.to_path_buf()]).expect("workspace");
+    let limits = Limits::default();
+    let ctx = ToolContext {
+        workspace: &workspace,
+        limits: &limits,
+        ledger: None,
+        editor: None,
     };
-    println!("corpus: {}", corpus.display());
-    bench_search(&corpus);
+    tools::call(name, &args, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn corpus() -> Option<PathBuf> {
@@ -50,8 +73,10 @@ fn megabytes_per_second(bytes: u64, time: Duration) -> f64 {
     bytes as f64 / 1e6 / time.as_secs_f64()
 }
 
-/// pen_search against `rg -F -c` on the same corpus: a rare query (the cost of walking, reading
-/// and scanning) and a common one (plus the cost of building many matches).
+/// pen_search against ripgrep on the same corpus: a rare query (the cost of walking, reading
+/// and scanning) and a common one (plus the cost of building many matches), each against
+/// `rg -F -c` (counting only) and `rg -F -n --column` (every match with its position, the job
+/// pen_search does).
 fn bench_search(corpus: &Path) {
     let workspace = match Workspace::new(&[corpus.to_path_buf()]) {
         Ok(workspace) => workspace,
@@ -85,6 +110,7 @@ fn bench_search(corpus: &Path) {
             workspace: &workspace,
             limits: &limits,
             ledger: None,
+            editor: None,
         };
         let (pen_time, result) =
             best_of(|| tools::call("pen_search", &json!({ "query": query }), &ctx));
@@ -129,6 +155,27 @@ fn bench_search(corpus: &Path) {
             rg_time.as_secs_f64() * 1e3,
             pen_rate / rg_rate
         );
+        // The same job as pen's: every matching line with its line and column, printed.
+        let (rg_print_time, _) = best_of(|| {
+            Command::new("rg")
+                .args([
+                    "-F",
+                    "--no-messages",
+                    "-n",
+                    "--column",
+                    "--no-heading",
+                    query,
+                ])
+                .arg(corpus)
+                .output()
+        });
+        let rg_print_rate = megabytes_per_second(rg_bytes, rg_print_time);
+        println!(
+            "rg -F -n --column {label} {query:?}: every match printed in {:.1} ms = {rg_print_rate:.0} MB/s; \
+             pen/rg throughput = {:.2}",
+            rg_print_time.as_secs_f64() * 1e3,
+            pen_rate / rg_print_rate
+        );
     }
 }
 
@@ -142,4 +189,89 @@ fn rg_bytes_searched(query: &str, corpus: &Path) -> Option<u64> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .find_map(|line| line.strip_suffix(" bytes searched")?.trim().parse().ok())
+}
+
+/// pen_read on a 1 GiB log: the last page through the cursor against the first page. The file
+/// is sparse (a text head, a hole, a text tail) so it is cheap to make; the cursor never
+/// touches the hole.
+fn bench_read() {
+    const SIZE: u64 = 1 << 30;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("huge.log");
+    let line = |i: u64| {
+        format!(
+            "2026-11-30T12:00:00Z INFO worker-{} handled request {i} in 3 ms\n",
+            i % 8
+        )
+    };
+    let mut head = String::new();
+    let mut i = 0;
+    while head.len() < 1 << 20 {
+        head.push_str(&line(i));
+        i += 1;
+    }
+    let mut tail = String::new();
+    while tail.len() < 1 << 20 {
+        tail.push_str(&line(i));
+        i += 1;
+    }
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = std::fs::File::create(&path).expect("create");
+        file.write_all(head.as_bytes()).expect("write head");
+        file.seek(SeekFrom::Start(SIZE - tail.len() as u64 - 1))
+            .expect("seek");
+        // The byte before the tail ends the hole's "line".
+        file.write_all(b"\n").expect("write");
+        file.write_all(tail.as_bytes()).expect("write tail");
+    }
+    let last_offset = SIZE - 40 * line(i).len() as u64;
+    let last_offset =
+        last_offset - (last_offset - (SIZE - tail.len() as u64)) % line(i).len() as u64;
+    let ctx_root = dir.path().to_path_buf();
+    let (first, _) = best_of(|| call(&ctx_root, "pen_read", json!({"path": "huge.log"})));
+    let (last, _) = best_of(|| {
+        call(
+            &ctx_root,
+            "pen_read",
+            json!({"path": "huge.log", "start_line": 99_999_999, "offset": last_offset}),
+        )
+    });
+    let (tail_time, _) = best_of(|| call(&ctx_root, "pen_tail", json!({"path": "huge.log"})));
+    println!("pen_read on a 1 GiB log");
+    println!("  first page                 {:>9.3} ms", ms(first));
+    println!("  last page via next_offset  {:>9.3} ms", ms(last));
+    println!("  pen_tail                   {:>9.3} ms", ms(tail_time));
+    println!(
+        "  last/first ratio           {:>9.2}   (target <= 2)",
+        last.as_secs_f64() / first.as_secs_f64()
+    );
+}
+
+/// pen_list over a directory of 100,000 entries against a bare `read_dir` of it.
+fn bench_list() {
+    const ENTRIES: usize = 100_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..ENTRIES {
+        std::fs::File::create(dir.path().join(format!("entry-{i:06}.txt"))).expect("create");
+    }
+    let root = dir.path().to_path_buf();
+    let (reference, _) = best_of(|| std::fs::read_dir(&root).expect("read_dir").count());
+    let (first, _) = best_of(|| call(&root, "pen_list", json!({})));
+    let (deep, _) = best_of(|| call(&root, "pen_list", json!({"after": "entry-090000.txt"})));
+    println!("pen_list on a directory of {ENTRIES} entries");
+    println!(
+        "  read_dir of all entries    {:>9.3} ms  (reference)",
+        ms(reference)
+    );
+    println!(
+        "  first page                 {:>9.3} ms  ({:.2}x reference)",
+        ms(first),
+        first.as_secs_f64() / reference.as_secs_f64()
+    );
+    println!(
+        "  page after entry 90,000    {:>9.3} ms  ({:.2}x reference)",
+        ms(deep),
+        deep.as_secs_f64() / reference.as_secs_f64()
+    );
 }
