@@ -193,6 +193,12 @@ fn export(
 /// Runs `pen serve` until the client exits or closes stdin.
 pub fn run_serve() -> ExitCode {
     let _log_guard = init_file_logging();
+    // A panic is caught per request and answered; record it in the log with one line on
+    // stderr (which editors show as the server's output) rather than a raw backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!("panic: {info}");
+        eprintln!("pen: internal error: {info}");
+    }));
     let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
     for warning in warnings {
         tracing::warn!("{warning}");
