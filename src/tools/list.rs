@@ -56,16 +56,7 @@ struct Entry {
 
 pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let limits = ctx.limits;
-    let limit = match args.limit {
-        Some(0) => {
-            return Err(ToolError::new(
-                ErrorCode::InvalidArguments,
-                "limit must be at least 1",
-            ));
-        }
-        Some(n) => n.min(limits.max_list_entries as u64) as usize,
-        None => limits.max_list_entries,
-    };
+    let limit = super::bounded_count(args.limit, limits.max_list_entries, "limit")?;
     let resolved = ctx.resolve(args.path.as_deref().unwrap_or(""))?;
     let display = resolved.display.clone();
     if !resolved.exists {

@@ -239,6 +239,19 @@ pub fn floor_char_boundary(text: &str, index: usize) -> usize {
     i
 }
 
+/// A count argument (`line_count`, `limit`): its default and maximum is `max`; larger values
+/// are lowered to it, since asking for more is no error, and 0 is refused.
+pub fn bounded_count(value: Option<u64>, max: usize, name: &str) -> Result<usize, ToolError> {
+    match value {
+        Some(0) => Err(ToolError::new(
+            ErrorCode::InvalidArguments,
+            format!("{name} must be at least 1"),
+        )),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX).min(max)),
+        None => Ok(max),
+    }
+}
+
 /// Parses tool arguments into their typed form; the error names the offending field.
 fn parse_arguments<T: DeserializeOwned>(arguments: &Value) -> Result<T, ToolError> {
     if !arguments.is_object() {

@@ -174,11 +174,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     if start_line == 0 {
         return Err(invalid("start_line is 1-based: the first line is 1"));
     }
-    let line_count = match args.line_count {
-        Some(0) => return Err(invalid("line_count must be at least 1")),
-        Some(n) => n.min(limits.max_page_lines as u64) as usize,
-        None => limits.max_page_lines,
-    };
+    let line_count = super::bounded_count(args.line_count, limits.max_page_lines, "line_count")?;
     let file = source::open_file(ctx, &args.path)?;
     let display = file.resolved.display.clone();
     let facts = file.facts(limits)?;

@@ -154,16 +154,7 @@ pub fn cut_tail<S: ByteSource + ?Sized>(
 
 pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let limits = ctx.limits;
-    let line_count = match args.line_count {
-        Some(0) => {
-            return Err(ToolError::new(
-                ErrorCode::InvalidArguments,
-                "line_count must be at least 1",
-            ));
-        }
-        Some(n) => n.min(limits.max_page_lines as u64) as usize,
-        None => limits.max_page_lines,
-    };
+    let line_count = super::bounded_count(args.line_count, limits.max_page_lines, "line_count")?;
     let file = source::open_file(ctx, &args.path)?;
     let display = file.resolved.display.clone();
     let facts = file.facts(limits)?;
