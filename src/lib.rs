@@ -20,6 +20,9 @@ pub mod documents;
 /// Durable, append-only session transcripts in SQLite.
 pub mod session;
 
+/// Model providers behind one trait.
+pub mod providers;
+
 /// Wire types of the `pen/…` methods.
 pub mod protocol;
 
