@@ -17,6 +17,9 @@ pub mod tools;
 /// Exact rope-backed views of the files open in the editor.
 pub mod documents;
 
+/// Disk changes under the workspace roots.
+pub mod watch;
+
 /// Durable, append-only session transcripts in SQLite.
 pub mod session;
 

@@ -161,6 +161,13 @@ pub const SQLITE_BUSY_RETRIES: u32 = 4;
 /// The pause before retry `n` of a busy operation is `n` times this: 25 ms, 50 ms, 75 ms…
 pub const SQLITE_BUSY_BACKOFF: Duration = Duration::from_millis(25);
 
+/// The most directories the disk watcher watches (one inotify watch each); past it, changes in
+/// the rest go unnoticed until a read or edit looks at the file itself.
+pub const MAX_WATCHED_DIRS: usize = 4_096;
+
+/// How long disk events are gathered before they are reported as one batch.
+pub const WATCH_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 #[cfg(test)]
 mod tests {
     use super::*;

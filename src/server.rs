@@ -15,6 +15,7 @@ use crate::protocol::{
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger, Replacement, ToolContext};
 use crate::transport;
+use crate::watch::DiskWatcher;
 use crate::workspace::Workspace;
 use futures::FutureExt;
 use serde_json::Value;
@@ -45,6 +46,10 @@ pub struct State {
     /// Whether the client takes versioned `documentChanges` in a workspace edit.
     versioned_edits: RwLock<bool>,
     ledger: ReadLedger,
+    /// The disk watcher over the current roots; replaced when the roots change.
+    watcher: std::sync::Mutex<Option<DiskWatcher>>,
+    /// Woken whenever the watcher reports a batch of disk changes, or (re)starts.
+    disk_changed: tokio::sync::Notify,
     /// The session store, or why it could not be opened (the tools still work without it).
     sessions: Result<Arc<SessionStore>, String>,
     /// Used as the workspace when the client names none.
@@ -90,6 +95,8 @@ where
             documents: RwLock::new(DocumentStore::default()),
             versioned_edits: RwLock::new(false),
             ledger: ReadLedger::default(),
+            watcher: std::sync::Mutex::new(None),
+            disk_changed: tokio::sync::Notify::new(),
             sessions,
             fallback_root: options.fallback_root,
             runtime,
@@ -104,7 +111,10 @@ where
     .custom_method("pen/listSessions", Backend::list_sessions)
     .custom_method("pen/getTranscript", Backend::get_transcript);
     if std::env::var_os(TEST_HOOKS_VAR).is_some() {
-        builder = builder.custom_method("pen/test/panic", Backend::test_panic);
+        builder = builder
+            .custom_method("pen/test/panic", Backend::test_panic)
+            .custom_method("pen/test/awaitDiskChange", Backend::test_await_disk_change)
+            .custom_method("pen/test/watchStatus", Backend::test_watch_status);
     }
     let (service, socket) = builder.finish();
     transport::serve(stdin, stdout, CatchPanic(service), socket).await;
@@ -113,10 +123,53 @@ where
 /// Set to expose `pen/test/panic`, which the tests use to check that a panicking handler is
 /// answered with an InternalError and the daemon keeps serving.
 const TEST_HOOKS_VAR: &str = "PEN_TEST_HOOKS";
+/// The longest a test hook waits for an event.
+const TEST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Backend {
     async fn test_panic(&self) -> jsonrpc::Result<Value> {
         panic!("pen/test/panic was called");
+    }
+
+    /// Waits (at most `TEST_WAIT`) until the watcher has reported a change of `path` since the
+    /// model read it; answers whether it did.
+    async fn test_await_disk_change(&self, params: Value) -> jsonrpc::Result<Value> {
+        let path = params
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| jsonrpc::Error::invalid_params("path is required"))?;
+        let path = crate::workspace::canonical(Path::new(path));
+        let wait = async {
+            loop {
+                let notified = self.state.disk_changed.notified();
+                if self.state.ledger.changed_on_disk(&path) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let changed = tokio::time::timeout(TEST_WAIT, wait).await.is_ok();
+        Ok(serde_json::json!({ "changed": changed }))
+    }
+
+    /// Waits (at most `TEST_WAIT`) until the disk watcher runs; answers its figures.
+    async fn test_watch_status(&self) -> jsonrpc::Result<Value> {
+        let wait = async {
+            loop {
+                let notified = self.state.disk_changed.notified();
+                let status = {
+                    let guard = self.state.watcher.lock().unwrap_or_else(|p| p.into_inner());
+                    guard.as_ref().map(|w| serde_json::json!({"watching": true, "watched": w.watched, "truncated": w.truncated}))
+                };
+                if let Some(status) = status {
+                    return status;
+                }
+                notified.await;
+            }
+        };
+        Ok(tokio::time::timeout(TEST_WAIT, wait)
+            .await
+            .unwrap_or_else(|_| serde_json::json!({"watching": false})))
     }
 
     async fn call_tool(&self, params: CallToolParams) -> jsonrpc::Result<Value> {
@@ -255,6 +308,42 @@ impl State {
         *write(&self.workspace) = workspace;
         Ok(())
     }
+
+    /// The roots the tools are confined to now.
+    fn root_paths(&self) -> Vec<PathBuf> {
+        match read(&self.workspace).as_ref() {
+            Some(ws) => ws.roots().iter().map(|r| r.path.clone()).collect(),
+            None => vec![crate::workspace::canonical(&self.fallback_root)],
+        }
+    }
+}
+
+/// (Re)starts the disk watcher over the current roots, on a blocking thread: the directory walk
+/// of a large project must not hold up the protocol.
+fn restart_watcher(state: &Arc<State>) {
+    let weak = Arc::downgrade(state);
+    let roots = state.root_paths();
+    let state = Arc::clone(state);
+    tokio::task::spawn_blocking(move || {
+        let on_change = move |paths: Vec<PathBuf>| {
+            let Some(state) = weak.upgrade() else {
+                return;
+            };
+            for path in &paths {
+                state.ledger.note_disk_change(path);
+            }
+            state.disk_changed.notify_waiters();
+        };
+        let watcher = match DiskWatcher::start(&roots, on_change) {
+            Ok(watcher) => Some(watcher),
+            Err(err) => {
+                tracing::warn!("the disk watcher could not start: {err}");
+                None
+            }
+        };
+        *state.watcher.lock().unwrap_or_else(|p| p.into_inner()) = watcher;
+        state.disk_changed.notify_waiters();
+    });
 }
 
 impl tools::Editor for State {
@@ -393,6 +482,7 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         tracing::info!("client initialized");
+        restart_watcher(&self.state);
     }
 
     async fn shutdown(&self) -> jsonrpc::Result<()> {
@@ -459,8 +549,9 @@ impl LanguageServer for Backend {
                 .iter()
                 .filter_map(|f| f.uri.to_file_path().map(|p| p.into_owned())),
         );
-        if let Err(err) = self.state.set_roots(roots) {
-            self.client.show_message(MessageType::ERROR, err).await;
+        match self.state.set_roots(roots) {
+            Ok(()) => restart_watcher(&self.state),
+            Err(err) => self.client.show_message(MessageType::ERROR, err).await,
         }
     }
 }

@@ -89,10 +89,12 @@ pub fn shown(display: &str) -> &str {
 }
 
 /// Remembers the content hash of each file as the model last read it, so that pen_edit can
-/// refuse to write over a change the model has not seen (the stale-write guard).
+/// refuse to write over a change the model has not seen (the stale-write guard), and which of
+/// those files the disk watcher saw change since.
 #[derive(Debug, Default)]
 pub struct ReadLedger {
     seen: Mutex<HashMap<PathBuf, String>>,
+    changed_on_disk: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl ReadLedger {
@@ -100,10 +102,28 @@ impl ReadLedger {
         if let Ok(mut seen) = self.seen.lock() {
             seen.insert(path.to_path_buf(), hash.to_string());
         }
+        if let Ok(mut changed) = self.changed_on_disk.lock() {
+            changed.remove(path);
+        }
     }
 
     pub fn last_seen(&self, path: &std::path::Path) -> Option<String> {
         self.seen.lock().ok()?.get(path).cloned()
+    }
+
+    /// Notes that the file at `path` changed on disk; only files the model has read count.
+    pub fn note_disk_change(&self, path: &std::path::Path) {
+        let read = self.seen.lock().is_ok_and(|seen| seen.contains_key(path));
+        if read && let Ok(mut changed) = self.changed_on_disk.lock() {
+            changed.insert(path.to_path_buf());
+        }
+    }
+
+    /// Whether the disk watcher saw the file change since the model last read it.
+    pub fn changed_on_disk(&self, path: &std::path::Path) -> bool {
+        self.changed_on_disk
+            .lock()
+            .is_ok_and(|changed| changed.contains(path))
     }
 }
 

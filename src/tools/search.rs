@@ -946,7 +946,9 @@ impl EntryFilter {
     }
 }
 
-fn is_skipped_folder(path: &Path) -> bool {
+/// Whether search (and the disk watcher) skips this folder: a VCS or dependency/build folder by
+/// name, or .NET build output beside a project file.
+pub fn is_skipped_folder(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };

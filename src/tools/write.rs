@@ -382,10 +382,15 @@ fn check_fresh(
     if seen == current {
         return Ok(());
     }
+    let how = if ledger.is_some_and(|l| l.changed_on_disk(absolute)) {
+        "changed on disk"
+    } else {
+        "changed"
+    };
     Err(ToolError::new(
         ErrorCode::Stale,
         format!(
-            "{display} changed since you last read it (expected hash {seen}, it is now \
+            "{display} {how} since you last read it (expected hash {seen}, it is now \
              {current}). Re-read it with pen_read and redo the edit against its current text. \
              Nothing was written."
         ),

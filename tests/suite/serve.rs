@@ -208,3 +208,46 @@ fn malformed_input_gets_json_rpc_errors_and_the_daemon_keeps_serving() {
     // The client disappears: the daemon exits cleanly.
     assert_eq!(client.close(), Some(0));
 }
+
+#[test]
+fn a_file_changed_on_disk_after_a_read_is_seen_and_its_edit_refused() {
+    let (_data, root, mut client) = daemon(&[("PEN_TEST_HOOKS", "1")]);
+    fs::create_dir_all(root.path().join("src")).unwrap();
+    fs::create_dir_all(root.path().join("node_modules/dep")).unwrap();
+    fs::write(root.path().join("src/lib.rs"), "let x = 1;\n").unwrap();
+    client.initialize(root.path(), &["utf-16"]);
+    client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": "src/lib.rs"}}),
+    );
+    // The watcher starts after `initialized`; the hook answers once it runs.
+    let status = client.request("pen/test/watchStatus", json!(null));
+    assert_eq!(status["watching"], true, "{status}");
+    // root and src; node_modules is not entered.
+    assert_eq!(status["watched"], 2, "{status}");
+
+    fs::write(root.path().join("src/lib.rs"), "let x = 2;\n").unwrap();
+    let path = root
+        .path()
+        .join("src/lib.rs")
+        .to_string_lossy()
+        .into_owned();
+    let seen = client.request("pen/test/awaitDiskChange", json!({"path": path}));
+    assert_eq!(seen["changed"], true);
+    let edit = client.request(
+        "pen/callTool",
+        json!({"name": "pen_edit", "arguments": {"path": "src/lib.rs", "edits": [{"old_text": "2", "new_text": "3"}]}}),
+    );
+    assert_eq!(edit["error"]["code"], "stale", "{edit}");
+    assert!(
+        edit["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("changed on disk since you last read it"),
+        "{edit}"
+    );
+    assert_eq!(
+        fs::read_to_string(root.path().join("src/lib.rs")).unwrap(),
+        "let x = 2;\n"
+    );
+}
