@@ -21,6 +21,15 @@ fn initialize_negotiates_the_position_encoding() {
     assert_eq!(client.request("shutdown", json!(null)), json!(null));
     client.notify("exit", json!(null));
     assert_eq!(client.close(), Some(0));
+    // The daemon logged to a rolling file in the data dir, not to stdout.
+    let logs: Vec<String> = fs::read_dir(_data.path().join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        logs.iter().any(|name| name.starts_with("pen.log")),
+        "{logs:?}"
+    );
 
     let (_data, root, mut client) = daemon(&[]);
     let result = client.initialize(root.path(), &["utf-32", "utf-16"]);
