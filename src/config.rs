@@ -6,7 +6,10 @@
 //! bounds wherever it is written. At boot an invalid value is reported and the default kept;
 //! at run time it is refused.
 
-use crate::limits::{Bounds, LimitError, Limits, MAX_TOOL_RESULT_BYTES};
+use crate::limits::{
+    Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_ATTEMPTS, MAX_OUTPUT_TOKENS,
+    MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REQUEST_TIMEOUT_SECS,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -21,27 +24,112 @@ pub enum ConfigError {
         expected: &'static str,
         got: String,
     },
+    #[error("config key `{key}` must be one of {allowed}, got `{got}`")]
+    NotOneOf {
+        key: String,
+        got: String,
+        allowed: String,
+    },
     #[error(transparent)]
     OutOfRange(#[from] LimitError),
     #[error("cannot read {path}: {reason}")]
     File { path: PathBuf, reason: String },
 }
 
-/// The integer keys, each with its bounds. Adding a key means adding it here and to
-/// [`Config`].
-const INTEGER_KEYS: &[Bounds] = &[MAX_TOOL_RESULT_BYTES];
+/// Every key, in the order `pen/getConfig` shows them.
+pub const KEYS: &[&str] = &[
+    "max_tool_result_bytes",
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "context_window_tokens",
+    "max_output_tokens",
+    "request_timeout_secs",
+    "max_attempts",
+    "max_turn_requests",
+    "auto_approve",
+];
 
-/// pen's settings, always within their bounds.
+/// The values `provider` takes; unset means "pick one" (see the agent loop).
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", "bedrock"];
+
+/// The tools `auto_approve` may name: the ones that ask for approval.
+pub const APPROVABLE_TOOLS: &[&str] = &["pen_create", "pen_edit", "pen_command"];
+
+/// pen's settings, always valid: integers within their bounds, `provider` one of
+/// [`PROVIDERS`], `auto_approve` a subset of [`APPROVABLE_TOOLS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub max_tool_result_bytes: u64,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    /// The name of the environment variable that holds the API key (never the key itself).
+    pub api_key_env: Option<String>,
+    pub context_window_tokens: u64,
+    pub max_output_tokens: u64,
+    pub request_timeout_secs: u64,
+    pub max_attempts: u64,
+    pub max_turn_requests: u64,
+    pub auto_approve: Vec<String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_tool_result_bytes: MAX_TOOL_RESULT_BYTES.default,
+            provider: None,
+            model: None,
+            base_url: None,
+            api_key_env: None,
+            context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
+            max_output_tokens: MAX_OUTPUT_TOKENS.default,
+            request_timeout_secs: REQUEST_TIMEOUT_SECS.default,
+            max_attempts: MAX_ATTEMPTS.default,
+            max_turn_requests: MAX_TURN_REQUESTS.default,
+            auto_approve: Vec::new(),
         }
+    }
+}
+
+fn integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError> {
+    let number = value
+        .as_u64()
+        .ok_or_else(|| wrong_type(key, "a whole number", value))?;
+    Ok(bounds.check(number)?)
+}
+
+/// A text key; `null` or `""` unsets it.
+fn text(key: &str, value: &Value) -> Result<Option<String>, ConfigError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) => Ok(Some(s.trim().to_string())),
+        other => Err(wrong_type(key, "a string", other)),
+    }
+}
+
+fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
+    ConfigError::WrongType {
+        key: key.to_string(),
+        expected,
+        got: got.to_string(),
+    }
+}
+
+fn one_of(
+    key: &str,
+    value: Option<String>,
+    allowed: &[&str],
+) -> Result<Option<String>, ConfigError> {
+    match value {
+        Some(v) if !allowed.contains(&v.as_str()) => Err(ConfigError::NotOneOf {
+            key: key.to_string(),
+            got: v,
+            allowed: allowed.join(", "),
+        }),
+        other => Ok(other),
     }
 }
 
@@ -49,33 +137,46 @@ impl Config {
     /// Sets one key from a JSON value, checking its type and bounds. On error the config is
     /// unchanged.
     pub fn set(&mut self, key: &str, value: &Value) -> Result<(), ConfigError> {
-        let (bounds, field) = self
-            .integer_field(key)
-            .ok_or_else(|| ConfigError::UnknownKey {
-                key: key.to_string(),
-                known: INTEGER_KEYS
-                    .iter()
-                    .map(|b| b.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-        let number = value.as_u64().ok_or_else(|| ConfigError::WrongType {
-            key: key.to_string(),
-            expected: "a whole number",
-            got: value.to_string(),
-        })?;
-        *field = bounds.check(number)?;
+        match key {
+            "max_tool_result_bytes" => {
+                self.max_tool_result_bytes = integer(key, value, &MAX_TOOL_RESULT_BYTES)?
+            }
+            "context_window_tokens" => {
+                self.context_window_tokens = integer(key, value, &CONTEXT_WINDOW_TOKENS)?
+            }
+            "max_output_tokens" => {
+                self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
+            }
+            "request_timeout_secs" => {
+                self.request_timeout_secs = integer(key, value, &REQUEST_TIMEOUT_SECS)?
+            }
+            "max_attempts" => self.max_attempts = integer(key, value, &MAX_ATTEMPTS)?,
+            "max_turn_requests" => {
+                self.max_turn_requests = integer(key, value, &MAX_TURN_REQUESTS)?
+            }
+            "provider" => self.provider = one_of(key, text(key, value)?, PROVIDERS)?,
+            "model" => self.model = text(key, value)?,
+            "base_url" => self.base_url = text(key, value)?,
+            "api_key_env" => self.api_key_env = text(key, value)?,
+            "auto_approve" => {
+                let items = value
+                    .as_array()
+                    .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
+                let mut tools = Vec::with_capacity(items.len());
+                for item in items {
+                    let name = one_of(key, text(key, item)?, APPROVABLE_TOOLS)?;
+                    tools.extend(name);
+                }
+                self.auto_approve = tools;
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                    known: KEYS.join(", "),
+                });
+            }
+        }
         Ok(())
-    }
-
-    /// The bounds and storage of an integer key.
-    fn integer_field(&mut self, key: &str) -> Option<(&'static Bounds, &mut u64)> {
-        let bounds = INTEGER_KEYS.iter().find(|b| b.name == key)?;
-        let field = match key {
-            "max_tool_result_bytes" => &mut self.max_tool_result_bytes,
-            _ => return None,
-        };
-        Some((bounds, field))
     }
 
     /// Sets every key of a JSON object, all or nothing.
@@ -114,7 +215,19 @@ impl Config {
 
     /// Every key and its value.
     pub fn to_json(&self) -> Value {
-        json!({ "max_tool_result_bytes": self.max_tool_result_bytes })
+        json!({
+            "max_tool_result_bytes": self.max_tool_result_bytes,
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "context_window_tokens": self.context_window_tokens,
+            "max_output_tokens": self.max_output_tokens,
+            "request_timeout_secs": self.request_timeout_secs,
+            "max_attempts": self.max_attempts,
+            "max_turn_requests": self.max_turn_requests,
+            "auto_approve": self.auto_approve,
+        })
     }
 
     /// The tool limits this config implies.
@@ -125,7 +238,8 @@ impl Config {
         }
     }
 
-    /// The config at boot: defaults, then the config file, then `PEN_*` variables from `env`.
+    /// The config at boot: defaults, then the config file, then `PEN_*` variables from `env`
+    /// (`PEN_MAX_TOOL_RESULT_BYTES=131072`, `PEN_AUTO_APPROVE=pen_edit,pen_create`).
     /// Returns the config and a warning for each value that was refused.
     pub fn load(
         file: Option<&Path>,
@@ -146,17 +260,33 @@ impl Config {
             .into_iter()
             .filter_map(|(name, text)| {
                 let key = name.strip_prefix("PEN_")?.to_ascii_lowercase();
-                INTEGER_KEYS.iter().any(|b| b.name == key).then(|| {
-                    let value = text
-                        .trim()
-                        .parse::<u64>()
-                        .map_or(Value::String(text), Value::from);
+                KEYS.contains(&key.as_str()).then(|| {
+                    let value = env_value(&config.get(&key), text);
                     (key, value)
                 })
             })
             .collect();
         warnings.extend(config.apply_leniently("environment", &env_values));
         (config, warnings)
+    }
+}
+
+/// An environment variable's text as the JSON its key takes, judged by the key's current
+/// value: numbers for integer keys, comma-separated lists for list keys, else text.
+fn env_value(current: &Value, text: String) -> Value {
+    match current {
+        Value::Number(_) => text
+            .trim()
+            .parse::<u64>()
+            .map_or(Value::String(text), Value::from),
+        Value::Array(_) => Value::Array(
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_string()))
+                .collect(),
+        ),
+        _ => Value::String(text),
     }
 }
 
@@ -218,6 +348,60 @@ mod tests {
         let err = config.set("nope", &json!(1)).unwrap_err();
         assert!(err.to_string().contains("unknown config key `nope`"));
         assert_eq!(config.max_tool_result_bytes, 2048);
+    }
+
+    #[test]
+    fn text_choice_and_list_keys() {
+        let mut config = Config::default();
+        config.set("provider", &json!("anthropic")).unwrap();
+        config.set("model", &json!(" claude-x ")).unwrap();
+        assert_eq!(config.provider.as_deref(), Some("anthropic"));
+        assert_eq!(config.model.as_deref(), Some("claude-x"));
+        let err = config.set("provider", &json!("gemini")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config key `provider` must be one of openai, anthropic, bedrock, got `gemini`"
+        );
+        config.set("model", &json!(null)).unwrap();
+        assert_eq!(config.model, None);
+        config
+            .set("auto_approve", &json!(["pen_edit", "pen_create"]))
+            .unwrap();
+        assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
+        assert!(config.set("auto_approve", &json!(["pen_read"])).is_err());
+        assert!(config.set("auto_approve", &json!("pen_edit")).is_err());
+        let err = config.set("max_turn_requests", &json!(0)).unwrap_err();
+        assert!(err.to_string().contains("between 1 and 1000"), "{err}");
+        assert_eq!(
+            config.get("auto_approve"),
+            json!(["pen_edit", "pen_create"])
+        );
+    }
+
+    #[test]
+    fn environment_values_take_each_key_type() {
+        let env = vec![
+            ("PEN_PROVIDER".to_string(), "openai".to_string()),
+            (
+                "PEN_BASE_URL".to_string(),
+                "http://127.0.0.1:11434/v1".to_string(),
+            ),
+            (
+                "PEN_AUTO_APPROVE".to_string(),
+                "pen_edit, pen_create".to_string(),
+            ),
+            ("PEN_CONTEXT_WINDOW_TOKENS".to_string(), "8192".to_string()),
+            ("PEN_UNRELATED".to_string(), "x".to_string()),
+        ];
+        let (config, warnings) = Config::load(None, env);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.provider.as_deref(), Some("openai"));
+        assert_eq!(
+            config.base_url.as_deref(),
+            Some("http://127.0.0.1:11434/v1")
+        );
+        assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
+        assert_eq!(config.context_window_tokens, 8192);
     }
 
     #[test]

@@ -51,6 +51,46 @@ pub const MAX_TOOL_RESULT_BYTES: Bounds = Bounds {
     max: 1_048_576,
 };
 
+/// `context_window_tokens`: the model's context window, for the prompt budget.
+pub const CONTEXT_WINDOW_TOKENS: Bounds = Bounds {
+    name: "context_window_tokens",
+    default: 128_000,
+    min: 512,
+    max: 10_000_000,
+};
+
+/// `max_output_tokens`: the most tokens one answer may take, reserved out of the window.
+pub const MAX_OUTPUT_TOKENS: Bounds = Bounds {
+    name: "max_output_tokens",
+    default: 4_096,
+    min: 16,
+    max: 1_000_000,
+};
+
+/// `request_timeout_secs`: the longest one provider request may take.
+pub const REQUEST_TIMEOUT_SECS: Bounds = Bounds {
+    name: "request_timeout_secs",
+    default: 300,
+    min: 1,
+    max: 3_600,
+};
+
+/// `max_attempts`: tries of one provider request on 429, 5xx and dropped connections.
+pub const MAX_ATTEMPTS: Bounds = Bounds {
+    name: "max_attempts",
+    default: 4,
+    min: 1,
+    max: 10,
+};
+
+/// `max_turn_requests`: provider requests in one turn before it ends `max_turn_requests`.
+pub const MAX_TURN_REQUESTS: Bounds = Bounds {
+    name: "max_turn_requests",
+    default: 50,
+    min: 1,
+    max: 1_000,
+};
+
 /// The limits of pen_search (SPEC §2, ADR-0069).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchLimits {
