@@ -6,6 +6,7 @@
 //! (a code plus guidance), never a panic or a transport error.
 
 pub mod budget;
+pub mod command;
 pub mod keys;
 pub mod list;
 pub mod read;
@@ -43,6 +44,8 @@ pub enum ErrorCode {
     NoMatch,
     AmbiguousMatch,
     Stale,
+    /// A running tool was stopped by the owner; its outcome is unknown.
+    Stopped,
     Io,
 }
 
@@ -183,6 +186,7 @@ pub fn catalog() -> Vec<ToolSpec> {
         tail::spec(),
         write::create_spec(),
         write::edit_spec(),
+        command::spec(),
     ]
 }
 
@@ -200,6 +204,23 @@ pub fn call(name: &str, arguments: &Value, ctx: &ToolContext) -> Result<Value, T
         "pen_edit" => {
             check_write_size(arguments, ctx.limits)?;
             write::edit(parse_arguments(arguments)?, ctx)
+        }
+        "pen_command" => {
+            // Synchronous callers (`pen tool`, `pen/callTool` on a blocking thread) wait for it
+            // on a runtime of their own; the agent loop calls `command::run` with its token.
+            let args = parse_arguments(arguments)?;
+            let never = tokio_util::sync::CancellationToken::new();
+            let future = command::run(args, ctx, &never);
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => handle.block_on(future),
+                Err(_) => tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| {
+                        ToolError::new(ErrorCode::Io, format!("cannot start a runtime: {e}"))
+                    })?
+                    .block_on(future),
+            }
         }
         _ => {
             let names: Vec<&str> = catalog().iter().map(|s| s.name).collect();

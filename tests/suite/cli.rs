@@ -70,7 +70,8 @@ fn list_prints_the_catalog() {
             "pen_read",
             "pen_tail",
             "pen_create",
-            "pen_edit"
+            "pen_edit",
+            "pen_command"
         ]
     );
     for tool in catalog.as_array().unwrap() {

@@ -1,0 +1,339 @@
+//! pen_command: one shell command in the workspace, with a timeout, capped output (head and
+//! tail kept) and its own process group, so that a timeout or Stop kills everything it started.
+//!
+//! It is the one tool that runs for an unbounded time, so it is async and takes a cancellation
+//! token. Approval is the agent loop's business, not this module's.
+
+use super::budget::{self, escaped_len, fitting_prefix};
+use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+
+/// The timeout when the model names none, and the longest it may name.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(1_800);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Args {
+    pub command: String,
+    pub cwd: Option<String>,
+    pub timeout_secs: Option<u64>,
+}
+
+pub fn spec() -> ToolSpec {
+    ToolSpec {
+        name: "pen_command",
+        description: "Run one shell command (sh -c) in the workspace and return its exit code and output. \
+            Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
+            and `truncated` says so. The command is killed with everything it started when it passes \
+            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Prefer the file \
+            tools to read, search and edit; use this to build, test and run programs.",
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The shell command line."},
+                "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)."},
+                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": 1800, "description": "Seconds before the command is killed (default 120)."}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// How a command ended.
+enum Ending {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Stopped,
+}
+
+/// Runs the command. A Stop kills it and returns an error whose message asks to inspect the
+/// state before retrying: whatever it did before it was killed is unknown.
+pub async fn run(
+    args: Args,
+    ctx: &ToolContext<'_>,
+    cancel: &CancellationToken,
+) -> Result<Value, ToolError> {
+    if args.command.trim().is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::InvalidArguments,
+            "command is empty",
+        ));
+    }
+    let timeout = match args.timeout_secs {
+        Some(0) => {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "timeout_secs must be at least 1",
+            ));
+        }
+        Some(secs) => Duration::from_secs(secs).min(MAX_TIMEOUT),
+        None => DEFAULT_TIMEOUT,
+    };
+    let dir = ctx.resolve(args.cwd.as_deref().unwrap_or(""))?;
+    if !dir.absolute.is_dir() {
+        return Err(ToolError::new(
+            ErrorCode::NotADirectory,
+            format!("{} is not a directory", shown(&dir.display)),
+        ));
+    }
+    let envelope = json!({
+        "command": args.command, "cwd": dir.display, "exit_code": -999, "signal": 99, "timed_out": false,
+        "stdout": "", "stderr": "", "stdout_bytes": u64::MAX, "stderr_bytes": u64::MAX, "truncated": false,
+    });
+    // Each stream gets half the budget.
+    let stream_budget = budget::page_budget(&envelope, ctx.limits)? / 2;
+
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&args.command)
+        .current_dir(&dir.absolute)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ToolError::new(ErrorCode::Io, format!("cannot start sh: {e}")))?;
+    let pid = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let out_task = tokio::spawn(capture(stdout, stream_budget));
+    let err_task = tokio::spawn(capture(stderr, stream_budget));
+
+    let ending = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => Ending::Exited(status),
+            Err(e) => return Err(ToolError::new(ErrorCode::Io, format!("waiting for the command failed: {e}"))),
+        },
+        _ = tokio::time::sleep(timeout) => Ending::TimedOut,
+        _ = cancel.cancelled() => Ending::Stopped,
+    };
+    if !matches!(ending, Ending::Exited(_)) {
+        kill_group(pid);
+        let _ = child.wait().await;
+    }
+    let (stdout, stdout_bytes) = out_task.await.unwrap_or_default();
+    let (stderr, stderr_bytes) = err_task.await.unwrap_or_default();
+    if matches!(ending, Ending::Stopped) {
+        return Err(ToolError::new(
+            ErrorCode::Stopped,
+            format!(
+                "the command was killed by Stop: outcome unknown — inspect the state before retrying. \
+                 Output before it was killed:\n{stdout}{stderr}"
+            ),
+        ));
+    }
+    let (exit_code, signal) = match &ending {
+        Ending::Exited(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            (status.code(), status.signal())
+        }
+        _ => (None, None),
+    };
+    let truncated = stdout_bytes > stdout.len() as u64 || stderr_bytes > stderr.len() as u64;
+    Ok(json!({
+        "command": args.command,
+        "cwd": dir.display,
+        "exit_code": exit_code,
+        "signal": signal,
+        "timed_out": matches!(ending, Ending::TimedOut),
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_bytes": stdout_bytes,
+        "stderr_bytes": stderr_bytes,
+        "truncated": truncated,
+    }))
+}
+
+/// Kills the command's whole process group.
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill(2) with a negative pid signals the process group `pid` leads; the
+        // group was created for this command alone (`process_group(0)`).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping its head and tail within `budget` escaped bytes (as
+/// lossy UTF-8), and counting every byte.
+async fn capture<R: AsyncRead + Unpin>(stream: Option<R>, budget: usize) -> (String, u64) {
+    let Some(mut stream) = stream else {
+        return (String::new(), 0);
+    };
+    // Raw bytes kept: the head, and a rolling tail of the same size.
+    let half = budget / 2;
+    let mut head: Vec<u8> = Vec::new();
+    let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+    let mut total = 0u64;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        total += n as u64;
+        for &byte in &buf[..n] {
+            if head.len() < half {
+                head.push(byte);
+            } else {
+                tail.push_back(byte);
+                if tail.len() > half {
+                    tail.pop_front();
+                }
+            }
+        }
+    }
+    let head_text = String::from_utf8_lossy(&head).into_owned();
+    let tail_bytes: Vec<u8> = tail.into_iter().collect();
+    let tail_text = String::from_utf8_lossy(&tail_bytes).into_owned();
+    if total as usize <= head.len() + tail_bytes.len() {
+        let whole = format!("{head_text}{tail_text}");
+        if escaped_len(&whole) <= budget {
+            return (whole, total);
+        }
+    }
+    // Cut both ends to the escaped budget, with a note of what is missing between them.
+    let note = format!(
+        "\n…[{} bytes not shown]…\n",
+        total.saturating_sub((head.len() + tail_bytes.len()) as u64)
+    );
+    let room = budget.saturating_sub(escaped_len(&note)) / 2;
+    let (head_end, _) = fitting_prefix(&head_text, room);
+    let tail_start = suffix_start(&tail_text, room);
+    (
+        format!(
+            "{}{note}{}",
+            &head_text[..head_end],
+            &tail_text[tail_start..]
+        ),
+        total,
+    )
+}
+
+/// The start of the longest suffix of `text` whose escaped length fits `budget`.
+fn suffix_start(text: &str, budget: usize) -> usize {
+    let mut used = 0;
+    let mut start = text.len();
+    for (index, c) in text.char_indices().rev() {
+        let cost = budget::escaped_char_len(c);
+        if used + cost > budget {
+            break;
+        }
+        used += cost;
+        start = index;
+    }
+    start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Limits;
+    use crate::workspace::Workspace;
+
+    async fn run_in(
+        dir: &std::path::Path,
+        args: Value,
+        cancel: &CancellationToken,
+        cap: u64,
+    ) -> Result<Value, ToolError> {
+        let workspace = Workspace::new(&[dir.to_path_buf()]).unwrap();
+        let limits = Limits::with_max_tool_result_bytes(cap).unwrap();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        run(serde_json::from_value(args).unwrap(), &ctx, cancel).await
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = run_in(
+            dir.path(),
+            json!({"command": "echo out; echo err >&2; exit 3"}),
+            &CancellationToken::new(),
+            65_536,
+        )
+        .await
+        .unwrap();
+        assert_eq!(result["exit_code"], 3);
+        assert_eq!(result["stdout"], "out\n");
+        assert_eq!(result["stderr"], "err\n");
+        assert_eq!(result["truncated"], false);
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_head_and_tail_within_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = run_in(
+            dir.path(),
+            json!({"command": "seq 1 100000"}),
+            &CancellationToken::new(),
+            4_096,
+        )
+        .await
+        .unwrap();
+        let out = result["stdout"].as_str().unwrap();
+        assert!(out.starts_with("1\n2\n3\n"), "{out}");
+        assert!(out.ends_with("99999\n100000\n"), "{out}");
+        assert!(out.contains("bytes not shown"));
+        assert_eq!(result["truncated"], true);
+        assert_eq!(result["stdout_bytes"], 588_895);
+        assert!(result.to_string().len() <= 4_096);
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        // The background child would keep the pipe open if only `sh` were killed.
+        let result = run_in(
+            dir.path(),
+            json!({"command": "sleep 600 & echo started; wait", "timeout_secs": 1}),
+            &CancellationToken::new(),
+            65_536,
+        )
+        .await
+        .unwrap();
+        assert_eq!(result["timed_out"], true);
+        assert_eq!(result["stdout"], "started\n");
+    }
+
+    #[tokio::test]
+    async fn stop_kills_it_and_says_the_outcome_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let cancel = CancellationToken::new();
+        let stopper = cancel.clone();
+        let watched = marker.clone();
+        let command = format!("touch {}; sleep 600", marker.display());
+        let stop = async move {
+            // Stop once the command has visibly started (its marker file exists).
+            while !watched.exists() {
+                tokio::task::yield_now().await;
+            }
+            stopper.cancel();
+        };
+        let (result, ()) = tokio::join!(
+            run_in(dir.path(), json!({"command": command}), &cancel, 65_536),
+            stop
+        );
+        let err = result.unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stopped);
+        assert!(
+            err.message.contains("inspect the state before retrying"),
+            "{}",
+            err.message
+        );
+    }
+}
