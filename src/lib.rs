@@ -26,6 +26,9 @@ pub mod session;
 /// Model providers behind one trait.
 pub mod providers;
 
+/// The agent loop: turns, tool execution, approvals, Stop and context-window recovery.
+pub mod agent;
+
 /// Wire types of the `pen/…` methods.
 pub mod protocol;
 

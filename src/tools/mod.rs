@@ -294,7 +294,7 @@ pub fn bounded_count(value: Option<u64>, max: usize, name: &str) -> Result<usize
 }
 
 /// Parses tool arguments into their typed form; the error names the offending field.
-fn parse_arguments<T: DeserializeOwned>(arguments: &Value) -> Result<T, ToolError> {
+pub fn parse_arguments<T: DeserializeOwned>(arguments: &Value) -> Result<T, ToolError> {
     if !arguments.is_object() {
         return Err(ToolError::new(
             ErrorCode::InvalidArguments,

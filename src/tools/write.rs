@@ -197,6 +197,20 @@ pub fn create(args: CreateArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
 }
 
 pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
+    edit_or_preview(args, ctx, false).map(|(value, _)| value)
+}
+
+/// What pen_edit would do, without doing it: the result it would return (with its diff) and
+/// the hash of the text it was computed against, so an approved edit can insist on that text.
+pub fn preview(args: EditArgs, ctx: &ToolContext) -> Result<(Value, String), ToolError> {
+    edit_or_preview(args, ctx, true)
+}
+
+fn edit_or_preview(
+    args: EditArgs,
+    ctx: &ToolContext,
+    dry_run: bool,
+) -> Result<(Value, String), ToolError> {
     if args.edits.is_empty() {
         return Err(ToolError::new(
             ErrorCode::InvalidArguments,
@@ -228,8 +242,9 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     opened.facts(ctx.limits)?;
     let bytes =
         source::read_range(&opened.source, 0, len).map_err(|e| ToolError::io(&display, &e))?;
+    let current_hash = hash_bytes(&bytes);
     check_fresh(
-        &hash_bytes(&bytes),
+        &current_hash,
         args.expected_hash.as_deref(),
         ctx.ledger,
         &absolute,
@@ -255,7 +270,7 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let diff = unified_diff(rewritten.before, &rewritten.after, &display);
     let diff = bound_diff(&diff, ctx.limits.max_diff_bytes, diff_budget);
     // An edit that changes nothing leaves the file, and its modification time, alone.
-    if new_bytes != bytes {
+    if new_bytes != bytes && !dry_run {
         match (opened.source.editor_version(), ctx.editor) {
             // An open file is changed through the editor, so unsaved work and undo survive.
             (Some(version), Some(editor)) => {
@@ -285,10 +300,10 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
             }
         }
     }
-    if let Some(ledger) = ctx.ledger {
+    if let Some(ledger) = ctx.ledger.filter(|_| !dry_run) {
         ledger.record(&absolute, &hash);
     }
-    Ok(json!({
+    let value = json!({
         "path": display,
         "edits_applied": args.edits.len(),
         "replacements": rewritten.replacements,
@@ -298,7 +313,8 @@ pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
         "bom": rewritten.bom,
         "final_newline": final_newline,
         "source": opened.source.name(),
-    }))
+    });
+    Ok((value, current_hash))
 }
 
 /// The spans of `before` that differ from `after`, as replacements of `before`'s bytes

@@ -1,0 +1,291 @@
+//! From the durable transcript to the messages of a provider request.
+//!
+//! The transcript is never rewritten: decisions that change what the model is sent (results cut
+//! after a context-window rejection) are event entries, applied here every time a request is
+//! built, so later requests keep them and the same transcript always gives the same messages.
+
+use crate::providers::{Message, ToolCall};
+use crate::session::{Entry, EntryKind};
+use crate::tools::floor_char_boundary;
+use std::collections::HashSet;
+
+/// The head a result is cut to after a context-window rejection.
+pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
+
+fn shrunk_ids(entries: &[Entry]) -> HashSet<String> {
+    entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Event && e.payload["type"] == "results_shrunk")
+        .flat_map(|e| {
+            e.payload["call_ids"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|id| id.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The head of a cut result, with a note of its full size.
+fn shrink(content: &str) -> String {
+    if content.len() <= SHRUNK_HEAD_BYTES {
+        return content.to_string();
+    }
+    let end = floor_char_boundary(content, SHRUNK_HEAD_BYTES);
+    format!(
+        "{}…[cut to its first 2 KiB after the provider rejected the request as too long; the full result \
+         was {} bytes. Ask for less: a smaller line_count, a narrower path or glob]",
+        &content[..end],
+        content.len()
+    )
+}
+
+/// The provider messages of a transcript. Fails, naming the entry, on a history no provider
+/// accepts: a result without its call, a call left without a result, or a duplicate call id.
+pub fn build_messages(entries: &[Entry]) -> Result<Vec<Message>, String> {
+    let shrunk = shrunk_ids(entries);
+    let mut messages = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    // Calls of the last assistant message still waiting for their results, in order.
+    let mut pending: Vec<String> = Vec::new();
+    for entry in entries {
+        match entry.kind {
+            EntryKind::UserPrompt | EntryKind::AssistantMessage if !pending.is_empty() => {
+                return Err(format!(
+                    "entry {} follows tool call {} that has no result; the session history is inconsistent",
+                    entry.seq, pending[0]
+                ));
+            }
+            EntryKind::UserPrompt => messages.push(Message::User {
+                text: entry.payload["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            }),
+            EntryKind::AssistantMessage => {
+                let tool_calls: Vec<ToolCall> =
+                    serde_json::from_value(entry.payload["tool_calls"].clone()).unwrap_or_default();
+                for call in &tool_calls {
+                    if !seen.insert(call.id.clone()) {
+                        return Err(format!(
+                            "entry {} repeats tool call id {}",
+                            entry.seq, call.id
+                        ));
+                    }
+                }
+                pending = tool_calls.iter().map(|c| c.id.clone()).collect();
+                messages.push(Message::Assistant {
+                    text: entry.payload["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    tool_calls,
+                });
+            }
+            EntryKind::ToolResult => {
+                let call_id = entry.payload["call_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if pending.first() != Some(&call_id) {
+                    return Err(format!(
+                        "entry {} is a result for tool call {call_id}, which is not the next call waiting for one",
+                        entry.seq
+                    ));
+                }
+                pending.remove(0);
+                let content = entry.payload["content"].as_str().unwrap_or_default();
+                let content = if shrunk.contains(&call_id) {
+                    shrink(content)
+                } else {
+                    content.to_string()
+                };
+                messages.push(Message::ToolResult {
+                    call_id,
+                    content,
+                    is_error: entry.payload["is_error"].as_bool().unwrap_or(false),
+                });
+            }
+            EntryKind::ToolCall | EntryKind::Event => {}
+        }
+    }
+    if let Some(call) = pending.first() {
+        return Err(format!(
+            "tool call {call} has no result; the session history is inconsistent"
+        ));
+    }
+    Ok(messages)
+}
+
+/// The call ids of the newest group of tool results that has a result over
+/// [`SHRUNK_HEAD_BYTES`] not already cut, for the context-window recovery step.
+pub fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {
+    let shrunk = shrunk_ids(entries);
+    let mut group: Vec<String> = Vec::new();
+    for entry in entries.iter().rev() {
+        match entry.kind {
+            EntryKind::ToolResult => {
+                let id = entry.payload["call_id"].as_str().unwrap_or_default();
+                let len = entry.payload["content"].as_str().map_or(0, str::len);
+                if len > SHRUNK_HEAD_BYTES && !shrunk.contains(id) {
+                    group.push(id.to_string());
+                }
+            }
+            // The assistant message opens the group of results that follow it.
+            EntryKind::AssistantMessage if !group.is_empty() => {
+                group.reverse();
+                return Some(group);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn entry(seq: u64, kind: EntryKind, payload: Value) -> Entry {
+        Entry {
+            seq,
+            kind,
+            turn_id: None,
+            payload,
+            created_at: 0,
+        }
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"id": id, "name": "pen_read", "arguments": "{}"})
+    }
+
+    #[test]
+    fn a_tool_round_becomes_messages_in_order() {
+        let entries = vec![
+            entry(1, EntryKind::UserPrompt, json!({"text": "hi"})),
+            entry(
+                2,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("a"), call("b")]}),
+            ),
+            entry(3, EntryKind::ToolCall, json!({"call_id": "a"})),
+            entry(
+                4,
+                EntryKind::ToolResult,
+                json!({"call_id": "a", "content": "A", "is_error": false}),
+            ),
+            entry(
+                5,
+                EntryKind::ToolResult,
+                json!({"call_id": "b", "content": "B", "is_error": true}),
+            ),
+            entry(
+                6,
+                EntryKind::AssistantMessage,
+                json!({"text": "done", "tool_calls": []}),
+            ),
+        ];
+        let messages = build_messages(&entries).unwrap();
+        assert_eq!(messages.len(), 5);
+        assert_eq!(
+            messages[3],
+            Message::ToolResult {
+                call_id: "b".into(),
+                content: "B".into(),
+                is_error: true
+            }
+        );
+    }
+
+    #[test]
+    fn inconsistent_histories_are_refused_naming_the_entry() {
+        let unanswered = vec![
+            entry(
+                1,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("a")]}),
+            ),
+            entry(2, EntryKind::UserPrompt, json!({"text": "next"})),
+        ];
+        assert!(build_messages(&unanswered).unwrap_err().contains("entry 2"));
+        let orphan = vec![entry(
+            1,
+            EntryKind::ToolResult,
+            json!({"call_id": "x", "content": ""}),
+        )];
+        assert!(build_messages(&orphan).unwrap_err().contains("entry 1"));
+        let duplicate = vec![
+            entry(
+                1,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("a")]}),
+            ),
+            entry(
+                2,
+                EntryKind::ToolResult,
+                json!({"call_id": "a", "content": ""}),
+            ),
+            entry(
+                3,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("a")]}),
+            ),
+        ];
+        assert!(build_messages(&duplicate).unwrap_err().contains("repeats"));
+    }
+
+    #[test]
+    fn the_newest_large_group_is_cut_in_the_request_only() {
+        let big = "x".repeat(10_000);
+        let mut entries = vec![
+            entry(
+                1,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("old")]}),
+            ),
+            entry(
+                2,
+                EntryKind::ToolResult,
+                json!({"call_id": "old", "content": big}),
+            ),
+            entry(
+                3,
+                EntryKind::AssistantMessage,
+                json!({"text": "", "tool_calls": [call("small"), call("new")]}),
+            ),
+            entry(
+                4,
+                EntryKind::ToolResult,
+                json!({"call_id": "small", "content": "s"}),
+            ),
+            entry(
+                5,
+                EntryKind::ToolResult,
+                json!({"call_id": "new", "content": big}),
+            ),
+        ];
+        assert_eq!(newest_large_group(&entries), Some(vec!["new".to_string()]));
+        entries.push(entry(
+            6,
+            EntryKind::Event,
+            json!({"type": "results_shrunk", "call_ids": ["new"]}),
+        ));
+        let messages = build_messages(&entries).unwrap();
+        let Message::ToolResult { content, .. } = &messages[4] else {
+            panic!()
+        };
+        assert!(content.starts_with(&"x".repeat(2048)));
+        assert!(content.contains("the full result was 10000 bytes"));
+        assert!(content.len() < 2_300);
+        // The next rejection reaches back to the older group.
+        assert_eq!(newest_large_group(&entries), Some(vec!["old".to_string()]));
+        entries.push(entry(
+            7,
+            EntryKind::Event,
+            json!({"type": "results_shrunk", "call_ids": ["old"]}),
+        ));
+        assert_eq!(newest_large_group(&entries), None);
+    }
+}

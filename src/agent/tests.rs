@@ -1,0 +1,755 @@
+//! The loop against a scripted in-process provider and approver: every path of a turn,
+//! asserted on the durable transcript and the requests the provider received. (The same
+//! behaviour over real HTTP and stdio is tested in `tests/`.)
+
+use super::*;
+use crate::providers::{ErrorKind, FinishReason, Message};
+use crate::session::Entry;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// One scripted provider step.
+enum Step {
+    Answer(ModelResponse),
+    Fail(ProviderError),
+    /// Waits for Stop, then answers anyway: the answer that arrives just after cancellation.
+    AnswerAfterStop(ModelResponse),
+    /// Waits for Stop and reports it, as a cancelled stream does.
+    HangUntilStop,
+}
+
+struct Scripted {
+    steps: Mutex<VecDeque<Step>>,
+    requests: Mutex<Vec<ModelRequest>>,
+    /// Fired when a request arrives, so a test can Stop at that point.
+    on_request: Mutex<Option<Box<dyn Fn() + Send>>>,
+}
+
+impl Scripted {
+    fn new(steps: Vec<Step>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            steps: Mutex::new(steps.into()),
+            requests: Mutex::default(),
+            on_request: Mutex::default(),
+        })
+    }
+}
+
+impl Provider for Scripted {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        Box::pin(async move {
+            self.requests.lock().unwrap().push(request.clone());
+            if let Some(hook) = self.on_request.lock().unwrap().as_ref() {
+                hook();
+            }
+            let step = self
+                .steps
+                .lock()
+                .unwrap()
+                .pop_front()
+                .expect("a scripted step");
+            match step {
+                Step::Answer(response) => {
+                    if !response.text.is_empty() {
+                        on_event(StreamEvent::TextDelta(response.text.clone()));
+                    }
+                    Ok(response)
+                }
+                Step::Fail(err) => Err(err),
+                Step::AnswerAfterStop(response) => {
+                    cancel.cancelled().await;
+                    Ok(response)
+                }
+                Step::HangUntilStop => {
+                    cancel.cancelled().await;
+                    Err(ProviderError::new(ErrorKind::Cancelled, "stopped"))
+                }
+            }
+        })
+    }
+}
+
+/// Answers approvals from a script; records what it was asked.
+struct Owner {
+    answers: Mutex<VecDeque<ApprovalAnswer>>,
+    asked: Mutex<Vec<ApprovalRequest>>,
+    /// When set, the owner never answers (a test Stops meanwhile).
+    silent: bool,
+    on_ask: Mutex<Option<Box<dyn Fn() + Send>>>,
+}
+
+impl Approver for Owner {
+    fn ask(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+        self.asked.lock().unwrap().push(request);
+        if let Some(hook) = self.on_ask.lock().unwrap().as_ref() {
+            hook();
+        }
+        if self.silent {
+            return Box::pin(futures::future::pending());
+        }
+        let answer = self
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("a scripted answer");
+        Box::pin(async move { answer })
+    }
+}
+
+fn owner(answers: Vec<ApprovalAnswer>) -> Arc<Owner> {
+    Arc::new(Owner {
+        answers: Mutex::new(answers.into()),
+        asked: Mutex::default(),
+        silent: false,
+        on_ask: Mutex::default(),
+    })
+}
+
+fn answer(text: &str, calls: &[(&str, &str, Value)]) -> ModelResponse {
+    ModelResponse {
+        text: text.to_string(),
+        tool_calls: calls
+            .iter()
+            .map(|(id, name, args)| ToolCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: args.to_string(),
+            })
+            .collect(),
+        finish_reason: if calls.is_empty() {
+            FinishReason::EndTurn
+        } else {
+            FinishReason::ToolUse
+        },
+        usage: None,
+    }
+}
+
+struct Fixture {
+    _data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    store: Arc<SessionStore>,
+    session: String,
+    events: Arc<Mutex<Vec<AgentEvent>>>,
+    cancel: CancellationToken,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let data = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let store = Arc::new(SessionStore::open(data.path()).unwrap());
+        let session = store.new_session(None).unwrap().id;
+        Fixture {
+            _data: data,
+            root,
+            store,
+            session,
+            events: Arc::default(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    fn turn(&self, provider: Arc<Scripted>, approver: Arc<Owner>, config: Config) -> Turn {
+        let events = Arc::clone(&self.events);
+        Turn {
+            store: Arc::clone(&self.store),
+            session_id: self.session.clone(),
+            turn_id: "t1".into(),
+            provider,
+            model: "test-model".into(),
+            config,
+            tools: Arc::new(LocalTools {
+                workspace: crate::workspace::Workspace::new(&[self.root.path().to_path_buf()])
+                    .unwrap(),
+                limits: crate::limits::Limits::default(),
+                ledger: Arc::default(),
+                editor: None,
+            }),
+            approver,
+            session_allowed: Arc::default(),
+            on_event: Arc::new(move |event| events.lock().unwrap().push(event)),
+            cancel: self.cancel.clone(),
+        }
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        self.store
+            .transcript(&self.session, None, 500)
+            .unwrap()
+            .entries
+    }
+
+    fn results(&self) -> Vec<(String, String)> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::ToolResult)
+            .map(|e| {
+                (
+                    e.payload["call_id"].as_str().unwrap().to_string(),
+                    e.payload["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer(
+            "Reading.",
+            &[("c1", "pen_read", json!({"path": "a.txt"}))],
+        )),
+        Step::Answer(answer("It says alpha.", &[])),
+    ]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("what is in a.txt?")
+        .await;
+    assert_eq!(
+        outcome,
+        TurnOutcome {
+            stop_reason: StopReason::EndTurn,
+            last_error: None
+        }
+    );
+    let kinds: Vec<EntryKind> = fx.entries().iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EntryKind::UserPrompt,
+            EntryKind::AssistantMessage,
+            EntryKind::ToolCall,
+            EntryKind::ToolResult,
+            EntryKind::AssistantMessage,
+            EntryKind::Event
+        ]
+    );
+    let requests = provider.requests.lock().unwrap();
+    assert_eq!(requests.len(), 2);
+    // The system prompt travels once, beside the messages, never as a message.
+    assert!(requests.iter().all(|r| r.system == SYSTEM_PROMPT));
+    let Message::ToolResult {
+        content, is_error, ..
+    } = &requests[1].messages[2]
+    else {
+        panic!("{:?}", requests[1].messages)
+    };
+    assert!(content.contains("alpha"), "{content}");
+    assert!(!is_error);
+    let kinds: Vec<String> = fx
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "text_delta",
+            "tool_call_started",
+            "tool_call_finished",
+            "text_delta",
+            "turn_ended"
+        ]
+    );
+    let seqs: Vec<u64> = fx.events.lock().unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn unknown_tools_and_bad_arguments_are_error_results_the_model_reads() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[
+                ("c1", "pen_fly", json!({})),
+                ("c2", "pen_read", json!({"path": 5})),
+            ],
+        )),
+        Step::Answer(ModelResponse {
+            tool_calls: vec![ToolCall {
+                id: "c3".into(),
+                name: "pen_read".into(),
+                arguments: "{not json".into(),
+            }],
+            ..answer("", &[])
+        }),
+        Step::Answer(answer("ok", &[])),
+    ]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("go")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    let requests = provider.requests.lock().unwrap();
+    let results: Vec<String> = requests[2]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        results[0].contains("no tool named `pen_fly`"),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].contains("`path`"), "{}", results[1]);
+    assert!(results[2].contains("not valid JSON"), "{}", results[2]);
+}
+
+#[tokio::test]
+async fn max_turn_requests_ends_the_turn() {
+    let fx = Fixture::new();
+    let steps = (0..3)
+        .map(|i| Step::Answer(answer("", &[(&format!("c{i}"), "pen_list", json!({}))])))
+        .collect();
+    let config = Config {
+        max_turn_requests: 3,
+        ..Config::default()
+    };
+    let outcome = fx
+        .turn(Scripted::new(steps), owner(vec![]), config)
+        .run("loop")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::MaxTurnRequests);
+}
+
+#[tokio::test]
+async fn denial_and_stale_authority_are_distinct_results() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("f.txt"), "one\n").unwrap();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("", &[("r", "pen_read", json!({"path": "f.txt"}))])),
+        Step::Answer(answer(
+            "",
+            &[
+                (
+                    "deny",
+                    "pen_edit",
+                    json!({"path": "f.txt", "edits": [{"old_text": "one", "new_text": "two"}]}),
+                ),
+                (
+                    "gone",
+                    "pen_create",
+                    json!({"path": "g.txt", "content": "x"}),
+                ),
+            ],
+        )),
+        Step::Answer(answer("blocked", &[])),
+    ]);
+    let approver = owner(vec![
+        Ok((Decision::Deny, Some("not now".into()))),
+        Err("the editor disconnected".into()),
+    ]);
+    let outcome = fx
+        .turn(provider, Arc::clone(&approver), Config::default())
+        .run("edit")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    assert_eq!(
+        fx.results(),
+        [
+            ("r".into(), "done".into()),
+            ("deny".into(), "denied".into()),
+            ("gone".into(), "stale_authority".into())
+        ]
+    );
+    let asked = approver.asked.lock().unwrap();
+    assert!(
+        asked[0].diff.as_deref().unwrap().contains("-one\n+two"),
+        "{:?}",
+        asked[0].diff
+    );
+    let contents: Vec<String> = fx
+        .entries()
+        .iter()
+        .filter(|e| e.kind == EntryKind::ToolResult)
+        .map(|e| e.payload["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(contents[1].starts_with(DENIED_BY_OWNER) && contents[1].contains("not now"));
+    assert!(contents[2].starts_with("approval no longer applies"));
+    assert_eq!(
+        std::fs::read_to_string(fx.root.path().join("f.txt")).unwrap(),
+        "one\n"
+    );
+    assert!(!fx.root.path().join("g.txt").exists());
+}
+
+#[tokio::test]
+async fn an_approved_edit_of_a_file_changed_meanwhile_is_stale_authority() {
+    let fx = Fixture::new();
+    let file = fx.root.path().join("f.txt");
+    std::fs::write(&file, "one\n").unwrap();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("", &[("r", "pen_read", json!({"path": "f.txt"}))])),
+        Step::Answer(answer(
+            "",
+            &[(
+                "e",
+                "pen_edit",
+                json!({"path": "f.txt", "edits": [{"old_text": "one", "new_text": "two"}]}),
+            )],
+        )),
+        Step::Answer(answer("done", &[])),
+    ]);
+    let approver = owner(vec![Ok((Decision::Allow, None))]);
+    // The file changes while the owner looks at the diff.
+    let changed = file.clone();
+    *approver.on_ask.lock().unwrap() = Some(Box::new(move || {
+        std::fs::write(&changed, "one\nmore\n").unwrap()
+    }));
+    fx.turn(provider, approver, Config::default())
+        .run("edit")
+        .await;
+    assert_eq!(fx.results()[1], ("e".into(), "stale_authority".into()));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\nmore\n");
+}
+
+#[tokio::test]
+async fn allow_for_session_and_auto_approve_skip_the_question() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[("a", "pen_create", json!({"path": "a.txt", "content": "a"}))],
+        )),
+        Step::Answer(answer(
+            "",
+            &[("b", "pen_create", json!({"path": "b.txt", "content": "b"}))],
+        )),
+        Step::Answer(answer(
+            "",
+            &[("c", "pen_command", json!({"command": "true"}))],
+        )),
+        Step::Answer(answer("done", &[])),
+    ]);
+    let approver = owner(vec![Ok((Decision::AllowForSession, None))]);
+    let config = Config {
+        auto_approve: vec!["pen_command".into()],
+        ..Config::default()
+    };
+    fx.turn(provider, Arc::clone(&approver), config)
+        .run("make files")
+        .await;
+    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+    assert!(fx.root.path().join("b.txt").exists());
+    assert_eq!(
+        fx.results()
+            .iter()
+            .map(|r| r.1.as_str())
+            .collect::<Vec<_>>(),
+        ["done", "done", "done"]
+    );
+}
+
+#[tokio::test]
+async fn stop_during_the_providers_answer_keeps_the_answer_and_marks_its_calls_not_executed() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::AnswerAfterStop(answer(
+        "Let me look.",
+        &[("a", "pen_list", json!({})), ("b", "pen_list", json!({}))],
+    ))]);
+    let cancel = fx.cancel.clone();
+    *provider.on_request.lock().unwrap() = Some(Box::new(move || cancel.cancel()));
+    let outcome = fx
+        .turn(provider, owner(vec![]), Config::default())
+        .run("look")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    let assistant = fx
+        .entries()
+        .into_iter()
+        .find(|e| e.kind == EntryKind::AssistantMessage)
+        .unwrap();
+    assert_eq!(assistant.payload["text"], "Let me look.");
+    assert_eq!(
+        fx.results(),
+        [
+            ("a".into(), "not_executed".into()),
+            ("b".into(), "not_executed".into())
+        ]
+    );
+    // The history stays valid for the next prompt.
+    assert!(build_messages(&fx.entries()).is_ok());
+}
+
+#[tokio::test]
+async fn stop_while_streaming_ends_cancelled_with_a_valid_history() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::HangUntilStop]);
+    let cancel = fx.cancel.clone();
+    *provider.on_request.lock().unwrap() = Some(Box::new(move || cancel.cancel()));
+    let outcome = fx
+        .turn(provider, owner(vec![]), Config::default())
+        .run("look")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    assert!(build_messages(&fx.entries()).is_ok());
+}
+
+#[tokio::test]
+async fn stop_during_an_approval_withdraws_it_and_the_call_does_not_run() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::Answer(answer(
+        "",
+        &[
+            ("a", "pen_create", json!({"path": "a.txt", "content": "a"})),
+            ("b", "pen_list", json!({})),
+        ],
+    ))]);
+    let approver = Arc::new(Owner {
+        answers: Mutex::default(),
+        asked: Mutex::default(),
+        silent: true,
+        on_ask: Mutex::default(),
+    });
+    let cancel = fx.cancel.clone();
+    *approver.on_ask.lock().unwrap() = Some(Box::new(move || cancel.cancel()));
+    let outcome = fx
+        .turn(provider, approver, Config::default())
+        .run("create")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        fx.results(),
+        [
+            ("a".into(), "not_executed".into()),
+            ("b".into(), "not_executed".into())
+        ]
+    );
+    assert!(!fx.root.path().join("a.txt").exists());
+    assert!(
+        fx.events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "approval_withdrawn")
+    );
+}
+
+#[tokio::test]
+async fn stop_during_a_command_kills_it_with_an_outcome_unknown_result() {
+    let fx = Fixture::new();
+    let marker = fx.root.path().join("started");
+    let provider = Scripted::new(vec![Step::Answer(answer(
+        "",
+        &[
+            (
+                "cmd",
+                "pen_command",
+                json!({"command": format!("touch {}; sleep 600", marker.display())}),
+            ),
+            ("after", "pen_list", json!({})),
+        ],
+    ))]);
+    let cancel = fx.cancel.clone();
+    let stopper = async move {
+        while !marker.exists() {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let config = Config {
+        auto_approve: vec!["pen_command".into()],
+        ..Config::default()
+    };
+    let (outcome, ()) = tokio::join!(fx.turn(provider, owner(vec![]), config).run("run"), stopper);
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        fx.results(),
+        [
+            ("cmd".into(), "unknown".into()),
+            ("after".into(), "not_executed".into())
+        ]
+    );
+    let content = fx
+        .entries()
+        .into_iter()
+        .find(|e| e.kind == EntryKind::ToolResult)
+        .unwrap()
+        .payload["content"]
+        .clone();
+    assert!(
+        content
+            .as_str()
+            .unwrap()
+            .contains("inspect the state before retrying")
+    );
+}
+
+fn too_long() -> ProviderError {
+    ProviderError {
+        kind: ErrorKind::ContextWindowExceeded,
+        status: Some(400),
+        message: "prompt is too long".into(),
+        retry_after: None,
+    }
+}
+
+#[tokio::test]
+async fn a_context_window_rejection_cuts_the_newest_large_results_and_retries_once() {
+    let fx = Fixture::new();
+    std::fs::write(
+        fx.root.path().join("big.log"),
+        format!("{}\n", "log line ".repeat(17)).repeat(20_000),
+    )
+    .unwrap();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("", &[("r", "pen_read", json!({"path": "big.log"}))])),
+        Step::Fail(too_long()),
+        Step::Answer(answer("summarised", &[])),
+    ]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("read the log")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    let requests = provider.requests.lock().unwrap();
+    assert_eq!(requests.len(), 3, "no tool ran again; one retry");
+    let Message::ToolResult { content, .. } = &requests[2].messages[2] else {
+        panic!()
+    };
+    assert!(
+        content.len() < 2_400 && content.contains("cut to its first 2 KiB"),
+        "{}",
+        content.len()
+    );
+    // The stored result is whole; the decision is an event.
+    let stored = fx
+        .entries()
+        .into_iter()
+        .find(|e| e.kind == EntryKind::ToolResult)
+        .unwrap();
+    assert!(stored.payload["content"].as_str().unwrap().len() > 30_000);
+    assert!(
+        fx.entries()
+            .iter()
+            .any(|e| e.payload["type"] == "results_shrunk")
+    );
+    assert!(
+        fx.events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "context_trimmed")
+    );
+}
+
+#[tokio::test]
+async fn a_second_rejection_or_nothing_to_cut_ends_with_an_actionable_error() {
+    let fx = Fixture::new();
+    std::fs::write(
+        fx.root.path().join("big.log"),
+        format!("{}\n", "log line ".repeat(17)).repeat(20_000),
+    )
+    .unwrap();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("", &[("r", "pen_read", json!({"path": "big.log"}))])),
+        Step::Fail(too_long()),
+        Step::Fail(too_long()),
+    ]);
+    let outcome = fx
+        .turn(provider, owner(vec![]), Config::default())
+        .run("read")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    let error = outcome.last_error.unwrap();
+    assert!(
+        error.contains("still over the model's context window")
+            && error.contains("start a new session"),
+        "{error}"
+    );
+
+    let fx = Fixture::new();
+    let outcome = fx
+        .turn(
+            Scripted::new(vec![Step::Fail(too_long())]),
+            owner(vec![]),
+            Config::default(),
+        )
+        .run(&"long ".repeat(100))
+        .await;
+    assert!(
+        outcome
+            .last_error
+            .unwrap()
+            .contains("no tool result is large enough to cut")
+    );
+}
+
+#[tokio::test]
+async fn other_provider_errors_end_the_turn_with_their_message() {
+    let fx = Fixture::new();
+    let err = ProviderError {
+        kind: ErrorKind::BadRequest,
+        status: Some(400),
+        message: "max_tokens: 64000 > 8192".into(),
+        retry_after: None,
+    };
+    let outcome = fx
+        .turn(
+            Scripted::new(vec![Step::Fail(err)]),
+            owner(vec![]),
+            Config::default(),
+        )
+        .run("hi")
+        .await;
+    assert_eq!(
+        outcome,
+        TurnOutcome {
+            stop_reason: StopReason::Error,
+            last_error: Some("max_tokens: 64000 > 8192".into())
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_call_left_by_a_crash_is_answered_before_the_next_turn() {
+    let fx = Fixture::new();
+    let append = |kind, payload| {
+        fx.store
+            .append(
+                &fx.session,
+                &NewEntry {
+                    kind,
+                    turn_id: None,
+                    payload,
+                },
+            )
+            .unwrap()
+    };
+    append(EntryKind::UserPrompt, json!({"text": "before the crash"}));
+    append(
+        EntryKind::AssistantMessage,
+        json!({"text": "", "tool_calls": [{"id": "lost", "name": "pen_list", "arguments": "{}"}]}),
+    );
+    append(
+        EntryKind::ToolCall,
+        json!({"call_id": "lost", "name": "pen_list", "arguments": {}}),
+    );
+    let provider = Scripted::new(vec![Step::Answer(answer("fine", &[]))]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("again")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    let requests = provider.requests.lock().unwrap();
+    let Message::ToolResult { content, .. } = &requests[0].messages[2] else {
+        panic!("{:?}", requests[0].messages)
+    };
+    assert!(content.contains("outcome unknown"), "{content}");
+}
