@@ -81,13 +81,13 @@ pub struct ApprovalRequest {
     pub diff: Option<String>,
 }
 
+/// The owner's answer and an optional reason, or why the owner could not be asked (the client
+/// went away): then the authority to run the call is revoked.
+pub type ApprovalAnswer = Result<(Decision, Option<String>), String>;
+
 /// The owner's side of approvals (the editor, or a headless policy).
 pub trait Approver: Send + Sync {
-    /// Asks; `Err` means the owner could not be asked (client gone): authority is revoked.
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> BoxFuture<'static, Result<(Decision, Option<String>), String>>;
+    fn ask(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer>;
 }
 
 /// Where the loop's tools run: the daemon's workspace, editor documents, read ledger and limits.
