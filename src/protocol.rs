@@ -176,3 +176,62 @@ pub struct TranscriptResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_after_seq: Option<u64>,
 }
+
+/// `pen/prompt` params: run one turn of the agent in a session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptParams {
+    pub session_id: String,
+    pub text: String,
+}
+
+/// `pen/prompt` result, sent when the turn ends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptResponse {
+    pub session_id: String,
+    pub turn_id: String,
+    pub stop_reason: crate::agent::StopReason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// `pen/stop` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StopParams {
+    pub session_id: String,
+}
+
+/// `pen/stop` result: whether a running turn was told to stop.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopResponse {
+    pub stopped: bool,
+}
+
+/// The `pen/event` notification (pen → client).
+pub enum PenEvent {}
+
+impl tower_lsp_server::ls_types::notification::Notification for PenEvent {
+    type Params = crate::agent::AgentEvent;
+    const METHOD: &'static str = "pen/event";
+}
+
+/// The `pen/requestApproval` request (pen → client).
+pub enum RequestApproval {}
+
+/// The client's answer to `pen/requestApproval`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalResponse {
+    pub decision: crate::agent::Decision,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl tower_lsp_server::ls_types::request::Request for RequestApproval {
+    type Params = crate::agent::ApprovalRequest;
+    type Result = ApprovalResponse;
+    const METHOD: &'static str = "pen/requestApproval";
+}

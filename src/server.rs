@@ -6,12 +6,17 @@
 //! `session`. A panic in any handler is caught in one place ([`CatchPanic`]) and answered with
 //! an InternalError; the daemon keeps serving.
 
+use crate::agent::{
+    self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools, StopReason, Turn,
+};
 use crate::config::Config;
 use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
 use crate::protocol::{
-    self, CallToolParams, GetTranscriptParams, ListSessionsParams, ListSessionsResponse,
-    NewSessionParams, SessionSummary, TranscriptEntry, TranscriptResponse,
+    self, ApprovalResponse, CallToolParams, GetTranscriptParams, ListSessionsParams,
+    ListSessionsResponse, NewSessionParams, PenEvent, PromptParams, PromptResponse,
+    RequestApproval, SessionSummary, StopParams, StopResponse, TranscriptEntry, TranscriptResponse,
 };
+use crate::providers::Provider;
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger, Replacement, ToolContext};
 use crate::transport;
@@ -23,6 +28,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
+use tokio_util::sync::CancellationToken;
 use tower::Service;
 use tower_lsp_server::jsonrpc::{self, Request, Response};
 use tower_lsp_server::ls_types::{
@@ -45,7 +51,14 @@ pub struct State {
     documents: RwLock<DocumentStore>,
     /// Whether the client takes versioned `documentChanges` in a workspace edit.
     versioned_edits: RwLock<bool>,
-    ledger: ReadLedger,
+    ledger: Arc<ReadLedger>,
+    /// The Stop switch of each session with a running turn; one turn per session.
+    running: std::sync::Mutex<std::collections::HashMap<String, CancellationToken>>,
+    /// Tools the owner allowed for the rest of each session ("Allow for session").
+    session_allowed:
+        std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::Mutex<Vec<String>>>>>,
+    /// Whether the client creates `$/progress` tokens when asked (`window.workDoneProgress`).
+    work_done_progress: RwLock<bool>,
     /// The disk watcher over the current roots; replaced when the roots change.
     watcher: std::sync::Mutex<Option<DiskWatcher>>,
     /// Woken whenever the watcher reports a batch of disk changes, or (re)starts.
@@ -94,7 +107,10 @@ where
             workspace: RwLock::new(None),
             documents: RwLock::new(DocumentStore::default()),
             versioned_edits: RwLock::new(false),
-            ledger: ReadLedger::default(),
+            ledger: Arc::default(),
+            running: std::sync::Mutex::default(),
+            session_allowed: std::sync::Mutex::default(),
+            work_done_progress: RwLock::new(false),
             watcher: std::sync::Mutex::new(None),
             disk_changed: tokio::sync::Notify::new(),
             sessions,
@@ -109,7 +125,9 @@ where
     .custom_method("pen/setConfig", Backend::set_config)
     .custom_method("pen/newSession", Backend::new_session)
     .custom_method("pen/listSessions", Backend::list_sessions)
-    .custom_method("pen/getTranscript", Backend::get_transcript);
+    .custom_method("pen/getTranscript", Backend::get_transcript)
+    .custom_method("pen/prompt", Backend::prompt)
+    .custom_method("pen/stop", Backend::stop);
     if std::env::var_os(TEST_HOOKS_VAR).is_some() {
         builder = builder
             .custom_method("pen/test/panic", Backend::test_panic)
@@ -277,7 +295,219 @@ impl Backend {
     }
 }
 
+/// The JSON-RPC error code for a second prompt while a session's turn runs (the range
+/// -32000..-32099 is for implementation-defined server errors).
+const SESSION_BUSY: i64 = -32001;
+
+impl Backend {
+    /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
+    /// `$/progress` report it; `pen/stop` ends it.
+    async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
+        let store = self
+            .state
+            .sessions
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let session_id = params.session_id.clone();
+        let lookup = session_id.clone();
+        let exists = self
+            .with_sessions(move |store| store.get_session(&lookup))
+            .await;
+        exists?;
+        let cancel = CancellationToken::new();
+        {
+            let mut running = self.state.running.lock().unwrap_or_else(|p| p.into_inner());
+            if running.contains_key(&session_id) {
+                return Err(jsonrpc::Error {
+                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+                    message: format!(
+                        "a turn is already running in session {session_id}; wait for its pen/prompt answer or send pen/stop"
+                    )
+                    .into(),
+                    data: None,
+                });
+            }
+            running.insert(session_id.clone(), cancel.clone());
+        }
+        let _running = RunningTurn {
+            state: Arc::clone(&self.state),
+            session_id: session_id.clone(),
+        };
+        let turn_id = format!("t_{}", uuid::Uuid::now_v7().simple());
+        let config = read(&self.state.config).clone();
+        let (provider, model) = match provider_for(&config) {
+            Ok(found) => found,
+            Err(message) => {
+                return Ok(PromptResponse {
+                    session_id,
+                    turn_id,
+                    stop_reason: StopReason::Error,
+                    last_error: Some(message),
+                });
+            }
+        };
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<AgentEvent>();
+        let forwarder = tokio::spawn(forward_events(
+            self.client.clone(),
+            events_rx,
+            *read(&self.state.work_done_progress),
+            turn_id.clone(),
+        ));
+        let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
+        let session_allowed = Arc::clone(
+            self.state
+                .session_allowed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(session_id.clone())
+                .or_default(),
+        );
+        let turn = Turn {
+            store,
+            session_id: session_id.clone(),
+            turn_id: turn_id.clone(),
+            provider,
+            model,
+            tools: Arc::new(LocalTools {
+                workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
+                limits: config.limits(),
+                ledger: Arc::clone(&self.state.ledger),
+                editor: Some(editor),
+            }),
+            config,
+            approver: Arc::new(ClientApprover {
+                client: self.client.clone(),
+            }),
+            session_allowed,
+            on_event: Arc::new(move |event| {
+                let _ = events_tx.send(event);
+            }),
+            cancel,
+        };
+        let outcome = turn.run(&params.text).await;
+        // Every event of the turn reaches the client before the answer does.
+        let _ = forwarder.await;
+        Ok(PromptResponse {
+            session_id,
+            turn_id,
+            stop_reason: outcome.stop_reason,
+            last_error: outcome.last_error,
+        })
+    }
+
+    async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {
+        let running = self.state.running.lock().unwrap_or_else(|p| p.into_inner());
+        let stopped = match running.get(&params.session_id) {
+            Some(cancel) => {
+                cancel.cancel();
+                true
+            }
+            None => false,
+        };
+        Ok(StopResponse { stopped })
+    }
+}
+
+/// Removes a session's Stop switch when its turn ends, however it ends.
+struct RunningTurn {
+    state: Arc<State>,
+    session_id: String,
+}
+
+impl Drop for RunningTurn {
+    fn drop(&mut self) {
+        self.state
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.session_id);
+    }
+}
+
+/// The provider and model for a turn, from the config.
+fn provider_for(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+    agent::provider_from_config(config)
+}
+
+/// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`
+/// when the client takes progress tokens.
+async fn forward_events(
+    client: Client,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
+    progress_supported: bool,
+    turn_id: String,
+) {
+    use tower_lsp_server::ls_types::ProgressToken;
+    let token = ProgressToken::String(format!("pen/{turn_id}"));
+    let progress = if progress_supported
+        && client
+            .create_work_done_progress(token.clone())
+            .await
+            .is_ok()
+    {
+        Some(
+            client
+                .progress(token, "pen")
+                .with_message("thinking")
+                .begin()
+                .await,
+        )
+    } else {
+        None
+    };
+    while let Some(event) = events.recv().await {
+        if let Some(progress) = &progress {
+            let message = match event.kind.as_str() {
+                "tool_call_started" => Some(format!(
+                    "running {}",
+                    event.data["tool"].as_str().unwrap_or("a tool")
+                )),
+                "approval_requested" => Some("waiting for approval".to_string()),
+                "context_trimmed" => Some("trimming context".to_string()),
+                _ => None,
+            };
+            if let Some(message) = message {
+                progress.report(message).await;
+            }
+        }
+        client.send_notification::<PenEvent>(event).await;
+    }
+    if let Some(progress) = progress {
+        progress.finish().await;
+    }
+}
+
+/// Asks the editor with `pen/requestApproval`.
+struct ClientApprover {
+    client: Client,
+}
+
+impl Approver for ClientApprover {
+    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
+        let client = self.client.clone();
+        Box::pin(async move {
+            match client.send_request::<RequestApproval>(request).await {
+                Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
+                Err(err) => Err(format!(
+                    "the editor did not answer pen/requestApproval: {}",
+                    err.message
+                )),
+            }
+        })
+    }
+}
+
 impl State {
+    /// The workspace the tools are confined to now.
+    fn current_workspace(&self) -> Result<Workspace, String> {
+        match read(&self.workspace).clone() {
+            Some(ws) => Ok(ws),
+            None => {
+                Workspace::new(std::slice::from_ref(&self.fallback_root)).map_err(|e| e.to_string())
+            }
+        }
+    }
+
     /// Runs one tool as the model would, returning the capped observation as JSON.
     fn run_tool(&self, name: &str, arguments: &Value) -> jsonrpc::Result<Value> {
         let workspace = read(&self.workspace).clone();
@@ -290,7 +520,7 @@ impl State {
         let ctx = ToolContext {
             workspace: &workspace,
             limits: &limits,
-            ledger: Some(&self.ledger),
+            ledger: Some(self.ledger.as_ref()),
             editor: Some(self),
         };
         let result = tools::call(name, arguments, &ctx);
@@ -452,6 +682,13 @@ impl LanguageServer for Backend {
             .and_then(|e| e.document_changes)
             .unwrap_or(false);
         *write(&self.state.versioned_edits) = versioned;
+        let progress = params
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
+        *write(&self.state.work_done_progress) = progress;
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(protocol::encoding_kind(encoding)),

@@ -455,6 +455,13 @@ impl Turn {
     }
 }
 
+/// The provider and model a config names. Until the backends land this reports that none is
+/// available.
+pub fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+    let _ = config;
+    Err("no model provider is configured".to_string())
+}
+
 /// The turn's last error after a context-window rejection that cutting could not fix.
 fn context_message(err: &ProviderError, after_retry: bool) -> String {
     let what = if after_retry {
