@@ -29,6 +29,9 @@ pub enum Command {
     Tool(ToolCommand),
     /// Run the daemon on stdio (the LSP base protocol); editors start this.
     Serve,
+    /// Run one agent turn headless in the current directory: progress to stderr, the answer to
+    /// stdout. Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C).
+    Run(RunCommand),
     /// List sessions, newest first, one JSON object a line (as pen/listSessions shows them).
     Sessions,
     /// Export a session's transcript, one JSON entry a line (as pen/getTranscript shows them).
@@ -36,6 +39,27 @@ pub enum Command {
         /// The session id (from `pen sessions`).
         session_id: String,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunCommand {
+    /// The prompt.
+    pub prompt: String,
+    /// Resume this session instead of starting a new one.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print every event as a JSON line on stdout (and the outcome last).
+    #[arg(long)]
+    pub json: bool,
+    /// openai, anthropic or bedrock (the `provider` config key).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model (the `model` config key).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The API base URL (the `base_url` config key), e.g. http://127.0.0.1:11434/v1.
+    #[arg(long)]
+    pub base_url: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -122,6 +146,180 @@ fn boot_config() -> Config {
         eprintln!("pen: {warning}");
     }
     config
+}
+
+/// `pen run`: one turn, headless.
+pub fn run_turn(command: RunCommand) -> ExitCode {
+    let mut config = boot_config();
+    for (key, value) in [
+        ("provider", &command.provider),
+        ("model", &command.model),
+        ("base_url", &command.base_url),
+    ] {
+        if let Some(value) = value
+            && let Err(e) = config.set(key, &serde_json::Value::String(value.clone()))
+        {
+            return usage(&e.to_string());
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("pen: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(headless_turn(command, config))
+}
+
+async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
+    use crate::agent::{AgentEvent, LocalTools, StopReason, Turn};
+    let fail = |message: String| {
+        eprintln!("pen: {message}");
+        ExitCode::from(1)
+    };
+    let (provider, model) = match crate::agent::provider_from_config(&config) {
+        Ok(found) => found,
+        Err(message) => return fail(message),
+    };
+    let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
+        Ok(store) => std::sync::Arc::new(store),
+        Err(e) => return fail(e.to_string()),
+    };
+    let session_id = match &command.session {
+        Some(id) => match store.get_session(id) {
+            Ok(info) => info.id,
+            Err(e) => return fail(e.to_string()),
+        },
+        None => match store.new_session(Some(&command.prompt.chars().take(80).collect::<String>()))
+        {
+            Ok(info) => info.id,
+            Err(e) => return fail(e.to_string()),
+        },
+    };
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let workspace = match Workspace::new(std::slice::from_ref(&root)) {
+        Ok(ws) => ws,
+        Err(e) => return fail(e.to_string()),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\npen: stopping…");
+            stopper.cancel();
+        }
+    });
+    let json = command.json;
+    let on_event = move |event: AgentEvent| {
+        use std::io::Write;
+        if json {
+            println!("{}", serde_json::to_string(&event).unwrap_or_default());
+            return;
+        }
+        match event.kind.as_str() {
+            "text_delta" => {
+                print!("{}", event.data["text"].as_str().unwrap_or_default());
+                let _ = std::io::stdout().flush();
+            }
+            "tool_call_started" => eprintln!(
+                "pen: → {} {}",
+                event.data["tool"].as_str().unwrap_or("?"),
+                event.data["arguments"]
+            ),
+            "tool_call_finished" => eprintln!(
+                "pen: ← {} {}",
+                event.data["tool"].as_str().unwrap_or("?"),
+                event.data["state"].as_str().unwrap_or("?")
+            ),
+            "context_trimmed" => eprintln!("pen: context trimmed: {}", event.data),
+            _ => {}
+        }
+    };
+    eprintln!("pen: session {session_id}");
+    let turn = Turn {
+        store,
+        session_id: session_id.clone(),
+        turn_id: format!("t_{}", uuid::Uuid::now_v7().simple()),
+        provider,
+        model,
+        tools: std::sync::Arc::new(LocalTools {
+            workspace,
+            limits: config.limits(),
+            ledger: std::sync::Arc::default(),
+            editor: None,
+        }),
+        config,
+        approver: std::sync::Arc::new(TerminalApprover),
+        session_allowed: std::sync::Arc::default(),
+        on_event: std::sync::Arc::new(on_event),
+        cancel,
+    };
+    let outcome = turn.run(&command.prompt).await;
+    if json {
+        println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+    } else {
+        println!();
+    }
+    if let Some(error) = &outcome.last_error {
+        eprintln!("pen: {error}");
+    }
+    match outcome.stop_reason {
+        StopReason::EndTurn => ExitCode::SUCCESS,
+        StopReason::Cancelled => ExitCode::from(130),
+        StopReason::Error => ExitCode::from(1),
+        StopReason::MaxTurnRequests => {
+            eprintln!(
+                "pen: the turn reached max_turn_requests; continue it with --session {session_id}"
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Approvals for `pen run`: asks on the terminal when there is one; otherwise denies, since
+/// nobody is there to approve (allow tools ahead with the `auto_approve` config key).
+struct TerminalApprover;
+
+impl crate::agent::Approver for TerminalApprover {
+    fn ask(
+        &self,
+        request: crate::agent::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'static, crate::agent::ApprovalAnswer> {
+        use crate::agent::Decision;
+        use std::io::IsTerminal;
+        Box::pin(async move {
+            if !std::io::stdin().is_terminal() {
+                return Ok((
+                    Decision::Deny,
+                    Some("pen run has no terminal to ask on; allow the tool with the auto_approve config key".into()),
+                ));
+            }
+            if let Some(diff) = &request.diff {
+                eprintln!("{diff}");
+            }
+            eprint!(
+                "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
+                request.tool, request.arguments
+            );
+            let answer = tokio::task::spawn_blocking(|| {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).map(|_| line)
+            })
+            .await;
+            match answer {
+                Ok(Ok(line)) => Ok(match line.trim() {
+                    "y" | "yes" => (Decision::Allow, None),
+                    "a" | "always" => (Decision::AllowForSession, None),
+                    _ => (Decision::Deny, None),
+                }),
+                _ => Err("the terminal closed".into()),
+            }
+        })
+    }
 }
 
 /// How many rows the export commands fetch per store call.

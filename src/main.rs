@@ -1,7 +1,7 @@
 //! The `pen` binary: parses the command line and hands off to the library.
 
 use clap::Parser;
-use pen::cli::{Cli, Command, run_serve, run_sessions, run_tool, run_transcript};
+use pen::cli::{Cli, Command, run_serve, run_sessions, run_tool, run_transcript, run_turn};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -9,6 +9,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Tool(command) => run_tool(command),
         Command::Serve => run_serve(),
+        Command::Run(command) => run_turn(command),
         Command::Sessions => run_sessions(),
         Command::Transcript { session_id } => run_transcript(&session_id),
     }
