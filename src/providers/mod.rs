@@ -9,6 +9,7 @@
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -169,4 +170,75 @@ pub trait Provider: Send + Sync {
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>>;
+}
+
+/// Which API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Amazon Bedrock Converse.
+    Bedrock,
+}
+
+/// What [`build`] needs to make a provider.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// The model the loop names in every [`ModelRequest`]; required.
+    pub model: String,
+    /// The API's base URL; `None` for the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// Never logged: `Debug` prints `[redacted]`, and errors have it removed.
+    pub api_key: Option<String>,
+    /// How long the provider may stay silent (connecting, before the answer starts, between
+    /// two pieces of it) before the request fails with `Timeout`.
+    pub request_timeout: Duration,
+    /// Attempts per request, the first included, for retryable failures.
+    pub max_attempts: u32,
+}
+
+impl ProviderSettings {
+    /// Settings for `kind` and `model` with the default endpoint, no key, and the timeout and
+    /// attempts of [`crate::limits`].
+    pub fn new(kind: ProviderKind, model: impl Into<String>) -> ProviderSettings {
+        ProviderSettings {
+            kind,
+            model: model.into(),
+            base_url: None,
+            api_key: None,
+            request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
+            max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
+        }
+    }
+}
+
+impl fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("kind", &self.kind)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("request_timeout", &self.request_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_debug_never_shows_the_key() {
+        let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
+        settings.api_key = Some("sk-ant-secret".into());
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("sk-ant-secret"), "{shown}");
+        assert!(shown.contains("[redacted]"), "{shown}");
+    }
 }
