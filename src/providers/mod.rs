@@ -13,6 +13,9 @@ use std::fmt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+pub mod openai;
+mod wire;
+
 /// A tool the model may call: its name, description and the JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {
