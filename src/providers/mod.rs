@@ -13,6 +13,7 @@ use std::fmt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+pub mod anthropic;
 pub mod openai;
 mod wire;
 
