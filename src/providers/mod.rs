@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
 pub mod openai;
+pub mod retry;
 mod wire;
 
 /// A tool the model may call: its name, description and the JSON Schema of its arguments.
@@ -174,6 +175,19 @@ pub trait Provider: Send + Sync {
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>>;
+}
+
+/// A boxed provider is a provider, so wrappers such as [`retry::Retrying`] take the result of
+/// [`build`].
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        (**self).complete(request, on_event, cancel)
+    }
 }
 
 /// Which API a provider speaks.
