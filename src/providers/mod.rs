@@ -247,6 +247,32 @@ impl fmt::Debug for ProviderSettings {
     }
 }
 
+/// What [`build`] answers for [`ProviderKind::Bedrock`] until that backend is added.
+const NO_BEDROCK: &str = "bedrock backend not built in this build";
+
+/// The provider `settings` describe, retrying as [`retry::Retrying`] does up to
+/// `settings.max_attempts`. Its one HTTP client (with `settings.request_timeout`) serves every
+/// request and retry, so connections are reused. A missing key or a bad base URL is a `Config`
+/// error here, before any request.
+pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderError> {
+    if settings.model.trim().is_empty() {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            "no model is configured",
+        ));
+    }
+    let client = wire::http_client(settings.request_timeout)?;
+    let backend: Box<dyn Provider> = match settings.kind {
+        ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(client, settings)?),
+        ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
+        ProviderKind::Bedrock => return Err(ProviderError::new(ErrorKind::Config, NO_BEDROCK)),
+    };
+    Ok(Box::new(retry::Retrying::new(
+        backend,
+        retry::RetryPolicy::new(settings.max_attempts),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +284,30 @@ mod tests {
         let shown = format!("{settings:?}");
         assert!(!shown.contains("sk-ant-secret"), "{shown}");
         assert!(shown.contains("[redacted]"), "{shown}");
+    }
+
+    #[test]
+    fn build_refuses_what_cannot_work_before_any_request() {
+        use ProviderKind::{Anthropic, Bedrock, Openai};
+        let ollama = Some("http://127.0.0.1:11434/v1");
+        let cases = [
+            (Bedrock, "m", None, None, "bedrock backend not built"),
+            (Openai, " ", ollama, None, "no model is configured"),
+            (Anthropic, "m", None, None, "needs an API key"),
+            (Openai, "m", None, None, "needs an API key"),
+            (Openai, "m", Some("localhost:11434"), None, "is not an http"),
+            (Openai, "m", None, Some("bad\nkey"), "cannot carry"),
+        ];
+        for (kind, model, base_url, api_key, wording) in cases {
+            let mut settings = ProviderSettings::new(kind, model);
+            settings.base_url = base_url.map(str::to_string);
+            settings.api_key = api_key.map(str::to_string);
+            let error = build(&settings).err().expect("a Config error");
+            assert_eq!(error.kind, ErrorKind::Config, "{kind:?}");
+            assert!(error.message.contains(wording), "{}", error.message);
+        }
+        let mut local = ProviderSettings::new(ProviderKind::Openai, "smollm2");
+        local.base_url = Some("http://127.0.0.1:11434/v1".into());
+        assert!(build(&local).is_ok());
     }
 }

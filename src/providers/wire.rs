@@ -31,6 +31,22 @@ pub(crate) trait StreamDecoder {
     fn finish(self) -> Result<ModelResponse, ProviderError>;
 }
 
+/// The one HTTP client a provider uses for all its requests (its connection pool is shared by
+/// retries). `timeout` bounds silence, not the whole answer: see
+/// [`crate::limits::PROVIDER_REQUEST_TIMEOUT`].
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .read_timeout(timeout)
+        .build()
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("could not set up the HTTP client: {}", error_chain(&e)),
+            )
+        })
+}
+
 /// Checks a base URL and returns it without a trailing slash.
 pub(crate) fn base_url(url: &str) -> Result<String, ProviderError> {
     let trimmed = url.trim().trim_end_matches('/');
