@@ -208,6 +208,36 @@ pub const MAX_WATCHED_DIRS: usize = 4_096;
 /// How long disk events are gathered before they are reported as one batch.
 pub const WATCH_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long a model provider may stay silent before a request fails with a timeout: while
+/// connecting, waiting for the answer to start, or between two pieces of a streamed answer. It
+/// bounds silence rather than the whole answer, because a long answer legitimately streams for
+/// minutes. Default 300 s.
+pub const PROVIDER_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How many times one provider request is sent at most, the first attempt included, when the
+/// provider answers 429, 5xx, drops the connection or times out. Default 4.
+pub const PROVIDER_MAX_ATTEMPTS: u32 = 4;
+
+/// The backoff before the first provider retry: 500 ms, doubled for each later retry up to
+/// [`PROVIDER_RETRY_MAX_DELAY`], of which a random half is taken off (jitter) so that clients
+/// rejected together do not return together.
+pub const PROVIDER_RETRY_BASE_DELAY: Duration = Duration::from_millis(500);
+
+/// The longest backoff between two provider attempts: 30 s.
+pub const PROVIDER_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// The longest wait a provider's `Retry-After` can impose before a retry: 60 s. A longer request
+/// is cut to this, so one header cannot stall a turn for an hour; Stop ends the wait at once.
+pub const PROVIDER_RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+
+/// Bytes of a provider's error body that are read: 64 KiB. An error envelope is a few hundred
+/// bytes; a proxy's HTML page can be far larger and says nothing more.
+pub const PROVIDER_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Bytes of a provider's error wording kept in a `ProviderError` message: 1,000, cut on a
+/// character boundary.
+pub const PROVIDER_ERROR_MESSAGE_BYTES: usize = 1_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,14 @@
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+pub mod anthropic;
+pub mod openai;
+pub mod retry;
+mod wire;
 
 /// A tool the model may call: its name, description and the JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,4 +175,139 @@ pub trait Provider: Send + Sync {
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>>;
+}
+
+/// A boxed provider is a provider, so wrappers such as [`retry::Retrying`] take the result of
+/// [`build`].
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        (**self).complete(request, on_event, cancel)
+    }
+}
+
+/// Which API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Amazon Bedrock Converse.
+    Bedrock,
+}
+
+/// What [`build`] needs to make a provider.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// The model the loop names in every [`ModelRequest`]; required.
+    pub model: String,
+    /// The API's base URL; `None` for the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// Never logged: `Debug` prints `[redacted]`, and errors have it removed.
+    pub api_key: Option<String>,
+    /// How long the provider may stay silent (connecting, before the answer starts, between
+    /// two pieces of it) before the request fails with `Timeout`.
+    pub request_timeout: Duration,
+    /// Attempts per request, the first included, for retryable failures.
+    pub max_attempts: u32,
+}
+
+impl ProviderSettings {
+    /// Settings for `kind` and `model` with the default endpoint, no key, and the timeout and
+    /// attempts of [`crate::limits`].
+    pub fn new(kind: ProviderKind, model: impl Into<String>) -> ProviderSettings {
+        ProviderSettings {
+            kind,
+            model: model.into(),
+            base_url: None,
+            api_key: None,
+            request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
+            max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
+        }
+    }
+}
+
+impl fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("kind", &self.kind)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("request_timeout", &self.request_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .finish()
+    }
+}
+
+/// What [`build`] answers for [`ProviderKind::Bedrock`] until that backend is added.
+const NO_BEDROCK: &str = "bedrock backend not built in this build";
+
+/// The provider `settings` describe, retrying as [`retry::Retrying`] does up to
+/// `settings.max_attempts`. Its one HTTP client (with `settings.request_timeout`) serves every
+/// request and retry, so connections are reused. A missing key or a bad base URL is a `Config`
+/// error here, before any request.
+pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderError> {
+    if settings.model.trim().is_empty() {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            "no model is configured",
+        ));
+    }
+    let client = wire::http_client(settings.request_timeout)?;
+    let backend: Box<dyn Provider> = match settings.kind {
+        ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(client, settings)?),
+        ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
+        ProviderKind::Bedrock => return Err(ProviderError::new(ErrorKind::Config, NO_BEDROCK)),
+    };
+    Ok(Box::new(retry::Retrying::new(
+        backend,
+        retry::RetryPolicy::new(settings.max_attempts),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_debug_never_shows_the_key() {
+        let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
+        settings.api_key = Some("sk-ant-secret".into());
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("sk-ant-secret"), "{shown}");
+        assert!(shown.contains("[redacted]"), "{shown}");
+    }
+
+    #[test]
+    fn build_refuses_what_cannot_work_before_any_request() {
+        use ProviderKind::{Anthropic, Bedrock, Openai};
+        let ollama = Some("http://127.0.0.1:11434/v1");
+        let cases = [
+            (Bedrock, "m", None, None, "bedrock backend not built"),
+            (Openai, " ", ollama, None, "no model is configured"),
+            (Anthropic, "m", None, None, "needs an API key"),
+            (Openai, "m", None, None, "needs an API key"),
+            (Openai, "m", Some("localhost:11434"), None, "is not an http"),
+            (Openai, "m", None, Some("bad\nkey"), "cannot carry"),
+        ];
+        for (kind, model, base_url, api_key, wording) in cases {
+            let mut settings = ProviderSettings::new(kind, model);
+            settings.base_url = base_url.map(str::to_string);
+            settings.api_key = api_key.map(str::to_string);
+            let error = build(&settings).err().expect("a Config error");
+            assert_eq!(error.kind, ErrorKind::Config, "{kind:?}");
+            assert!(error.message.contains(wording), "{}", error.message);
+        }
+        let mut local = ProviderSettings::new(ProviderKind::Openai, "smollm2");
+        local.base_url = Some("http://127.0.0.1:11434/v1".into());
+        assert!(build(&local).is_ok());
+    }
 }

@@ -1,0 +1,818 @@
+//! The Anthropic Messages backend: `POST {base_url}/v1/messages` with `stream: true`.
+//!
+//! The answer is assembled from the Messages stream: `message_start` (input usage),
+//! `content_block_start` / `content_block_delta` (`text_delta`, `input_json_delta`) /
+//! `content_block_stop` per block, `message_delta` (stop reason, output usage), and
+//! `message_stop`, the terminator. `ping` and event types this module does not know are skipped,
+//! as Anthropic's versioning policy asks; an `error` event is classified like an HTTP error.
+
+use super::wire::{self, StreamDecoder};
+use super::{
+    ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
+    ProviderSettings, StreamEvent, ToolCall, Usage,
+};
+use futures::future::BoxFuture;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use tokio_util::sync::CancellationToken;
+
+/// Where requests go when no `base_url` is configured.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The Messages API version pen speaks.
+const API_VERSION: &str = "2023-06-01";
+
+/// The Anthropic Messages API.
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    api_key: String,
+    /// How error messages name this provider.
+    label: String,
+}
+
+impl AnthropicProvider {
+    /// A provider for `settings.base_url` (default [`DEFAULT_BASE_URL`]); the API key is
+    /// required.
+    pub fn new(
+        client: reqwest::Client,
+        settings: &ProviderSettings,
+    ) -> Result<AnthropicProvider, ProviderError> {
+        let base = wire::base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
+        let Some(api_key) = settings.api_key.clone().filter(|key| !key.is_empty()) else {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("the Anthropic API at {base} needs an API key; configure one"),
+            ));
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", wire::secret_header(&api_key)?);
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        Ok(AnthropicProvider {
+            client,
+            url: format!("{base}/v1/messages"),
+            headers,
+            api_key,
+            label: format!("Anthropic API at {base}"),
+        })
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<ModelResponse, ProviderError> {
+        let http = self
+            .client
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .json(&request_body(request));
+        let response = wire::send(http, classify_error).await?;
+        wire::decode_response(response, AnthropicStream::default(), on_event).await
+    }
+}
+
+impl Provider for AnthropicProvider {
+    /// Streams one request. When `cancel` fires, the request or stream is dropped (closing the
+    /// connection) and `Cancelled` returned at once; text deltas already passed to `on_event`
+    /// stay delivered, and the error carries none of them: a caller that wants to keep a partial
+    /// answer keeps what it received.
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        Box::pin(async move {
+            let result = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(wire::cancelled()),
+                result = self.stream(request, on_event) => result,
+            };
+            result.map_err(|mut error| {
+                error.message = format!("{}: {}", self.label, error.message);
+                wire::redact(error, Some(&self.api_key))
+            })
+        })
+    }
+}
+
+/// The Messages request body for `request`, keys in a fixed order so one request always
+/// serializes to the same bytes.
+///
+/// The system prompt goes once, top level. Tool results become `tool_result` blocks of the next
+/// user message; consecutive user-side entries (the results of one assistant message, and any
+/// user text after them) share one user message, results first, as the API requires. An
+/// assistant message with no text and no calls is left out: the API refuses empty content, and
+/// the user messages around it then merge as the API would merge them.
+fn request_body(request: &ModelRequest) -> Value {
+    let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+    let mut user_blocks: Vec<Value> = Vec::new();
+    for message in &request.messages {
+        match message {
+            Message::User { text } => user_blocks.push(json!({"type": "text", "text": text})),
+            Message::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let mut block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": content,
+                });
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                user_blocks.push(block);
+            }
+            Message::Assistant { text, tool_calls } => {
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for call in tool_calls {
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": tool_input(&call.arguments),
+                    }));
+                }
+                if blocks.is_empty() {
+                    continue;
+                }
+                if !user_blocks.is_empty() {
+                    messages.push(user_message(std::mem::take(&mut user_blocks)));
+                }
+                messages.push(json!({"role": "assistant", "content": blocks}));
+            }
+        }
+    }
+    if !user_blocks.is_empty() {
+        messages.push(user_message(user_blocks));
+    }
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_output_tokens,
+        "stream": true,
+    });
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    body["messages"] = Value::Array(messages);
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                })
+            })
+            .collect();
+    }
+    body
+}
+
+/// A user message; a lone text block is sent as plain content, the common short form.
+fn user_message(mut blocks: Vec<Value>) -> Value {
+    if let [block] = blocks.as_mut_slice() {
+        if block["type"] == "text" {
+            return json!({"role": "user", "content": block["text"].take()});
+        }
+    }
+    json!({"role": "user", "content": blocks})
+}
+
+/// A `tool_use` block's `input`, which must be a JSON object. Arguments the model produced as
+/// something else (invalid JSON, an array) are kept verbatim under `_raw_arguments`, so the
+/// replayed history still shows the model what it sent and the loop's error result about it
+/// still makes sense.
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(object @ Value::Object(_)) => object,
+        _ if arguments.trim().is_empty() => Value::Object(Map::new()),
+        _ => json!({"_raw_arguments": arguments}),
+    }
+}
+
+/// One content block of the streamed message.
+#[derive(Debug)]
+enum Block {
+    Text,
+    ToolUse {
+        id: String,
+        name: String,
+        /// `input_json_delta` pieces; `None` until the first arrives, since a call without
+        /// arguments may send none and then its input is the `{}` of `content_block_start`.
+        json: Option<String>,
+        initial_input: String,
+    },
+    /// Thinking and other blocks pen does not use.
+    Other,
+}
+
+/// The state of one streamed answer.
+#[derive(Debug, Default)]
+struct AnthropicStream {
+    stopped: bool,
+    text: String,
+    blocks: BTreeMap<u64, Block>,
+    stop_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl StreamDecoder for AnthropicStream {
+    fn event(
+        &mut self,
+        _name: &str,
+        data: &str,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<bool, ProviderError> {
+        let event: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("a stream event is not JSON ({e}): {}", wire::excerpt(data)),
+            )
+        })?;
+        let index = event["index"].as_u64().unwrap_or(0);
+        match event["type"].as_str().unwrap_or("") {
+            "message_start" => {
+                let usage = &event["message"]["usage"];
+                // Cached prompt tokens are counted apart from `input_tokens`; the prompt's size
+                // (what the prompt budget calibrates against) is their sum.
+                let input = [
+                    "input_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                ]
+                .iter()
+                .filter_map(|key| usage[key].as_u64())
+                .sum::<u64>();
+                self.usage = Some(Usage {
+                    input_tokens: input,
+                    output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+                });
+            }
+            "content_block_start" => {
+                let block = &event["content_block"];
+                let block = match block["type"].as_str() {
+                    Some("text") => {
+                        self.push_text(block["text"].as_str().unwrap_or(""), on_event);
+                        Block::Text
+                    }
+                    Some("tool_use") => Block::ToolUse {
+                        id: block["id"].as_str().unwrap_or("").to_string(),
+                        name: block["name"].as_str().unwrap_or("").to_string(),
+                        json: None,
+                        initial_input: block.get("input").unwrap_or(&json!({})).to_string(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let delta = &event["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        self.push_text(delta["text"].as_str().unwrap_or(""), on_event);
+                    }
+                    Some("input_json_delta") => {
+                        if let Some(Block::ToolUse { json, .. }) = self.blocks.get_mut(&index) {
+                            json.get_or_insert_with(String::new)
+                                .push_str(delta["partial_json"].as_str().unwrap_or(""));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = event["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(reason.to_string());
+                }
+                // `message_delta` usage is cumulative: the last one counts the whole answer.
+                let usage = self.usage.get_or_insert_with(Usage::default);
+                if let Some(output) = event["usage"]["output_tokens"].as_u64() {
+                    usage.output_tokens = output;
+                }
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(true);
+            }
+            "error" => return Err(classify_error(None, data)),
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(self) -> Result<ModelResponse, ProviderError> {
+        if !self.stopped {
+            return Err(ProviderError::new(
+                ErrorKind::Network,
+                "the stream closed early, before message_stop",
+            ));
+        }
+        let tool_calls: Vec<ToolCall> = self
+            .blocks
+            .into_values()
+            .filter_map(|block| match block {
+                Block::ToolUse {
+                    id,
+                    name,
+                    json,
+                    initial_input,
+                } => Some(ToolCall {
+                    id,
+                    name,
+                    arguments: json.unwrap_or(initial_input),
+                }),
+                Block::Text | Block::Other => None,
+            })
+            .collect();
+        let finish_reason = match self.stop_reason.as_deref() {
+            Some("end_turn" | "stop_sequence") => FinishReason::EndTurn,
+            Some("tool_use") => FinishReason::ToolUse,
+            // Both mean the answer was cut for lack of room.
+            Some("max_tokens" | "model_context_window_exceeded") => FinishReason::MaxTokens,
+            _ => FinishReason::Other,
+        };
+        Ok(ModelResponse {
+            text: self.text,
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+        })
+    }
+}
+
+impl AnthropicStream {
+    fn push_text(&mut self, text: &str, on_event: &(dyn Fn(StreamEvent) + Send + Sync)) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            on_event(StreamEvent::TextDelta(text.to_string()));
+        }
+    }
+}
+
+/// Classifies a rejection from the Messages API: an HTTP error (`status` set) or an `error`
+/// event inside the stream (`status` is `None`), both with the envelope
+/// `{"type":"error","error":{"type","message"}}`.
+///
+/// Over the context window: an HTTP 400 `invalid_request_error` whose message says the prompt
+/// is too long ("prompt is too long: 208310 tokens > 200000 maximum", or "input length and
+/// `max_tokens` exceed context limit", which a shorter prompt also fixes) — never a rejected
+/// output limit ("max_tokens: 64000 > 8192, which is the maximum allowed number of output
+/// tokens").
+pub fn classify_error(status: Option<u16>, body: &str) -> ProviderError {
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let error_type = value["error"]["type"].as_str();
+    let message = value["error"]["message"].as_str().unwrap_or(body);
+    let over_context = matches!(status, Some(400 | 413) | None)
+        && matches!(error_type, Some("invalid_request_error") | None)
+        && wire::says_context_overflow(message);
+    let kind = if over_context {
+        ErrorKind::ContextWindowExceeded
+    } else if let Some(status) = status {
+        wire::kind_for_status(status)
+    } else {
+        match error_type {
+            Some("invalid_request_error" | "not_found_error" | "request_too_large") => {
+                ErrorKind::BadRequest
+            }
+            Some("authentication_error" | "permission_error") => ErrorKind::Auth,
+            Some("rate_limit_error") => ErrorKind::RateLimited,
+            // `overloaded_error`, `api_error` and anything new: the server failed mid-answer.
+            _ => ErrorKind::Server,
+        }
+    };
+    ProviderError {
+        kind,
+        status,
+        message: wire::describe(status, message),
+        retry_after: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{ProviderKind, ToolDefinition};
+    use std::sync::Mutex;
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn result(call_id: &str, content: &str, is_error: bool) -> Message {
+        Message::ToolResult {
+            call_id: call_id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    #[test]
+    fn request_body_has_top_level_system_tools_and_results_in_one_user_message() {
+        let request = ModelRequest {
+            model: "claude-test".into(),
+            system: "You are pen.".into(),
+            messages: vec![
+                Message::User {
+                    text: "Read a.txt and list src".into(),
+                },
+                Message::Assistant {
+                    text: "Reading.".into(),
+                    tool_calls: vec![
+                        call("toolu_1", "pen_read", r#"{"path":"a.txt"}"#),
+                        call("toolu_2", "pen_list", r#"{"path":"src"}"#),
+                    ],
+                },
+                result("toolu_1", "hello", false),
+                result("toolu_2", "denied by the owner", true),
+                Message::Assistant {
+                    text: "Done.".into(),
+                    tool_calls: vec![],
+                },
+                Message::User {
+                    text: "Thanks".into(),
+                },
+            ],
+            tools: vec![ToolDefinition {
+                name: "pen_read".into(),
+                description: "Read a file.".into(),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            }],
+            max_output_tokens: 4096,
+        };
+        assert_eq!(
+            request_body(&request),
+            json!({
+                "model": "claude-test",
+                "max_tokens": 4096,
+                "stream": true,
+                "system": "You are pen.",
+                "messages": [
+                    {"role": "user", "content": "Read a.txt and list src"},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Reading."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "pen_list", "input": {"path": "src"}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello"},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "denied by the owner", "is_error": true},
+                    ]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+                    {"role": "user", "content": "Thanks"},
+                ],
+                "tools": [{
+                    "name": "pen_read",
+                    "description": "Read a file.",
+                    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+                }],
+            })
+        );
+    }
+
+    #[test]
+    fn a_call_only_assistant_message_has_no_empty_text_block_and_odd_arguments_survive() {
+        let request = ModelRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![
+                Message::User { text: "go".into() },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![
+                        call("toolu_1", "pen_list", ""),
+                        call("toolu_2", "pen_read", "{\"path\": "),
+                    ],
+                },
+                result("toolu_1", "[]", false),
+                result("toolu_2", "arguments are not valid JSON", true),
+                // A turn the model ended with nothing to say is left out.
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![],
+                },
+                Message::User {
+                    text: "again".into(),
+                },
+            ],
+            tools: vec![],
+            max_output_tokens: 100,
+        };
+        let body = request_body(&request);
+        assert!(body.get("system").is_none());
+        assert!(body.get("tools").is_none());
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "pen_list", "input": {}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "pen_read",
+                     "input": {"_raw_arguments": "{\"path\": "}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "[]"},
+                    {"type": "tool_result", "tool_use_id": "toolu_2",
+                     "content": "arguments are not valid JSON", "is_error": true},
+                    {"type": "text", "text": "again"},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn the_key_is_required_and_sent_as_x_api_key() {
+        let client = reqwest::Client::new();
+        let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
+        assert_eq!(
+            AnthropicProvider::new(client.clone(), &settings)
+                .err()
+                .unwrap()
+                .kind,
+            ErrorKind::Config
+        );
+        settings.api_key = Some("sk-ant-test".into());
+        let provider = AnthropicProvider::new(client, &settings).unwrap();
+        assert_eq!(provider.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(provider.headers["x-api-key"], "sk-ant-test");
+        assert_eq!(provider.headers["anthropic-version"], "2023-06-01");
+    }
+
+    fn decode(body: &str, piece: usize) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
+        let deltas = Mutex::new(Vec::new());
+        let on_event = |event: StreamEvent| {
+            let StreamEvent::TextDelta(text) = event;
+            deltas.lock().unwrap().push(text);
+        };
+        let pieces: Vec<Result<Vec<u8>, ProviderError>> = body
+            .as_bytes()
+            .chunks(piece)
+            .map(|c| Ok(c.to_vec()))
+            .collect();
+        let result = futures::executor::block_on(wire::decode_stream(
+            futures::stream::iter(pieces),
+            AnthropicStream::default(),
+            &on_event,
+        ));
+        (result, deltas.into_inner().unwrap())
+    }
+
+    fn sse(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|event| {
+                format!(
+                    "event: {}\ndata: {event}\n\n",
+                    event["type"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    fn message_start() -> Value {
+        json!({"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+            "model": "claude-test", "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 25, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 100, "output_tokens": 1}}})
+    }
+
+    #[test]
+    fn text_deltas_arrive_in_order_with_usage() {
+        let body = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "ping"}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ", wörld"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 15}}),
+            json!({"type": "message_stop"}),
+        ]);
+        for piece in [body.len(), 9, 1] {
+            let (result, deltas) = decode(&body, piece);
+            assert_eq!(deltas, ["Hello", ", wörld"]);
+            assert_eq!(
+                result.unwrap(),
+                ModelResponse {
+                    text: "Hello, wörld".into(),
+                    tool_calls: vec![],
+                    finish_reason: FinishReason::EndTurn,
+                    usage: Some(Usage {
+                        input_tokens: 125,
+                        output_tokens: 15
+                    }),
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn tool_use_blocks_are_assembled_from_input_json_deltas() {
+        let body = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me look."}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_a", "name": "pen_read", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"a."}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "txt\"}"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            // A call whose tool takes no arguments sends no delta at all.
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_b", "name": "pen_list", "input": {}}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 40}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let (result, deltas) = decode(&body, 13);
+        assert_eq!(deltas, ["Let me look."]);
+        let response = result.unwrap();
+        assert_eq!(response.finish_reason, FinishReason::ToolUse);
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("toolu_a", "pen_read", r#"{"path": "a.txt"}"#),
+                call("toolu_b", "pen_list", "{}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn stop_reasons_map_to_neutral_ones() {
+        for (reason, expected) in [
+            ("end_turn", FinishReason::EndTurn),
+            ("stop_sequence", FinishReason::EndTurn),
+            ("tool_use", FinishReason::ToolUse),
+            ("max_tokens", FinishReason::MaxTokens),
+            ("refusal", FinishReason::Other),
+        ] {
+            let body = sse(&[
+                message_start(),
+                json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 1}}),
+                json!({"type": "message_stop"}),
+            ]);
+            assert_eq!(
+                decode(&body, 64).0.unwrap().finish_reason,
+                expected,
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_without_message_stop_is_a_network_error() {
+        let partial = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
+        ]);
+        for body in ["", partial.as_str()] {
+            let error = decode(body, 64).0.unwrap_err();
+            assert_eq!(error.kind, ErrorKind::Network);
+            assert!(error.message.contains("closed early"), "{}", error.message);
+        }
+    }
+
+    #[test]
+    fn an_error_event_in_the_stream_is_classified() {
+        let body = format!(
+            "{}event: error\ndata: {}\n\n",
+            sse(&[message_start()]),
+            r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#
+        );
+        let error = decode(&body, 64).0.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Server);
+        assert!(error.is_retryable());
+        assert_eq!(error.message, "error in the stream: Overloaded");
+    }
+
+    /// Real bodies, each with the status it came with (`None`: an `error` event in a stream).
+    const CLASSIFIED: &[(&str, Option<u16>, &str, ErrorKind)] = &[
+        (
+            "prompt is too long",
+            Some(400),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#,
+            ErrorKind::ContextWindowExceeded,
+        ),
+        (
+            "input and max_tokens over the context limit",
+            Some(400),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again"}}"#,
+            ErrorKind::ContextWindowExceeded,
+        ),
+        (
+            "output limit is not context overflow",
+            Some(400),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 64000 > 8192, which is the maximum allowed number of output tokens for claude-3-5-sonnet-20241022"}}"#,
+            ErrorKind::BadRequest,
+        ),
+        (
+            "another invalid request",
+            Some(400),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0: all messages must have non-empty content except for the optional final assistant message"}}"#,
+            ErrorKind::BadRequest,
+        ),
+        (
+            "request too large",
+            Some(413),
+            r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
+            ErrorKind::BadRequest,
+        ),
+        (
+            "bad key",
+            Some(401),
+            r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+            ErrorKind::Auth,
+        ),
+        (
+            "no permission",
+            Some(403),
+            r#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#,
+            ErrorKind::Auth,
+        ),
+        (
+            "unknown model",
+            Some(404),
+            r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-nonexistent"}}"#,
+            ErrorKind::BadRequest,
+        ),
+        (
+            "rate limited",
+            Some(429),
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 50,000 input tokens per minute."}}"#,
+            ErrorKind::RateLimited,
+        ),
+        (
+            "internal error",
+            Some(500),
+            r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#,
+            ErrorKind::Server,
+        ),
+        (
+            "overloaded",
+            Some(529),
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ErrorKind::Server,
+        ),
+        (
+            "overloaded in the stream",
+            None,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ErrorKind::Server,
+        ),
+        (
+            "rate limited in the stream",
+            None,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited"}}"#,
+            ErrorKind::RateLimited,
+        ),
+        (
+            "a proxy's text",
+            Some(502),
+            "upstream connect error or disconnect/reset before headers",
+            ErrorKind::Server,
+        ),
+    ];
+
+    #[test]
+    fn errors_are_classified_from_real_bodies() {
+        for (case, status, body, kind) in CLASSIFIED {
+            let error = classify_error(*status, body);
+            assert_eq!(error.kind, *kind, "{case}: {}", error.message);
+            assert_eq!(
+                error.context_window_exceeded(),
+                *kind == ErrorKind::ContextWindowExceeded,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_message_carries_the_status_and_the_provider_wording() {
+        let error = classify_error(
+            Some(400),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
+        );
+        assert_eq!(
+            error.message,
+            "HTTP 400: prompt is too long: 208310 tokens > 200000 maximum"
+        );
+        assert_eq!(error.status, Some(400));
+    }
+}

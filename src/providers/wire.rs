@@ -1,0 +1,411 @@
+//! What the HTTP backends share: the client, sending a request, reading `Retry-After`, turning
+//! transport failures and statuses into [`ProviderError`]s, the wording that means "over the
+//! context window", and decoding a server-sent event stream through a backend's
+//! [`StreamDecoder`].
+//!
+//! Server-sent events are parsed by `eventsource-stream`, which implements the WHATWG framing
+//! (CRLF, CR or LF line ends, multi-line `data:`, comments, a leading BOM, characters split
+//! across network reads) so the backends only see whole events.
+
+use super::{ErrorKind, ModelResponse, ProviderError, StreamEvent};
+use crate::limits::{PROVIDER_ERROR_BODY_BYTES, PROVIDER_ERROR_MESSAGE_BYTES};
+use eventsource_stream::{EventStream, EventStreamError};
+use futures::{Stream, StreamExt, TryStreamExt};
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use std::time::{Duration, SystemTime};
+
+/// Turns one backend's stream of server-sent events into a complete answer.
+pub(crate) trait StreamDecoder {
+    /// Takes one event (its `event:` name, empty when it has none, and its `data:`), reporting
+    /// text to `on_event` as it arrives. Returns `true` once the stream's terminator arrived:
+    /// nothing after it is read.
+    fn event(
+        &mut self,
+        name: &str,
+        data: &str,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<bool, ProviderError>;
+
+    /// Called when the terminator arrived or the stream ended; decides whether the answer is
+    /// whole. A stream that ended early is an error, never a short answer.
+    fn finish(self) -> Result<ModelResponse, ProviderError>;
+}
+
+/// The one HTTP client a provider uses for all its requests (its connection pool is shared by
+/// retries). `timeout` bounds silence, not the whole answer: see
+/// [`crate::limits::PROVIDER_REQUEST_TIMEOUT`].
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .read_timeout(timeout)
+        .build()
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("could not set up the HTTP client: {}", error_chain(&e)),
+            )
+        })
+}
+
+/// Checks a base URL and returns it without a trailing slash.
+pub(crate) fn base_url(url: &str) -> Result<String, ProviderError> {
+    let trimmed = url.trim().trim_end_matches('/');
+    match reqwest::Url::parse(trimmed) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(trimmed.to_string()),
+        _ => Err(ProviderError::new(
+            ErrorKind::Config,
+            format!("base_url `{trimmed}` is not an http:// or https:// URL"),
+        )),
+    }
+}
+
+/// A header value for a secret: refused with a message that does not repeat it, and marked
+/// sensitive so that no debug output of the request shows it.
+pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue, ProviderError> {
+    let mut header = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+        ProviderError::new(
+            ErrorKind::Config,
+            "the API key holds characters an HTTP header cannot carry",
+        )
+    })?;
+    header.set_sensitive(true);
+    Ok(header)
+}
+
+/// Sends a request and returns the response when it is a successful event stream. A failed
+/// status is classified by `classify` (the backend's reading of its error envelope) with the
+/// `Retry-After` the response carried.
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    classify: fn(Option<u16>, &str) -> ProviderError,
+) -> Result<reqwest::Response, ProviderError> {
+    let response = request.send().await.map_err(transport_error)?;
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let body = read_excerpt(response).await?;
+        let mut error = classify(Some(status.as_u16()), &body);
+        error.retry_after = retry_after;
+        return Err(error);
+    }
+    // A server that ignored `stream: true`, or a base URL that points at some other web page,
+    // answers 200 with something else; saying so beats reporting an empty stream.
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("text/event-stream")
+        .to_string();
+    if !content_type.starts_with("text/event-stream") {
+        let body = read_excerpt(response).await?;
+        return Err(ProviderError {
+            kind: ErrorKind::Protocol,
+            status: Some(status.as_u16()),
+            message: format!(
+                "expected an event stream but got `{content_type}`: {}",
+                excerpt(&body)
+            ),
+            retry_after: None,
+        });
+    }
+    Ok(response)
+}
+
+/// Decodes a response body of server-sent events with `decoder`.
+pub(crate) async fn decode_response<D: StreamDecoder>(
+    response: reqwest::Response,
+    decoder: D,
+    on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+) -> Result<ModelResponse, ProviderError> {
+    decode_stream(
+        response.bytes_stream().map_err(transport_error),
+        decoder,
+        on_event,
+    )
+    .await
+}
+
+/// Decodes a stream of body bytes: the part of [`decode_response`] that needs no server, so the
+/// unit tests can split bytes anywhere.
+pub(crate) async fn decode_stream<S, B, D>(
+    bytes: S,
+    mut decoder: D,
+    on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+) -> Result<ModelResponse, ProviderError>
+where
+    S: Stream<Item = Result<B, ProviderError>>,
+    B: AsRef<[u8]>,
+    D: StreamDecoder,
+{
+    let mut events = std::pin::pin!(EventStream::new(bytes));
+    while let Some(item) = events.next().await {
+        let event = item.map_err(|error| match error {
+            EventStreamError::Transport(error) => error,
+            EventStreamError::Utf8(error) => ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the event stream is not UTF-8: {error}"),
+            ),
+            EventStreamError::Parser(error) => ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the event stream could not be parsed: {error}"),
+            ),
+        })?;
+        if decoder.event(&event.event, &event.data, on_event)? {
+            break;
+        }
+    }
+    decoder.finish()
+}
+
+/// Reads at most [`PROVIDER_ERROR_BODY_BYTES`] of a body as text.
+async fn read_excerpt(response: reqwest::Response) -> Result<String, ProviderError> {
+    let mut body = Vec::new();
+    let mut chunks = std::pin::pin!(response.bytes_stream());
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(transport_error)?;
+        let room = PROVIDER_ERROR_BODY_BYTES - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() == PROVIDER_ERROR_BODY_BYTES {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Classifies a failure of the HTTP exchange itself.
+pub(crate) fn transport_error(error: reqwest::Error) -> ProviderError {
+    let (kind, what) = if error.is_timeout() {
+        (ErrorKind::Timeout, "the provider did not answer in time")
+    } else if error.is_connect() {
+        (ErrorKind::Network, "could not connect to the provider")
+    } else {
+        (ErrorKind::Network, "the connection to the provider failed")
+    };
+    ProviderError::new(kind, format!("{what}: {}", error_chain(&error)))
+}
+
+/// An error and its sources on one line: reqwest's own message names only the URL, the cause
+/// (refused, reset, timed out) is in its sources.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The error a backend returns when Stop was requested.
+pub(crate) fn cancelled() -> ProviderError {
+    ProviderError::new(ErrorKind::Cancelled, "the request was cancelled")
+}
+
+/// The delay a response asks for: `retry-after-ms` (milliseconds, sent by OpenAI), else
+/// `Retry-After` as seconds or as an HTTP date (a date in the past means now).
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(millis) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(millis / 1000.0).ok();
+    }
+    let value = header("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The kind an HTTP status means on its own.
+pub(crate) fn kind_for_status(status: u16) -> ErrorKind {
+    match status {
+        401 | 403 => ErrorKind::Auth,
+        408 => ErrorKind::Timeout,
+        429 => ErrorKind::RateLimited,
+        400..=499 => ErrorKind::BadRequest,
+        500..=599 => ErrorKind::Server,
+        _ => ErrorKind::Protocol,
+    }
+}
+
+/// Wording with which providers and local servers reject a prompt over the context window.
+/// Lower case; matched against the lowered message of an HTTP 400 or 413.
+const CONTEXT_OVERFLOW_WORDING: &[&str] = &[
+    // OpenAI, vLLM, llama-cpp-python: "This model's maximum context length is 512 tokens."
+    "maximum context length",
+    // Ollama: "the input length exceeds the context length"; newer vLLM: "the model's context
+    // length is only 4096 tokens".
+    "context length",
+    // OpenAI's newer wording: "Your input exceeds the context window of this model."
+    "context window",
+    // llama-server: "request (4031 tokens) exceeds the available context size (512 tokens)".
+    "context size",
+    // Anthropic: "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000".
+    "context limit",
+    "too many tokens",
+    // Anthropic: "prompt is too long: 208310 tokens > 200000 maximum"; Ollama: "prompt too long".
+    "prompt is too long",
+    "prompt too long",
+];
+
+/// Wording of a rejected *output* limit, which shrinking the prompt cannot fix, even where it
+/// also names the context length (vLLM: "'max_tokens' or 'max_completion_tokens' is too large:
+/// 5000. This model's maximum context length is 4096 tokens…").
+const OUTPUT_LIMIT_WORDING: &[&str] = &[
+    "maximum allowed number of output tokens",
+    "max_tokens is too large",
+    "'max_tokens' or 'max_completion_tokens' is too large",
+    "max_completion_tokens is too large",
+];
+
+/// Whether a rejection's wording says the prompt is over the context window (and not that the
+/// requested output is over the model's output limit).
+pub(crate) fn says_context_overflow(message: &str) -> bool {
+    let message = message.to_lowercase();
+    CONTEXT_OVERFLOW_WORDING
+        .iter()
+        .any(|phrase| message.contains(phrase))
+        && !OUTPUT_LIMIT_WORDING
+            .iter()
+            .any(|phrase| message.contains(phrase))
+}
+
+/// At most [`PROVIDER_ERROR_MESSAGE_BYTES`] of a provider's wording, cut on a character
+/// boundary, on one line.
+pub(crate) fn excerpt(text: &str) -> String {
+    let text = text.trim();
+    let mut end = text.len().min(PROVIDER_ERROR_MESSAGE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut: String = text[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if end < text.len() {
+        cut.push('…');
+    }
+    cut
+}
+
+/// The message of an error that happened at `status` (or inside the stream when `None`).
+pub(crate) fn describe(status: Option<u16>, wording: &str) -> String {
+    match status {
+        Some(status) => format!("HTTP {status}: {}", excerpt(wording)),
+        None => format!("error in the stream: {}", excerpt(wording)),
+    }
+}
+
+/// Removes a secret from an error message: a provider may echo the key it refused.
+pub(crate) fn redact(mut error: ProviderError, secret: Option<&str>) -> ProviderError {
+    if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+        error.message = error.message.replace(secret, "[redacted]");
+    }
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    type Pairs = &'static [(&'static str, &'static str)];
+
+    fn headers(pairs: Pairs) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_milliseconds() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let cases: &[(Pairs, Option<Duration>)] = &[
+            (&[("retry-after", "1")], Some(Duration::from_secs(1))),
+            (&[("retry-after", " 30 ")], Some(Duration::from_secs(30))),
+            (&[("retry-after", "1.5")], Some(Duration::from_millis(1500))),
+            (
+                &[("retry-after", "Wed, 21 Oct 2015 07:28:20 GMT")],
+                Some(Duration::from_secs(20)),
+            ),
+            (
+                &[("retry-after", "Wed, 21 Oct 2015 07:27:00 GMT")],
+                Some(Duration::ZERO),
+            ),
+            (
+                &[("retry-after-ms", "250"), ("retry-after", "1")],
+                Some(Duration::from_millis(250)),
+            ),
+            (&[("retry-after", "soon")], None),
+            (&[("retry-after", "-1")], None),
+            (&[], None),
+        ];
+        for (pairs, expected) in cases {
+            assert_eq!(retry_after(&headers(pairs), now), *expected, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        let cases = [
+            (400, ErrorKind::BadRequest),
+            (401, ErrorKind::Auth),
+            (403, ErrorKind::Auth),
+            (404, ErrorKind::BadRequest),
+            (408, ErrorKind::Timeout),
+            (413, ErrorKind::BadRequest),
+            (429, ErrorKind::RateLimited),
+            (500, ErrorKind::Server),
+            (503, ErrorKind::Server),
+            (529, ErrorKind::Server),
+            (302, ErrorKind::Protocol),
+        ];
+        for (status, kind) in cases {
+            assert_eq!(kind_for_status(status), kind, "HTTP {status}");
+        }
+    }
+
+    #[test]
+    fn excerpt_cuts_on_a_character_boundary_and_flattens_lines() {
+        let long = "é".repeat(PROVIDER_ERROR_MESSAGE_BYTES);
+        let cut = excerpt(&long);
+        assert!(cut.len() <= PROVIDER_ERROR_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(cut.ends_with('…'));
+        assert_eq!(
+            excerpt("  <html>\n<body>busy</body>\n"),
+            "<html> <body>busy</body>"
+        );
+    }
+
+    #[test]
+    fn redact_removes_the_key_wherever_it_appears() {
+        let error = ProviderError::new(
+            ErrorKind::Auth,
+            "HTTP 401: Incorrect API key provided: sk-secret-123.",
+        );
+        let redacted = redact(error, Some("sk-secret-123"));
+        assert_eq!(
+            redacted.message,
+            "HTTP 401: Incorrect API key provided: [redacted]."
+        );
+    }
+
+    #[test]
+    fn base_url_must_be_http_and_loses_its_trailing_slash() {
+        assert_eq!(
+            base_url("http://127.0.0.1:11434/v1/").unwrap(),
+            "http://127.0.0.1:11434/v1"
+        );
+        for bad in ["127.0.0.1:8080", "ftp://example.com", ""] {
+            assert_eq!(base_url(bad).unwrap_err().kind, ErrorKind::Config, "{bad}");
+        }
+    }
+}
