@@ -7,6 +7,8 @@
 //! whether a rejection means the request was over the model's context window
 //! ([`ProviderError::context_window_exceeded`]). The loop never reads provider wording.
 
+pub mod bedrock;
+
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
