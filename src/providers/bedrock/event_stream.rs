@@ -34,7 +34,7 @@ impl Message {
 /// Why bytes could not be decoded as event-stream messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    #[error("event-stream message of {0} bytes is outside the allowed 16..=16 MiB")]
+    #[error("event-stream frame length {0} is not between 16 bytes and 16 MiB")]
     BadLength(usize),
     #[error("event-stream prelude checksum mismatch")]
     PreludeChecksum,
