@@ -7,6 +7,8 @@
 //! whether a rejection means the request was over the model's context window
 //! ([`ProviderError::context_window_exceeded`]). The loop never reads provider wording.
 
+pub mod bedrock;
+
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -247,9 +249,6 @@ impl fmt::Debug for ProviderSettings {
     }
 }
 
-/// What [`build`] answers for [`ProviderKind::Bedrock`] until that backend is added.
-const NO_BEDROCK: &str = "bedrock backend not built in this build";
-
 /// The provider `settings` describe, retrying as [`retry::Retrying`] does up to
 /// `settings.max_attempts`. Its one HTTP client (with `settings.request_timeout`) serves every
 /// request and retry, so connections are reused. A missing key or a bad base URL is a `Config`
@@ -265,7 +264,11 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderE
     let backend: Box<dyn Provider> = match settings.kind {
         ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(client, settings)?),
         ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
-        ProviderKind::Bedrock => return Err(ProviderError::new(ErrorKind::Config, NO_BEDROCK)),
+        ProviderKind::Bedrock => Box::new(bedrock::BedrockProvider::from_env(
+            settings.model.clone(),
+            settings.base_url.clone(),
+            settings.request_timeout,
+        )?),
     };
     Ok(Box::new(retry::Retrying::new(
         backend,
@@ -288,10 +291,9 @@ mod tests {
 
     #[test]
     fn build_refuses_what_cannot_work_before_any_request() {
-        use ProviderKind::{Anthropic, Bedrock, Openai};
+        use ProviderKind::{Anthropic, Openai};
         let ollama = Some("http://127.0.0.1:11434/v1");
         let cases = [
-            (Bedrock, "m", None, None, "bedrock backend not built"),
             (Openai, " ", ollama, None, "no model is configured"),
             (Anthropic, "m", None, None, "needs an API key"),
             (Openai, "m", None, None, "needs an API key"),

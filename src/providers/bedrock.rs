@@ -1,0 +1,778 @@
+//! Amazon Bedrock backend: the Converse API over `converse-stream`, signed with SigV4.
+//!
+//! One request is `POST {endpoint}/model/{modelId}/converse-stream` with the system prompt as
+//! top-level `system` (once), the conversation as `messages` of content blocks (`text`,
+//! `toolUse`, `toolResult`; the results of one assistant turn travel together in the next user
+//! message), the catalog as `toolConfig` and the output limit as `inferenceConfig.maxTokens`.
+//! The answer is an AWS event stream (see [`event_stream`]) of `contentBlockStart`,
+//! `contentBlockDelta`, `messageStop` and `metadata` events, or an exception in its place.
+//!
+//! Errors are classified here, from the `x-amzn-errortype` header or the body's `__type`, and
+//! the provider's wording: a `ValidationException` saying the input is too long is
+//! [`ErrorKind::ContextWindowExceeded`]; an output-limit one (`maxTokens` over the model's
+//! limit) is an ordinary [`ErrorKind::BadRequest`], since shrinking the input cannot fix it.
+//! Provider messages are scrubbed of the credentials before they reach an error.
+
+mod credentials;
+pub mod event_stream;
+
+pub use credentials::{AwsCredentials, region_from_environment};
+
+use crate::providers::{
+    ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
+    StreamEvent, ToolCall, Usage,
+};
+use futures::future::BoxFuture;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// The SigV4 service name Bedrock Runtime signs under (the host says `bedrock-runtime`).
+const SIGNING_SERVICE: &str = "bedrock";
+
+/// How much of a provider's error message an error keeps. Bedrock's own messages are one line;
+/// anything longer is a proxy's HTML page or an echo of our request.
+const MAX_ERROR_MESSAGE_CHARS: usize = 1_000;
+
+/// Wording of the `ValidationException`s that mean the prompt is over the context window, as
+/// Bedrock and the models behind it phrase it (compared lower-cased). Output-limit rejections
+/// ("The maximum tokens you requested exceeds the model limit of 4096", "max_tokens: 100000 >
+/// 64000, which is the maximum allowed number of output tokens") deliberately match none.
+const CONTEXT_WINDOW_WORDING: &[&str] = &[
+    // Bedrock's own, and Claude's through Converse ("The model returned the following errors:
+    // Input is too long for requested model.").
+    "input is too long",
+    "too many input tokens",
+    // Claude: "prompt is too long: 200049 tokens > 200000 maximum", and "input length and
+    // `max_tokens` exceed context limit: 195000 + 8192 > 200000", which shrinking the input fixes.
+    "prompt is too long",
+    "exceed context limit",
+    // Mistral and Llama: "This model's maximum context length is 32768 tokens".
+    "maximum context length",
+    // Nova: "Input Tokens Exceeded: Number of input tokens exceeds maximum length".
+    "input tokens exceed",
+];
+
+/// A Bedrock Converse client for one model in one region.
+pub struct BedrockProvider {
+    client: reqwest::Client,
+    model: String,
+    region: String,
+    endpoint: String,
+    credentials: AwsCredentials,
+}
+
+impl BedrockProvider {
+    /// A provider calling `model` in `region`.
+    ///
+    /// `base_url` replaces `https://bedrock-runtime.{region}.amazonaws.com` (a VPC endpoint, a
+    /// proxy, or a fake server in tests); requests are still signed for `region`. `timeout`
+    /// bounds connecting and each wait for the next bytes of the answer, not the whole answer,
+    /// so a long stream that keeps flowing is never cut.
+    pub fn new(
+        model: impl Into<String>,
+        region: impl Into<String>,
+        base_url: Option<String>,
+        credentials: AwsCredentials,
+        timeout: Duration,
+    ) -> Result<BedrockProvider, ProviderError> {
+        let region = region.into();
+        if region.is_empty() {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                "no AWS region: set AWS_REGION",
+            ));
+        }
+        let endpoint = base_url
+            .unwrap_or_else(|| format!("https://bedrock-runtime.{region}.amazonaws.com"))
+            .trim_end_matches('/')
+            .to_string();
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .read_timeout(timeout)
+            .build()
+            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("HTTP client: {e}")))?;
+        Ok(BedrockProvider {
+            client,
+            model: model.into(),
+            region,
+            endpoint,
+            credentials,
+        })
+    }
+
+    /// A provider with the credentials and region of the process environment (see
+    /// [`AwsCredentials::from_environment`] and [`region_from_environment`]).
+    pub fn from_env(
+        model: impl Into<String>,
+        base_url: Option<String>,
+        timeout: Duration,
+    ) -> Result<BedrockProvider, ProviderError> {
+        let region = region_from_environment().ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Config,
+                "no AWS region: set AWS_REGION or AWS_DEFAULT_REGION, or region in ~/.aws/config",
+            )
+        })?;
+        let credentials = AwsCredentials::from_environment()?;
+        BedrockProvider::new(model, region, base_url, credentials, timeout)
+    }
+
+    /// The request's model when it names one, else the provider's.
+    fn url(&self, request: &ModelRequest) -> String {
+        let model = if request.model.is_empty() {
+            &self.model
+        } else {
+            &request.model
+        };
+        // Model ids hold `:` and ARNs `/`; both must be escaped to stay one path segment.
+        format!(
+            "{}/model/{}/converse-stream",
+            self.endpoint,
+            encode_path_segment(model)
+        )
+    }
+
+    async fn converse(
+        &self,
+        request: &ModelRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<ModelResponse, ProviderError> {
+        let url = self.url(request);
+        let body = serde_json::to_vec(&converse_body(request))
+            .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("request body: {e}")))?;
+        let signed = sign(
+            &self.credentials,
+            &self.region,
+            &url,
+            &body,
+            SystemTime::now(),
+        )?;
+        let mut builder = self
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/vnd.amazon.eventstream")
+            .body(body);
+        for (name, value) in signed {
+            builder = builder.header(name, value);
+        }
+        let mut response = builder.send().await.map_err(transport_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let error_type = header_text(&response, "x-amzn-errortype");
+            let retry_after = header_text(&response, "retry-after")
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let body = response.bytes().await.map_err(transport_error)?;
+            let error = classify_error(Some(status.as_u16()), error_type.as_deref(), &body);
+            return Err(self.scrub(ProviderError {
+                retry_after,
+                ..error
+            }));
+        }
+        let mut decoder = event_stream::Decoder::default();
+        let mut answer = StreamedAnswer::default();
+        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+            decoder.push(&chunk);
+            while let Some(message) = decoder.next_message().map_err(|e| {
+                ProviderError::new(ErrorKind::Protocol, format!("Bedrock stream: {e}"))
+            })? {
+                answer
+                    .apply(&message, on_event)
+                    .map_err(|error| self.scrub(error))?;
+            }
+        }
+        answer.finish(decoder.has_partial())
+    }
+
+    /// Removes the credentials from a message built from provider text, in case a proxy or a
+    /// signature-mismatch answer echoes our request back.
+    fn scrub(&self, mut error: ProviderError) -> ProviderError {
+        for secret in self.credentials.secrets() {
+            error.message = error.message.replace(secret, "[redacted]");
+        }
+        error
+    }
+}
+
+impl Provider for BedrockProvider {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        let span = tracing::debug_span!("bedrock", model = %request.model);
+        Box::pin(
+            async move {
+                // An answer that is complete when Stop arrives is kept (biased: it is polled
+                // first); otherwise the request is dropped, which closes the connection.
+                tokio::select! {
+                    biased;
+                    result = self.converse(request, on_event) => result,
+                    () = cancel.cancelled() => {
+                        Err(ProviderError::new(ErrorKind::Cancelled, "stopped"))
+                    }
+                }
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode_path_segment(segment: &str) -> String {
+    let mut encoded = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+fn header_text(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string)
+}
+
+fn transport_error(error: reqwest::Error) -> ProviderError {
+    let kind = if error.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::Network
+    };
+    // Without the URL: it names only the endpoint and model, but the error stays about the
+    // failure.
+    ProviderError::new(kind, format!("Bedrock: {}", error.without_url()))
+}
+
+/// The SigV4 headers (`authorization`, `x-amz-date`, and `x-amz-security-token` with temporary
+/// credentials) for a JSON `POST` of `body` to `url` at `time`. The signature covers the host,
+/// the content type and the body's hash.
+fn sign(
+    credentials: &AwsCredentials,
+    region: &str,
+    url: &str,
+    body: &[u8],
+    time: SystemTime,
+) -> Result<Vec<(String, String)>, ProviderError> {
+    use aws_sigv4::http_request::{
+        SignableBody, SignableRequest, SigningSettings, sign as sigv4_sign,
+    };
+    let signing_error = |e: &dyn std::fmt::Display| {
+        ProviderError::new(ErrorKind::Config, format!("signing the request: {e}"))
+    };
+    let identity = aws_credential_types::Credentials::new(
+        &credentials.access_key_id,
+        &credentials.secret_access_key,
+        credentials.session_token.clone(),
+        None,
+        "pen",
+    )
+    .into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name(SIGNING_SERVICE)
+        .time(time)
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| signing_error(&e))?
+        .into();
+    let headers = [("content-type", "application/json")];
+    let request = SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body))
+        .map_err(|e| signing_error(&e))?;
+    let (instructions, _signature) = sigv4_sign(request, &params)
+        .map_err(|e| signing_error(&e))?
+        .into_parts();
+    Ok(instructions
+        .headers()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect())
+}
+
+/// The Converse request body for `request`.
+fn converse_body(request: &ModelRequest) -> wire::ConverseRequest<'_> {
+    let mut messages: Vec<wire::Message<'_>> = Vec::new();
+    for message in &request.messages {
+        let (role, content) = match message {
+            Message::User { text } => (wire::Role::User, vec![wire::ContentBlock::Text(text)]),
+            Message::Assistant { text, tool_calls } => {
+                // Bedrock refuses blank text blocks, and an assistant turn of only tool calls
+                // has none.
+                let text = (!text.is_empty()).then_some(wire::ContentBlock::Text(text));
+                let calls = tool_calls.iter().map(|call| {
+                    wire::ContentBlock::ToolUse(wire::ToolUse {
+                        tool_use_id: &call.id,
+                        name: &call.name,
+                        input: tool_input(&call.arguments),
+                    })
+                });
+                (
+                    wire::Role::Assistant,
+                    text.into_iter().chain(calls).collect(),
+                )
+            }
+            Message::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => (
+                wire::Role::User,
+                vec![wire::ContentBlock::ToolResult(wire::ToolResult {
+                    tool_use_id: call_id,
+                    content: vec![wire::ToolResultContent { text: content }],
+                    status: is_error.then_some("error"),
+                })],
+            ),
+        };
+        if content.is_empty() {
+            continue;
+        }
+        // Converse wants roles to alternate: the results of one assistant turn, and a prompt
+        // sent after them (as after a Stop), go together in one user message.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(content),
+            _ => messages.push(wire::Message { role, content }),
+        }
+    }
+    let tool_config = (!request.tools.is_empty()).then(|| wire::ToolConfig {
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| wire::Tool {
+                tool_spec: wire::ToolSpec {
+                    name: &tool.name,
+                    description: &tool.description,
+                    input_schema: wire::InputSchema {
+                        json: &tool.input_schema,
+                    },
+                },
+            })
+            .collect(),
+    });
+    wire::ConverseRequest {
+        system: if request.system.is_empty() {
+            Vec::new()
+        } else {
+            vec![wire::SystemBlock {
+                text: &request.system,
+            }]
+        },
+        messages,
+        tool_config,
+        inference_config: wire::InferenceConfig {
+            max_tokens: request.max_output_tokens,
+        },
+    }
+}
+
+/// A tool call's arguments as the JSON object Converse requires for `toolUse.input`. Arguments
+/// the model produced that are not an object (invalid JSON, say) are replayed as `{}`: Bedrock
+/// would reject the whole request otherwise, and the tool result that follows already tells the
+/// model what was wrong with them.
+fn tool_input(arguments: &str) -> serde_json::Value {
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(value @ serde_json::Value::Object(_)) => value,
+        _ => serde_json::Value::Object(serde_json::Map::new()),
+    }
+}
+
+/// The assistant turn as it streams in.
+#[derive(Debug, Default)]
+struct StreamedAnswer {
+    text: String,
+    /// Tool calls by content block index, so they come out in the model's order.
+    tool_calls: BTreeMap<u64, ToolCall>,
+    finish_reason: Option<FinishReason>,
+    usage: Option<Usage>,
+}
+
+impl StreamedAnswer {
+    fn apply(
+        &mut self,
+        message: &event_stream::Message,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<(), ProviderError> {
+        match message.header(":message-type") {
+            Some("event") => {}
+            Some("exception") => {
+                let error_type = message.header(":exception-type");
+                return Err(classify_error(None, error_type, &message.payload));
+            }
+            Some("error") => {
+                let code = message.header(":error-code").unwrap_or("error");
+                let text = message.header(":error-message").unwrap_or_default();
+                return Err(ProviderError::new(
+                    ErrorKind::Server,
+                    format!("Bedrock stream error {code}: {}", bounded(text)),
+                ));
+            }
+            other => {
+                return Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    format!("Bedrock stream: unexpected message type {other:?}"),
+                ));
+            }
+        }
+        let event_type = message.header(":event-type").unwrap_or_default();
+        let parse_error = |e: serde_json::Error| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("Bedrock stream: bad {event_type} event: {e}"),
+            )
+        };
+        match event_type {
+            "contentBlockStart" => {
+                let start: wire::ContentBlockStart =
+                    serde_json::from_slice(&message.payload).map_err(parse_error)?;
+                if let Some(tool_use) = start.start.tool_use {
+                    self.tool_calls.insert(
+                        start.content_block_index,
+                        ToolCall {
+                            id: tool_use.tool_use_id,
+                            name: tool_use.name,
+                            arguments: String::new(),
+                        },
+                    );
+                }
+            }
+            "contentBlockDelta" => {
+                let delta: wire::ContentBlockDelta =
+                    serde_json::from_slice(&message.payload).map_err(parse_error)?;
+                if let Some(text) = delta.delta.text {
+                    self.text.push_str(&text);
+                    on_event(StreamEvent::TextDelta(text));
+                }
+                if let Some(tool_use) = delta.delta.tool_use {
+                    let call = self
+                        .tool_calls
+                        .get_mut(&delta.content_block_index)
+                        .ok_or_else(|| {
+                            ProviderError::new(
+                                ErrorKind::Protocol,
+                                "Bedrock stream: tool input for a block that did not start",
+                            )
+                        })?;
+                    call.arguments.push_str(&tool_use.input);
+                }
+            }
+            "messageStop" => {
+                let stop: wire::MessageStop =
+                    serde_json::from_slice(&message.payload).map_err(parse_error)?;
+                self.finish_reason = Some(finish_reason(&stop.stop_reason));
+            }
+            "metadata" => {
+                let metadata: wire::Metadata =
+                    serde_json::from_slice(&message.payload).map_err(parse_error)?;
+                self.usage = metadata.usage.map(|usage| Usage {
+                    input_tokens: usage.input_tokens,
+                    output_tokens: usage.output_tokens,
+                });
+            }
+            // messageStart, contentBlockStop, and events of later API versions carry nothing
+            // the neutral response holds.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The whole turn once the stream has ended; a stream that ends before `messageStop`, or
+    /// mid-message, was cut off and is a failed request, not a short answer.
+    fn finish(self, cut_mid_message: bool) -> Result<ModelResponse, ProviderError> {
+        let finish_reason = match self.finish_reason {
+            Some(reason) if !cut_mid_message => reason,
+            _ => {
+                return Err(ProviderError::new(
+                    ErrorKind::Network,
+                    "Bedrock stream ended before messageStop",
+                ));
+            }
+        };
+        let tool_calls = self
+            .tool_calls
+            .into_values()
+            .map(|mut call| {
+                // A tool without parameters streams no input at all.
+                if call.arguments.is_empty() {
+                    call.arguments.push_str("{}");
+                }
+                call
+            })
+            .collect();
+        Ok(ModelResponse {
+            text: self.text,
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+        })
+    }
+}
+
+fn finish_reason(stop_reason: &str) -> FinishReason {
+    match stop_reason {
+        "end_turn" => FinishReason::EndTurn,
+        "tool_use" => FinishReason::ToolUse,
+        // The output filled the context window: cut short like a max_tokens stop.
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::MaxTokens,
+        _ => FinishReason::Other,
+    }
+}
+
+/// Classifies a Bedrock error from its HTTP status (`None` for an exception inside the stream),
+/// its exception type (the `x-amzn-errortype` header or `:exception-type`; the body's `__type`
+/// or `code` when absent) and its body.
+fn classify_error(status: Option<u16>, error_type: Option<&str>, body: &[u8]) -> ProviderError {
+    // Bodies are `{"message": …}`, sometimes `Message`, `__type` or `code`; anything else (a
+    // proxy's HTML page) is kept as text.
+    let parsed: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let field = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|name| parsed.get(name).and_then(|value| value.as_str()))
+            .map(str::to_string)
+    };
+    // Header values look like `ValidationException:http://internal.amazon.com/coral/…`, body
+    // types like `com.amazon.coral.validate#ValidationException`; stream exceptions are
+    // camel-cased (`throttlingException`).
+    let error_type = error_type
+        .map(str::to_string)
+        .or_else(|| field(&["__type", "code"]))
+        .map(|raw| {
+            let name = raw.split(':').next().unwrap_or_default();
+            let name = name.rsplit('#').next().unwrap_or_default().trim();
+            let mut chars = name.chars();
+            chars
+                .next()
+                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .filter(|name| !name.is_empty());
+    let text = field(&["message", "Message"])
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    let lowered = text.to_lowercase();
+    let says_context_window = CONTEXT_WINDOW_WORDING
+        .iter()
+        .any(|wording| lowered.contains(wording));
+    let kind = match error_type.as_deref() {
+        Some("ValidationException") if says_context_window => ErrorKind::ContextWindowExceeded,
+        Some("ValidationException") => ErrorKind::BadRequest,
+        Some("ThrottlingException" | "ServiceQuotaExceededException") => ErrorKind::RateLimited,
+        Some(
+            "ServiceUnavailableException"
+            | "ModelNotReadyException"
+            | "InternalServerException"
+            | "ModelStreamErrorException"
+            | "ModelErrorException",
+        ) => ErrorKind::Server,
+        Some("ModelTimeoutException") => ErrorKind::Timeout,
+        Some(
+            "AccessDeniedException"
+            | "UnrecognizedClientException"
+            | "InvalidSignatureException"
+            | "IncompleteSignatureException"
+            | "MissingAuthenticationTokenException"
+            | "ExpiredTokenException",
+        ) => ErrorKind::Auth,
+        _ => match status {
+            Some(400 | 413) if says_context_window => ErrorKind::ContextWindowExceeded,
+            Some(401 | 403) => ErrorKind::Auth,
+            Some(408) => ErrorKind::Timeout,
+            Some(429) => ErrorKind::RateLimited,
+            Some(500..=599) => ErrorKind::Server,
+            Some(400..=499) => ErrorKind::BadRequest,
+            // An exception event of a type this code does not know.
+            _ => ErrorKind::Server,
+        },
+    };
+    let mut message = String::from("Bedrock");
+    if let Some(error_type) = &error_type {
+        message.push(' ');
+        message.push_str(error_type);
+    }
+    if let Some(status) = status {
+        message.push_str(&format!(" (HTTP {status})"));
+    }
+    if !text.is_empty() {
+        message.push_str(": ");
+        message.push_str(&bounded(&text));
+    }
+    ProviderError {
+        kind,
+        status,
+        message,
+        retry_after: None,
+    }
+}
+
+/// `text` cut to [`MAX_ERROR_MESSAGE_CHARS`] characters.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_ERROR_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// The Converse wire format: what pen sends and the stream events it reads.
+mod wire {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ConverseRequest<'a> {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub system: Vec<SystemBlock<'a>>,
+        pub messages: Vec<Message<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub tool_config: Option<ToolConfig<'a>>,
+        pub inference_config: InferenceConfig,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct SystemBlock<'a> {
+        pub text: &'a str,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum Role {
+        User,
+        Assistant,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Message<'a> {
+        pub role: Role,
+        pub content: Vec<ContentBlock<'a>>,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum ContentBlock<'a> {
+        Text(&'a str),
+        ToolUse(ToolUse<'a>),
+        ToolResult(ToolResult<'a>),
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ToolUse<'a> {
+        pub tool_use_id: &'a str,
+        pub name: &'a str,
+        pub input: serde_json::Value,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ToolResult<'a> {
+        pub tool_use_id: &'a str,
+        pub content: Vec<ToolResultContent<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub status: Option<&'static str>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ToolResultContent<'a> {
+        pub text: &'a str,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ToolConfig<'a> {
+        pub tools: Vec<Tool<'a>>,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Tool<'a> {
+        pub tool_spec: ToolSpec<'a>,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ToolSpec<'a> {
+        pub name: &'a str,
+        pub description: &'a str,
+        pub input_schema: InputSchema<'a>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct InputSchema<'a> {
+        pub json: &'a serde_json::Value,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct InferenceConfig {
+        pub max_tokens: u32,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ContentBlockStart {
+        pub content_block_index: u64,
+        pub start: BlockStart,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct BlockStart {
+        pub tool_use: Option<ToolUseStart>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ToolUseStart {
+        pub tool_use_id: String,
+        pub name: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ContentBlockDelta {
+        pub content_block_index: u64,
+        pub delta: Delta,
+    }
+
+    /// One of `text`, `toolUse` or a kind pen does not keep (`reasoningContent`, …).
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Delta {
+        pub text: Option<String>,
+        pub tool_use: Option<ToolUseDelta>,
+    }
+
+    /// A fragment of the tool input's JSON text.
+    #[derive(Debug, Deserialize)]
+    pub struct ToolUseDelta {
+        pub input: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct MessageStop {
+        pub stop_reason: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Metadata {
+        pub usage: Option<TokenUsage>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct TokenUsage {
+        pub input_tokens: u64,
+        pub output_tokens: u64,
+    }
+}
+
+#[cfg(test)]
+mod tests;
