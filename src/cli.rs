@@ -181,7 +181,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         eprintln!("pen: {message}");
         ExitCode::from(1)
     };
-    let (provider, model) = match crate::agent::provider_from_config(&config) {
+    let (provider, model) = match crate::agent::provider_from_config(&config).await {
         Ok(found) => found,
         Err(message) => return fail(message),
     };

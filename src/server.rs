@@ -16,7 +16,6 @@ use crate::protocol::{
     ListSessionsResponse, NewSessionParams, PenEvent, PromptParams, PromptResponse,
     RequestApproval, SessionSummary, StopParams, StopResponse, TranscriptEntry, TranscriptResponse,
 };
-use crate::providers::Provider;
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger, Replacement, ToolContext};
 use crate::transport;
@@ -335,7 +334,7 @@ impl Backend {
         };
         let turn_id = format!("t_{}", uuid::Uuid::now_v7().simple());
         let config = read(&self.state.config).clone();
-        let (provider, model) = match provider_for(&config) {
+        let (provider, model) = match agent::provider_from_config(&config).await {
             Ok(found) => found,
             Err(message) => {
                 return Ok(PromptResponse {
@@ -422,11 +421,6 @@ impl Drop for RunningTurn {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.session_id);
     }
-}
-
-/// The provider and model for a turn, from the config.
-fn provider_for(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
-    agent::provider_from_config(config)
 }
 
 /// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`

@@ -11,10 +11,12 @@
 
 mod history;
 mod host;
+mod provider_choice;
 mod system_prompt;
 
 pub use history::{SHRUNK_HEAD_BYTES, build_messages};
 pub use host::LocalTools;
+pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;
 
 use crate::config::Config;
@@ -453,13 +455,6 @@ impl Turn {
             data,
         });
     }
-}
-
-/// The provider and model a config names. Until the backends land this reports that none is
-/// available.
-pub fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
-    let _ = config;
-    Err("no model provider is configured".to_string())
 }
 
 /// The turn's last error after a context-window rejection that cutting could not fix.

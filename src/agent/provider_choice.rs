@@ -1,0 +1,186 @@
+//! Which provider a turn uses: the config's `provider`, or for a new user with none configured,
+//! OpenAI when `OPENAI_API_KEY` is set, else an Ollama server answering on 127.0.0.1:11434.
+
+use crate::config::Config;
+use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Ollama's OpenAI-compatible endpoint on its default port.
+pub const OLLAMA_BASE_URL: &str = "http://127.0.0.1:11434/v1";
+const OLLAMA_TAGS_URL: &str = "http://127.0.0.1:11434/api/tags";
+/// How long the probe of a local Ollama may take before pen decides there is none.
+const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The model used when the config names none, per provider.
+const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
+const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+
+/// The message for a user with no provider at all: the three ways to configure one.
+pub const NO_PROVIDER: &str = "no model provider is configured. Configure one of:\n\
+  1. OpenAI or any OpenAI-compatible API: set OPENAI_API_KEY (and PEN_MODEL to choose the model).\n\
+  2. Anthropic: set PEN_PROVIDER=anthropic and ANTHROPIC_API_KEY (or Bedrock: PEN_PROVIDER=bedrock, PEN_MODEL and the AWS_* variables).\n\
+  3. A local server: run Ollama on 127.0.0.1:11434, or set PEN_BASE_URL to a llama.cpp, vLLM or LM Studio endpoint (e.g. http://127.0.0.1:8080/v1).\n\
+The same keys (provider, model, base_url, api_key_env) go in ~/.config/pen/config.toml or the editor's settings.";
+
+/// The provider and model for `config`, reading keys from the environment.
+pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+    let local_model = if needs_probe(config, &env) {
+        probe_ollama().await
+    } else {
+        None
+    };
+    let settings = settings(config, &env, local_model)?;
+    let provider = providers::build(&settings).map_err(|e| e.message)?;
+    Ok((Arc::from(provider), settings.model))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    config.provider.is_none() && config.base_url.is_none() && env("OPENAI_API_KEY").is_none()
+}
+
+/// The first model a local Ollama has, if one answers.
+async fn probe_ollama() -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(OLLAMA_PROBE_TIMEOUT)
+        .build()
+        .ok()?;
+    let tags: serde_json::Value = client
+        .get(OLLAMA_TAGS_URL)
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    tags["models"][0]["name"].as_str().map(str::to_string)
+}
+
+/// The settings for `config`; `local_model` is what a local Ollama offers, when one answered.
+fn settings(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    local_model: Option<String>,
+) -> Result<ProviderSettings, String> {
+    let (kind, base_url, fallback_model) = match config.provider.as_deref() {
+        Some("anthropic") => (
+            ProviderKind::Anthropic,
+            config.base_url.clone(),
+            Some(DEFAULT_ANTHROPIC_MODEL.to_string()),
+        ),
+        Some("bedrock") => (ProviderKind::Bedrock, config.base_url.clone(), None),
+        Some(_) => (
+            ProviderKind::Openai,
+            config.base_url.clone(),
+            Some(DEFAULT_OPENAI_MODEL.to_string()),
+        ),
+        None if config.base_url.is_some() => (ProviderKind::Openai, config.base_url.clone(), None),
+        None if env("OPENAI_API_KEY").is_some() => (
+            ProviderKind::Openai,
+            None,
+            Some(DEFAULT_OPENAI_MODEL.to_string()),
+        ),
+        None => match local_model {
+            Some(model) => (
+                ProviderKind::Openai,
+                Some(OLLAMA_BASE_URL.to_string()),
+                Some(model),
+            ),
+            None => return Err(NO_PROVIDER.to_string()),
+        },
+    };
+    let model = config.model.clone().or(fallback_model).ok_or_else(|| {
+        "no model is configured: set the model key (PEN_MODEL, --model or the editor setting)"
+            .to_string()
+    })?;
+    let key_name = config.api_key_env.clone().or_else(|| match kind {
+        ProviderKind::Openai => Some("OPENAI_API_KEY".to_string()),
+        ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
+        ProviderKind::Bedrock => None,
+    });
+    let mut settings = ProviderSettings::new(kind, model);
+    settings.base_url = base_url;
+    settings.api_key = key_name.as_deref().and_then(env);
+    settings.request_timeout = Duration::from_secs(config.request_timeout_secs);
+    settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_new_user_gets_openai_then_ollama_then_the_three_ways() {
+        let config = Config::default();
+        let openai = settings(&config, &with_env(&[("OPENAI_API_KEY", "sk-1")]), None).unwrap();
+        assert_eq!(
+            (
+                openai.kind,
+                openai.model.as_str(),
+                openai.api_key.as_deref()
+            ),
+            (ProviderKind::Openai, DEFAULT_OPENAI_MODEL, Some("sk-1"))
+        );
+        let ollama = settings(&config, &with_env(&[]), Some("qwen2.5-coder:7b".into())).unwrap();
+        assert_eq!(ollama.base_url.as_deref(), Some(OLLAMA_BASE_URL));
+        assert_eq!(ollama.model, "qwen2.5-coder:7b");
+        let none = settings(&config, &with_env(&[]), None).unwrap_err();
+        assert!(
+            none.contains("OPENAI_API_KEY")
+                && none.contains("ANTHROPIC_API_KEY")
+                && none.contains("Ollama"),
+            "{none}"
+        );
+        assert!(needs_probe(&config, &with_env(&[])));
+        assert!(!needs_probe(&config, &with_env(&[("OPENAI_API_KEY", "k")])));
+    }
+
+    #[test]
+    fn configured_providers_read_their_key_from_the_named_variable() {
+        let mut config = Config::default();
+        config
+            .set("provider", &serde_json::json!("anthropic"))
+            .unwrap();
+        config
+            .set("api_key_env", &serde_json::json!("MY_KEY"))
+            .unwrap();
+        let s = settings(
+            &config,
+            &with_env(&[("MY_KEY", "k2"), ("ANTHROPIC_API_KEY", "other")]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (s.kind, s.api_key.as_deref()),
+            (ProviderKind::Anthropic, Some("k2"))
+        );
+        let mut local = Config::default();
+        local
+            .set("base_url", &serde_json::json!("http://127.0.0.1:8080/v1"))
+            .unwrap();
+        assert!(
+            settings(&local, &with_env(&[]), None)
+                .unwrap_err()
+                .contains("no model is configured")
+        );
+        local.set("model", &serde_json::json!("smollm2")).unwrap();
+        let s = settings(&local, &with_env(&[]), None).unwrap();
+        assert_eq!(
+            (s.kind, s.base_url.as_deref(), s.api_key),
+            (ProviderKind::Openai, Some("http://127.0.0.1:8080/v1"), None)
+        );
+    }
+}
