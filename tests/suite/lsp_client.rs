@@ -160,6 +160,30 @@ impl LspClient {
         }
     }
 
+    /// Sends a request without waiting for its answer; returns its id for `wait_for_response`.
+    pub fn send_request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(&frame(body.to_string().as_bytes()));
+        json!(id)
+    }
+
+    /// Handles messages until one matches `wanted` (which sees every message before it is
+    /// dispatched); returns that message. A matching server request is not answered.
+    pub fn wait_for(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let message = self.next_message().expect("pen serve closed stdout");
+            if wanted(&message) {
+                if message.get("id").is_none() {
+                    self.notifications.push(message.clone());
+                }
+                return message;
+            }
+            self.dispatch(message);
+        }
+    }
+
     /// Records notifications and answers server requests; other messages are returned to
     /// the caller's loop by being ignored here.
     fn dispatch(&mut self, message: Value) {

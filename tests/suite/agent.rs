@@ -1,0 +1,584 @@
+//! The agent loop end to end: `pen serve` over real stdio (and `pen run`), talking to the fake
+//! provider over real HTTP in each API's wire format.
+
+use super::fake_provider::{FakeProvider, Reply, anthropic_frames, openai_error, openai_frames};
+use super::lsp_client::LspClient;
+use pen::providers::{ToolCall, Usage};
+use pen::session::{EntryKind, NewEntry, SessionStore};
+use serde_json::{Value, json};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn usage() -> Usage {
+    Usage {
+        input_tokens: 100,
+        output_tokens: 10,
+    }
+}
+
+struct Daemon {
+    data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    client: LspClient,
+}
+
+/// A daemon whose provider is the fake, speaking `api` ("openai" or "anthropic").
+fn daemon(fake: &FakeProvider, api: &str) -> Daemon {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    daemon_in(fake, api, data, root)
+}
+
+fn daemon_in(
+    fake: &FakeProvider,
+    api: &str,
+    data: tempfile::TempDir,
+    root: tempfile::TempDir,
+) -> Daemon {
+    let base = if api == "openai" {
+        format!("{}/v1", fake.url())
+    } else {
+        fake.url().to_string()
+    };
+    let mut client = LspClient::spawn(
+        data.path(),
+        root.path(),
+        &[
+            ("PEN_PROVIDER", api),
+            ("PEN_BASE_URL", &base),
+            ("PEN_MODEL", "fake-model"),
+            ("ANTHROPIC_API_KEY", "test-key"),
+        ],
+    );
+    // Progress tokens are created on request, as an editor does.
+    client.on_request(|method, _| match method {
+        "window/workDoneProgress/create" => Value::Null,
+        _ => json!({"decision": "deny"}),
+    });
+    client.initialize(root.path(), &["utf-16"]);
+    Daemon { data, root, client }
+}
+
+impl Daemon {
+    fn new_session(&mut self) -> String {
+        self.client.request("pen/newSession", json!({}))["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn prompt(&mut self, session: &str, text: &str) -> Value {
+        self.client
+            .request("pen/prompt", json!({"sessionId": session, "text": text}))
+    }
+
+    fn transcript(&mut self, session: &str) -> Vec<Value> {
+        self.client.request(
+            "pen/getTranscript",
+            json!({"sessionId": session, "limit": 500}),
+        )["entries"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.client
+            .notifications
+            .iter()
+            .filter(|n| n["method"] == "pen/event")
+            .map(|n| n["params"].clone())
+            .collect()
+    }
+}
+
+fn tool_round(api: &str) -> Vec<Reply> {
+    let frames = |text: &[&str], calls: &[ToolCall]| match api {
+        "openai" => openai_frames(text, calls, usage()),
+        _ => anthropic_frames(text, calls, usage()),
+    };
+    vec![
+        Reply::Stream(frames(
+            &["Let me ", "read it."],
+            &[call("call_1", "pen_read", json!({"path": "a.txt"}))],
+        )),
+        Reply::Stream(frames(&["It says ", "alpha."], &[])),
+    ]
+}
+
+#[test]
+fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
+    for api in ["openai", "anthropic"] {
+        let fake = FakeProvider::start();
+        fake.push(tool_round(api));
+        let mut d = daemon(&fake, api);
+        fs::write(d.root.path().join("a.txt"), "alpha\n").unwrap();
+        let session = d.new_session();
+        let answer = d.prompt(&session, "What is in a.txt?");
+        assert_eq!(answer["stopReason"], "end_turn", "{api}: {answer}");
+
+        let events = d.events();
+        let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "text_delta",
+                "text_delta",
+                "tool_call_started",
+                "tool_call_finished",
+                "text_delta",
+                "text_delta",
+                "turn_ended"
+            ],
+            "{api}"
+        );
+        let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs, (1..=7).collect::<Vec<u64>>());
+        assert!(
+            events
+                .iter()
+                .all(|e| e["sessionId"] == session.as_str() && e["turnId"] == answer["turnId"])
+        );
+        let progress: Vec<&str> = d
+            .client
+            .notifications
+            .iter()
+            .filter(|n| n["method"] == "$/progress")
+            .map(|n| n["params"]["value"]["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(progress.first(), Some(&"begin"), "{api}");
+        assert_eq!(progress.last(), Some(&"end"), "{api}");
+
+        // The system prompt went exactly once in every request, and the result came back.
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2, "{api}");
+        for request in &requests {
+            let messages = request.body["messages"].as_array().unwrap();
+            let inline_system = messages.iter().filter(|m| m["role"] == "system").count();
+            match api {
+                "openai" => {
+                    assert_eq!(inline_system, 1, "{api}");
+                    assert_eq!(messages[0]["role"], "system");
+                }
+                _ => {
+                    assert_eq!(inline_system, 0, "{api}");
+                    assert!(
+                        request.body["system"]
+                            .as_str()
+                            .unwrap()
+                            .contains("You are pen")
+                    );
+                }
+            }
+        }
+        assert!(requests[1].body.to_string().contains("alpha"), "{api}");
+        let kinds: Vec<String> = d
+            .transcript(&session)
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "user_prompt",
+                "assistant_message",
+                "tool_call",
+                "tool_result",
+                "assistant_message",
+                "event"
+            ]
+        );
+    }
+}
+
+#[test]
+fn approvals_go_to_the_editor_and_a_denial_is_recorded() {
+    let fake = FakeProvider::start();
+    let edit = json!({"path": "a.txt", "edits": [{"old_text": "alpha", "new_text": "beta"}]});
+    fake.push([
+        Reply::Stream(openai_frames(
+            &[],
+            &[call("r", "pen_read", json!({"path": "a.txt"}))],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(
+            &[],
+            &[call("e1", "pen_edit", edit.clone())],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&["Denied; stopping."], &[], usage())),
+        Reply::Stream(openai_frames(
+            &[],
+            &[call("r2", "pen_read", json!({"path": "a.txt"}))],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&[], &[call("e2", "pen_edit", edit)], usage())),
+        Reply::Stream(openai_frames(&["Done."], &[], usage())),
+    ]);
+    let mut d = daemon(&fake, "openai");
+    fs::write(d.root.path().join("a.txt"), "alpha\n").unwrap();
+    let session = d.new_session();
+    assert_eq!(d.prompt(&session, "edit it")["stopReason"], "end_turn");
+    assert_eq!(
+        fs::read_to_string(d.root.path().join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    let approval = d
+        .client
+        .server_requests
+        .iter()
+        .find(|r| r["method"] == "pen/requestApproval")
+        .unwrap()
+        .clone();
+    assert_eq!(approval["params"]["tool"], "pen_edit");
+    assert!(
+        approval["params"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("-alpha\n+beta")
+    );
+    let finished: Vec<String> = d
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "tool_call_finished")
+        .map(|e| e["data"]["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(finished, ["done", "denied"]);
+
+    d.client.on_request(|method, _| match method {
+        "pen/requestApproval" => json!({"decision": "allow"}),
+        _ => Value::Null,
+    });
+    assert_eq!(d.prompt(&session, "now you may")["stopReason"], "end_turn");
+    assert_eq!(
+        fs::read_to_string(d.root.path().join("a.txt")).unwrap(),
+        "beta\n"
+    );
+}
+
+#[test]
+fn stop_ends_a_streaming_turn_and_the_next_prompt_works() {
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Hang(text_frames("Thinking about")),
+        Reply::Stream(openai_frames(&["Fine."], &[], usage())),
+    ]);
+    let mut d = daemon(&fake, "openai");
+    let session = d.new_session();
+    let prompt = d
+        .client
+        .send_request("pen/prompt", json!({"sessionId": session, "text": "think"}));
+    d.client
+        .wait_for(|m| m["method"] == "pen/event" && m["params"]["kind"] == "text_delta");
+    // A second prompt while the turn runs is refused.
+    let busy = d
+        .client
+        .request_raw("pen/prompt", json!({"sessionId": session, "text": "again"}));
+    assert_eq!(busy["error"]["code"], -32001, "{busy}");
+    assert_eq!(
+        d.client.request("pen/stop", json!({"sessionId": session}))["stopped"],
+        true
+    );
+    let answer = d.client.wait_for_response(&prompt);
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert_eq!(d.prompt(&session, "continue")["stopReason"], "end_turn");
+    assert_eq!(
+        d.client.request("pen/stop", json!({"sessionId": session}))["stopped"],
+        false
+    );
+}
+
+/// The frames of a stream up to its first text, for a stream that then hangs.
+fn text_frames(text: &str) -> Vec<String> {
+    let frames = openai_frames(&[text], &[], usage());
+    let end = frames
+        .iter()
+        .position(|f| f.contains(text))
+        .expect("a frame with the text");
+    frames[..=end].to_vec()
+}
+
+/// OpenAI's real envelope for a prompt over the context window.
+fn too_long() -> Reply {
+    openai_error(
+        400,
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in 12000 tokens. Please reduce the length of the messages.",
+        "invalid_request_error",
+        Some("context_length_exceeded"),
+    )
+}
+
+fn big_log(root: &Path) {
+    let mut log = String::new();
+    let mut i = 0;
+    while log.len() < 1_000_000 {
+        log.push_str(&format!(
+            "2026-09-08T12:00:00Z INFO request {i} served from cache shard {} in {} ms\n",
+            i % 16,
+            i % 97
+        ));
+        i += 1;
+    }
+    fs::write(root.join("big.log"), log).unwrap();
+}
+
+fn read_log_then_answer() -> Vec<Reply> {
+    vec![
+        Reply::Stream(openai_frames(
+            &[],
+            &[call("read_log", "pen_read", json!({"path": "big.log"}))],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&["The log is healthy."], &[], usage())),
+    ]
+}
+
+#[test]
+fn the_seed_scenario_a_1_mb_log_read_completes_and_recovers_from_a_rejection() {
+    // With the cap, the page is ~32 KB and the turn completes at a generous limit.
+    let fake = FakeProvider::start();
+    fake.push(read_log_then_answer());
+    fake.reject_bodies_over(300_000, too_long());
+    let mut d = daemon(&fake, "openai");
+    big_log(d.root.path());
+    let session = d.new_session();
+    assert_eq!(
+        d.prompt(&session, "Why is the service slow?")["stopReason"],
+        "end_turn"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let base = serde_json::to_vec(&requests[0].body).unwrap().len();
+    let with_page = serde_json::to_vec(&requests[1].body).unwrap().len();
+    assert!(
+        with_page - base > 10_000,
+        "the page is in the second request"
+    );
+
+    // At a limit the page does not fit under, the request is rejected once, the page is cut to
+    // 2 KiB in the outbound request only, and the retry completes. No tool runs again.
+    let fake = FakeProvider::start();
+    fake.push(read_log_then_answer());
+    fake.reject_bodies_over(base + 8_000, too_long());
+    let mut d = daemon(&fake, "openai");
+    big_log(d.root.path());
+    let session = d.new_session();
+    assert_eq!(
+        d.prompt(&session, "Why is the service slow?")["stopReason"],
+        "end_turn"
+    );
+    assert_eq!(fake.requests().len(), 3);
+    let transcript = d.transcript(&session);
+    let stored = transcript
+        .iter()
+        .find(|e| e["kind"] == "tool_result")
+        .unwrap();
+    assert!(
+        stored["payload"]["content"].as_str().unwrap().len() > 10_000,
+        "the transcript keeps the whole result"
+    );
+    assert!(
+        transcript
+            .iter()
+            .any(|e| e["payload"]["type"] == "results_shrunk")
+    );
+    assert_eq!(
+        transcript
+            .iter()
+            .filter(|e| e["kind"] == "tool_call")
+            .count(),
+        1
+    );
+    assert!(d.events().iter().any(|e| e["kind"] == "context_trimmed"));
+    // A follow-up prompt on the same session works: the decision is kept.
+    fake.push([Reply::Stream(openai_frames(
+        &["Still healthy."],
+        &[],
+        usage(),
+    ))]);
+    assert_eq!(d.prompt(&session, "And now?")["stopReason"], "end_turn");
+
+    // When even the cut request is too long, the turn ends with an actionable error.
+    let fake = FakeProvider::start();
+    fake.push(read_log_then_answer());
+    fake.reject_bodies_over(base + 600, too_long());
+    let mut d = daemon(&fake, "openai");
+    big_log(d.root.path());
+    let session = d.new_session();
+    let answer = d.prompt(&session, "Why is the service slow?");
+    assert_eq!(answer["stopReason"], "error");
+    let error = answer["lastError"].as_str().unwrap();
+    assert!(error.contains("start a new session"), "{error}");
+    assert_eq!(fake.requests().len(), 3, "one retry only");
+}
+
+#[test]
+fn a_session_an_oversized_result_made_unusable_is_recovered() {
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    // A session from before the cap: a 1 MB result stored whole.
+    let store = SessionStore::open(data.path()).unwrap();
+    let session = store.new_session(None).unwrap().id;
+    let append = |kind, payload| {
+        store
+            .append(
+                &session,
+                &NewEntry {
+                    kind,
+                    turn_id: None,
+                    payload,
+                },
+            )
+            .unwrap()
+    };
+    append(EntryKind::UserPrompt, json!({"text": "read the log"}));
+    append(
+        EntryKind::AssistantMessage,
+        json!({"text": "", "tool_calls": [{"id": "old", "name": "pen_read", "arguments": "{}"}]}),
+    );
+    append(
+        EntryKind::ToolResult,
+        json!({"call_id": "old", "content": "x".repeat(1_057_864), "is_error": false}),
+    );
+    append(
+        EntryKind::AssistantMessage,
+        json!({"text": "read it", "tool_calls": []}),
+    );
+    fake.reject_bodies_over(100_000, too_long());
+    fake.push([Reply::Stream(openai_frames(
+        &["Back in business."],
+        &[],
+        usage(),
+    ))]);
+    let mut d = daemon_in(&fake, "openai", data, root);
+    let answer = d.prompt(&session, "what now?");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    assert_eq!(fake.requests().len(), 2);
+}
+
+#[test]
+fn a_daemon_killed_mid_turn_leaves_every_committed_entry_and_an_interrupted_call() {
+    let fake = FakeProvider::start();
+    fake.push([Reply::Stream(openai_frames(
+        &[],
+        &[call(
+            "c1",
+            "pen_create",
+            json!({"path": "x.txt", "content": "x"}),
+        )],
+        usage(),
+    ))]);
+    let mut d = daemon(&fake, "openai");
+    let session = d.new_session();
+    d.client.send_request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "create x"}),
+    );
+    // The approval request means the call is recorded and waiting: kill the daemon now.
+    d.client.wait_for(|m| m["method"] == "pen/requestApproval");
+    let Daemon { data, root, client } = d;
+    client.kill();
+
+    fake.push([Reply::Stream(openai_frames(&["Checked."], &[], usage()))]);
+    let mut d = daemon_in(&fake, "openai", data, root);
+    let before: Vec<String> = d
+        .transcript(&session)
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(before, ["user_prompt", "assistant_message", "tool_call"]);
+    assert_eq!(
+        d.prompt(&session, "what happened?")["stopReason"],
+        "end_turn"
+    );
+    let transcript = d.transcript(&session);
+    let result = transcript
+        .iter()
+        .find(|e| e["kind"] == "tool_result")
+        .unwrap();
+    assert!(
+        result["payload"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("outcome unknown"),
+        "{result}"
+    );
+    assert!(!d.root.path().join("x.txt").exists());
+}
+
+fn pen_run(fake: &FakeProvider, root: &Path, data: &Path, prompt: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args([
+            "run",
+            prompt,
+            "--provider",
+            "openai",
+            "--model",
+            "fake-model",
+            "--base-url",
+        ])
+        .arg(format!("{}/v1", fake.url()))
+        .current_dir(root)
+        .env("PEN_DATA_DIR", data)
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn pen_run_prints_the_answer_and_exits_by_stop_reason() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start();
+    fake.push([Reply::Stream(openai_frames(
+        &["Hello ", "there."],
+        &[],
+        usage(),
+    ))]);
+    let output = pen_run(&fake, root.path(), data.path(), "hi")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "Hello there.\n");
+
+    fake.push([openai_error(
+        400,
+        "max_tokens is too large: 64000 > 8192",
+        "invalid_request_error",
+        None,
+    )]);
+    let output = pen_run(&fake, root.path(), data.path(), "hi")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("max_tokens is too large"));
+
+    // Ctrl-C is Stop: exit 130.
+    fake.push([Reply::Hang(text_frames("Thinking"))]);
+    let child = pen_run(&fake, root.path(), data.path(), "think long");
+    futures::executor::block_on(fake.wait_for_requests(fake.requests().len() + 1));
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
