@@ -35,7 +35,7 @@ struct LlamaServer {
 }
 
 impl LlamaServer {
-    fn start(server: &Path, model: &Path) -> LlamaServer {
+    fn start(server: &Path, model: &Path, context_tokens: u64) -> LlamaServer {
         // A port the OS just handed out and released: free unless another process grabs it in
         // the moment before llama-server binds it, which would fail the start loudly.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -46,7 +46,7 @@ impl LlamaServer {
         let child = Command::new(server)
             .arg("-m")
             .arg(model)
-            .args(["--alias", "smollm2", "-c", &CONTEXT_TOKENS.to_string()])
+            .args(["--alias", "smollm2", "-c", &context_tokens.to_string()])
             .args(["-np", "1", "-t", "2", "--jinja", "--host", "127.0.0.1"])
             .args(["--port", &port.to_string()])
             .stdin(Stdio::null())
@@ -193,7 +193,7 @@ async fn llama_server_streams_an_answer_and_rejects_an_over_context_prompt() {
         .pool_max_idle_per_host(0)
         .build()
         .expect("HTTP client");
-    let mut server = LlamaServer::start(&server, &model);
+    let mut server = LlamaServer::start(&server, &model, CONTEXT_TOKENS);
     server.wait_until_healthy(&client).await;
     let completions = format!("{}/v1/chat/completions", server.base_url);
 
@@ -230,4 +230,68 @@ async fn llama_server_streams_an_answer_and_rejects_an_over_context_prompt() {
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.expect("error JSON");
     assert_exceeds_context(&body);
+}
+
+/// Runs `pen run PROMPT` against a llama-server, in a scratch workspace and data dir.
+fn pen_run(base_url: &str, prompt: &str) -> std::process::Output {
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args([
+            "run",
+            prompt,
+            "--provider",
+            "openai",
+            "--model",
+            "smollm2",
+            "--base-url",
+        ])
+        .arg(format!("{base_url}/v1"))
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env("PEN_MAX_OUTPUT_TOKENS", "16")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pen")
+}
+
+/// The product against the real server: `pen run` gets a streamed answer, and a prompt over the
+/// 512-token window gets the real 400, which is classified as a context-window rejection: the
+/// turn ends with the actionable error (there is no tool result to cut).
+#[tokio::test]
+async fn pen_run_against_llama_server() {
+    let Some((server_path, model)) = configured() else {
+        println!("real_llama: not configured; nothing to test");
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTP client");
+
+    let mut roomy = LlamaServer::start(&server_path, &model, 4_096);
+    roomy.wait_until_healthy(&client).await;
+    let output = pen_run(&roomy.base_url, "Say hello in one short sentence.");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}\n{}", roomy.log());
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).trim().is_empty(),
+        "{stderr}"
+    );
+    drop(roomy);
+
+    let mut small = LlamaServer::start(&server_path, &model, CONTEXT_TOKENS);
+    small.wait_until_healthy(&client).await;
+    let output = pen_run(
+        &small.base_url,
+        &"the quick brown fox jumps over the lazy dog ".repeat(120),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("over the model's context window"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("start a new session"), "{stderr}");
 }
