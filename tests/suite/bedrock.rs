@@ -381,3 +381,89 @@ async fn stop_cancels_a_request_in_flight() {
     });
     assert_eq!(result.map_err(|e| e.kind), Err(ErrorKind::Cancelled));
 }
+
+/// An owner who is never asked in these turns (they use read-only tools only).
+struct NoOwner;
+
+impl pen::agent::Approver for NoOwner {
+    fn ask(
+        &self,
+        _: pen::agent::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'static, pen::agent::ApprovalAnswer> {
+        Box::pin(async { Err("no owner in this test".to_string()) })
+    }
+}
+
+#[tokio::test]
+async fn a_multi_step_tool_turn_through_the_agent_loop() {
+    let (fake, url) = FakeBedrock::start(vec![
+        Reply::events(&[
+            ("messageStart", json!({"role": "assistant"})),
+            ("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "pen_read"}}})),
+            ("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"path\":\"README.md\"}"}}})),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+            ("messageStop", json!({"stopReason": "tool_use"})),
+        ]),
+        Reply::events(&[
+            ("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": "It greets you."}})),
+            ("messageStop", json!({"stopReason": "end_turn"})),
+        ]),
+    ])
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("README.md"), "hello readme\n").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(pen::session::SessionStore::open(data.path()).unwrap());
+    let session_id = store.new_session(None).unwrap().id;
+    let turn = pen::agent::Turn {
+        store: std::sync::Arc::clone(&store),
+        session_id: session_id.clone(),
+        turn_id: "t1".into(),
+        provider: std::sync::Arc::new(provider(&url)),
+        model: MODEL.into(),
+        config: pen::config::Config::default(),
+        tools: std::sync::Arc::new(pen::agent::LocalTools {
+            workspace: pen::workspace::Workspace::new(&[root.path().to_path_buf()]).unwrap(),
+            limits: pen::limits::Limits::default(),
+            ledger: std::sync::Arc::default(),
+            editor: None,
+        }),
+        approver: std::sync::Arc::new(NoOwner),
+        session_allowed: std::sync::Arc::default(),
+        on_event: std::sync::Arc::new(|_| {}),
+        cancel: tokio_util::sync::CancellationToken::new(),
+    };
+    let outcome = turn.run("What is README.md?").await;
+    assert_eq!(
+        outcome.stop_reason,
+        pen::agent::StopReason::EndTurn,
+        "{outcome:?}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    for request in requests.iter() {
+        // The system prompt is top-level, once; no message carries it.
+        assert!(
+            request.body["system"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are pen")
+        );
+        assert!(
+            request.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["role"] != "system")
+        );
+    }
+    assert!(requests[1].body.to_string().contains("hello readme"));
+    let entries = store.transcript(&session_id, None, 100).unwrap().entries;
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.kind == pen::session::EntryKind::ToolResult)
+            .count(),
+        1
+    );
+}
