@@ -753,3 +753,67 @@ async fn a_call_left_by_a_crash_is_answered_before_the_next_turn() {
     };
     assert!(content.contains("outcome unknown"), "{content}");
 }
+
+/// A tool host whose tools fire Stop while they run, then finish normally.
+struct StopsWhileRunning {
+    inner: LocalTools,
+    cancel: CancellationToken,
+}
+
+impl ToolHost for StopsWhileRunning {
+    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+        self.cancel.cancel();
+        self.inner.call(name, arguments)
+    }
+    fn command(
+        &self,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.inner.command(arguments, cancel)
+    }
+    fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError> {
+        self.inner.preview_edit(arguments)
+    }
+    fn observation(&self, result: &Result<Value, ToolError>) -> String {
+        self.inner.observation(result)
+    }
+}
+
+#[tokio::test]
+async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    let provider = Scripted::new(vec![Step::Answer(answer(
+        "",
+        &[
+            ("first", "pen_read", json!({"path": "a.txt"})),
+            ("second", "pen_read", json!({"path": "a.txt"})),
+        ],
+    ))]);
+    let mut turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
+    turn.tools = Arc::new(StopsWhileRunning {
+        inner: LocalTools {
+            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+            limits: crate::limits::Limits::default(),
+            ledger: Arc::default(),
+            editor: None,
+        },
+        cancel: fx.cancel.clone(),
+    });
+    let outcome = turn.run("read twice").await;
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        fx.results(),
+        [
+            ("first".into(), "done".into()),
+            ("second".into(), "not_executed".into())
+        ]
+    );
+    assert_eq!(
+        provider.requests.lock().unwrap().len(),
+        1,
+        "no request after Stop"
+    );
+    assert!(build_messages(&fx.entries()).is_ok());
+}
