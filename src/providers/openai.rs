@@ -109,27 +109,19 @@ impl OpenAiProvider {
 }
 
 impl Provider for OpenAiProvider {
-    /// Streams one request. When `cancel` fires, the request or stream is dropped (closing the
-    /// connection) and `Cancelled` returned at once; text deltas already passed to `on_event`
-    /// stay delivered, and the error carries none of them: a caller that wants to keep a partial
-    /// answer keeps what it received.
+    /// Streams one request; see [`wire::cancellable`] for what Stop keeps.
     fn complete<'a>(
         &'a self,
         request: &'a ModelRequest,
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
-        Box::pin(async move {
-            let result = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Err(wire::cancelled()),
-                result = self.stream(request, on_event) => result,
-            };
-            result.map_err(|mut error| {
-                error.message = format!("{}: {}", self.label, error.message);
-                wire::redact(error, self.api_key.as_deref())
-            })
-        })
+        Box::pin(wire::cancellable(
+            &self.label,
+            self.api_key.as_deref(),
+            cancel,
+            self.stream(request, on_event),
+        ))
     }
 }
 

@@ -198,6 +198,27 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// The error a backend returns when Stop was requested.
+/// Runs one streamed request until it ends or `cancel` fires (then `Cancelled` at once: the
+/// request or stream is dropped, closing the connection). Text deltas already passed to
+/// `on_event` stay delivered; the error carries none of them. An error's message is prefixed
+/// with the backend's `label` and has `api_key` removed.
+pub(crate) async fn cancellable(
+    label: &str,
+    api_key: Option<&str>,
+    cancel: &tokio_util::sync::CancellationToken,
+    work: impl std::future::Future<Output = Result<ModelResponse, ProviderError>>,
+) -> Result<ModelResponse, ProviderError> {
+    let result = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(cancelled()),
+        result = work => result,
+    };
+    result.map_err(|mut error| {
+        error.message = format!("{label}: {}", error.message);
+        redact(error, api_key)
+    })
+}
+
 pub(crate) fn cancelled() -> ProviderError {
     ProviderError::new(ErrorKind::Cancelled, "the request was cancelled")
 }
