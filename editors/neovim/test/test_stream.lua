@@ -1,0 +1,24 @@
+-- :Pen streams an answer into the pen://transcript buffer.
+local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
+local ws = H.setup({ { text = 'Hello from the fake model, streamed in pieces.' } })
+vim.fn.writefile({ 'fn main() {}' }, ws .. '/main.rs')
+vim.cmd.edit('main.rs')
+
+vim.cmd('Pen say hello')
+local res = H.wait_turn()
+H.check(res.stopReason == 'end_turn', 'stopReason ' .. vim.inspect(res))
+local text = H.transcript_text()
+H.check(text:find('Hello from the fake model, streamed in pieces.', 1, true), 'answer not in transcript:\n' .. text)
+H.check(text:find('## You\nsay hello', 1, true), 'prompt not in transcript:\n' .. text)
+local b = require('pen.transcript').bufs[require('pen').state.session]
+H.check(vim.api.nvim_buf_get_name(b) == 'pen://transcript', 'name ' .. vim.api.nvim_buf_get_name(b))
+H.check(vim.bo[b].filetype == 'markdown', 'filetype')
+H.check(#vim.fn.win_findbuf(b) == 1, 'transcript shown in a split')
+-- The client is attached to the file buffer (one client per root).
+H.check(#vim.lsp.get_clients({ name = 'pen', bufnr = vim.fn.bufnr('main.rs') }) == 1, 'client attached')
+-- A second prompt reuses the client and buffer.
+vim.cmd('Pen again')
+require('pen').state.last_result = {}
+H.wait_turn()
+H.check(#vim.lsp.get_clients({ name = 'pen' }) == 1, 'one client')
+H.done()
