@@ -61,7 +61,9 @@ local DECISION = { Allow = 'allow', ['Allow for session'] = 'allow_for_session',
 local function approval_handler(_, params)
   local co = coroutine.running()
   local session = params.sessionId
+  -- The diff goes into the transcript (and its window) before the question is asked.
   transcript.show(session, M.config.split)
+  transcript.approval(params)
   local prompt = ('pen wants to run %s%s'):format(params.tool,
     params.arguments and params.arguments.path and (' on ' .. params.arguments.path) or '')
   if params.arguments and params.arguments.command then

@@ -119,6 +119,23 @@ function M.diff_lines(diff)
   return out
 end
 
+--- callIds whose approval (and diff) is already rendered: the `pen/requestApproval` request
+--- and the `approval_requested` event carry the same data and may arrive in either order.
+M.shown_approvals = {}
+
+--- Render an approval request with its diff, once per call.
+function M.approval(d)
+  if M.shown_approvals[d.callId or ''] then
+    return
+  end
+  M.shown_approvals[d.callId or ''] = true
+  local l = { ('- ❓ **%s** %s — waiting for approval'):format(d.tool or '?', short_args(d.arguments)) }
+  if type(d.diff) == 'string' then
+    vim.list_extend(l, M.diff_lines(d.diff))
+  end
+  M.lines(d.sessionId, l)
+end
+
 --- Render one live `pen/event`.
 function M.on_event(p)
   local s, d = p.sessionId, p.data or {}
@@ -127,11 +144,7 @@ function M.on_event(p)
   elseif p.kind == 'tool_call_started' then
     M.lines(s, { ('- 🔧 **%s** %s — running'):format(d.tool or '?', short_args(d.arguments)) })
   elseif p.kind == 'approval_requested' then
-    local l = { ('- ❓ **%s** %s — waiting for approval'):format(d.tool or '?', short_args(d.arguments)) }
-    if d.diff then
-      vim.list_extend(l, M.diff_lines(d.diff))
-    end
-    M.lines(s, l)
+    M.approval(vim.tbl_extend('keep', d, { sessionId = s }))
   elseif p.kind == 'approval_withdrawn' then
     M.lines(s, { ('- approval for `%s` withdrawn (stopped)'):format(d.callId or '?') })
   elseif p.kind == 'tool_call_finished' then
