@@ -164,7 +164,9 @@ local function ensure_session(client, title)
   if M.state.session then
     return M.state.session
   end
-  local res, err = request_sync(client, 'pen/newSession', { title = title })
+  local res, err = request_sync(client, 'pen/newSession',
+    -- an empty Lua table would encode as a JSON array
+    title and { title = title } or vim.empty_dict())
   if not res then
     notify('newSession failed: ' .. tostring(err), vim.log.levels.ERROR)
     return nil
