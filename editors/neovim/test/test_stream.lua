@@ -1,6 +1,6 @@
 -- :Pen streams an answer into the pen://transcript buffer.
 local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
-local ws = H.setup({ { text = 'Hello from the fake model, streamed in pieces.' } })
+local ws = H.setup({ { text = 'Hello from the fake model, streamed in pieces.' }, { text = 'Again.' }, { text = 'It is main.' } })
 vim.fn.writefile({ 'fn main() {}' }, ws .. '/main.rs')
 vim.cmd.edit('main.rs')
 
@@ -21,4 +21,12 @@ vim.cmd('Pen again')
 require('pen').state.last_result = {}
 H.wait_turn()
 H.check(#vim.lsp.get_clients({ name = 'pen' }) == 1, 'one client')
+-- The range form adds the selection with its file and line numbers to the prompt.
+require('pen').state.last_result = {}
+vim.cmd('1,1Pen explain this')
+H.wait_turn()
+local sent = vim.fn.readfile(H.requests_file)
+local last = sent[#sent]
+H.check(last:find('Selection from `main.rs` lines 1-1', 1, true) and last:find('fn main() {}', 1, true),
+  'selection in the prompt: ' .. last)
 H.done()

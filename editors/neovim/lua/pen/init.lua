@@ -135,7 +135,9 @@ function M.client(buf)
   local client = vim.lsp.get_client_by_id(id)
   -- pen answers -32002 to requests before `initialize` completes; the handshake is local and
   -- quick, so wait for it (bounded) rather than queue requests ourselves.
-  if not vim.wait(10000, function() return client.initialized end, 10) then
+  if not vim.wait(10000, function() return client.initialized or client:is_stopped() end, 10)
+    or not client.initialized
+  then
     notify('pen serve did not initialize (see :PenLog)', vim.log.levels.ERROR)
     return nil
   end
