@@ -56,4 +56,20 @@ pen.state.last_result = {}
 vim.cmd('Pen go on')
 res = H.wait_turn()
 H.check(res.stopReason == 'end_turn', 'after stop ' .. vim.inspect(res))
+local live = H.transcript_text()
+-- The stored transcript, re-rendered by :PenSessions, shows the same states.
+vim.ui.select = function(items, _, cb)
+  for _, it in ipairs(items) do
+    if it.sessionId == pen.state.session then
+      return cb(it)
+    end
+  end
+end
+vim.cmd('PenSessions')
+text = H.transcript_text()
+if vim.env.PEN_SHOW then print(live, '\n=====\n', text) end
+for _, want in ipairs({ '**pen_edit** — denied by the owner', 'Understood, not editing.',
+  'turn ended: cancelled', '**pen_create** — not executed (stopped)', 'after the stop' }) do
+  H.check(text:find(want, 1, true), 'resumed transcript lacks ' .. want .. ':\n' .. text)
+end
 H.done()

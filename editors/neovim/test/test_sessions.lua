@@ -55,4 +55,5 @@ for _, s in ipairs(list.sessions) do
     H.check(s.entryCount >= 4, 'the first session grew: ' .. vim.inspect(s))
   end
 end
+if vim.env.PEN_SHOW then print(H.transcript_text()) end
 H.done()

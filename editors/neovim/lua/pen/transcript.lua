@@ -6,6 +6,8 @@ local M = {}
 
 --- sessionId -> bufnr, so each session keeps one buffer.
 M.bufs = {}
+--- sessionId -> true when the last thing written was a block (tool call, notice), not text.
+M.after_block = {}
 
 local function buf_name(session_id)
   -- The first transcript is plain `pen://transcript`; more sessions get their id appended,
@@ -68,6 +70,7 @@ end
 
 --- Append whole lines (a block), starting on a fresh line.
 function M.lines(session_id, lines)
+  M.after_block[session_id] = true
   local b = M.buf(session_id)
   local last = vim.api.nvim_buf_line_count(b)
   local last_line = vim.api.nvim_buf_get_lines(b, last - 1, last, false)[1] or ''
@@ -83,6 +86,7 @@ function M.lines(session_id, lines)
 end
 
 function M.clear(session_id)
+  M.after_block[session_id] = nil
   vim.api.nvim_buf_set_lines(M.buf(session_id), 0, -1, false, {})
 end
 
@@ -136,11 +140,32 @@ function M.approval(d)
   M.lines(d.sessionId, l)
 end
 
+--- A finished tool call: its state, and for anything but success the start of its result.
+function M.finished(session_id, d)
+  local l = { ('- %s **%s** — %s'):format(d.isError and '✗' or '✓', d.tool or '?',
+    STATE_LABEL[d.state] or tostring(d.state)) }
+  if type(d.excerpt) == 'string' and d.excerpt ~= '' and d.state ~= 'done' then
+    table.insert(l, '  > ' .. (d.excerpt:gsub('%s+', ' ')):sub(1, 200))
+  end
+  M.lines(session_id, l)
+end
+
+--- Answer text (streamed or stored). After a block of tool lines it starts a new paragraph.
+function M.text(session_id, text)
+  if M.after_block[session_id] then
+    M.after_block[session_id] = nil
+    if text ~= '' then
+      M.append(session_id, '\n')
+    end
+  end
+  M.append(session_id, text)
+end
+
 --- Render one live `pen/event`.
 function M.on_event(p)
   local s, d = p.sessionId, p.data or {}
   if p.kind == 'text_delta' then
-    M.append(s, d.text or '')
+    M.text(s, d.text or '')
   elseif p.kind == 'tool_call_started' then
     M.lines(s, { ('- 🔧 **%s** %s — running'):format(d.tool or '?', short_args(d.arguments)) })
   elseif p.kind == 'approval_requested' then
@@ -148,12 +173,7 @@ function M.on_event(p)
   elseif p.kind == 'approval_withdrawn' then
     M.lines(s, { ('- approval for `%s` withdrawn (stopped)'):format(d.callId or '?') })
   elseif p.kind == 'tool_call_finished' then
-    local l = { ('- %s **%s** — %s'):format(d.isError and '✗' or '✓', d.tool or '?',
-      STATE_LABEL[d.state] or tostring(d.state)) }
-    if d.excerpt and d.excerpt ~= '' and d.state ~= 'done' then
-      table.insert(l, '  > ' .. tostring(d.excerpt):gsub('\n', ' '):sub(1, 200))
-    end
-    M.lines(s, l)
+    M.finished(s, d)
   elseif p.kind == 'context_trimmed' then
     M.lines(s, { ('> context trimmed (%s): %d tool result(s) cut to %s bytes'):format(
       tostring(d.reason), #(d.shrunkCallIds or {}), tostring(d.headBytes or '?')) })
@@ -173,23 +193,30 @@ function M.prompt(session_id, text)
   M.lines(session_id, l)
 end
 
---- Render stored entries (`pen/getTranscript`), e.g. when resuming a session.
+--- Render stored entries (`pen/getTranscript`), e.g. when resuming a session. Stored payloads
+--- are snake_case (`call_id`, `status`, `stop_reason`); they are mapped onto the same lines the
+--- live events produce.
 function M.render_entries(session_id, entries)
   for _, e in ipairs(entries) do
-    local p = e.payload or {}
+    local p = type(e.payload) == 'table' and e.payload or {}
     if e.kind == 'user_prompt' then
       M.prompt(session_id, p.text or '')
     elseif e.kind == 'assistant_message' then
+      -- Its tool_calls are rendered from the tool_call entries that follow.
       if type(p.text) == 'string' and p.text ~= '' then
-        M.lines(session_id, vim.split(p.text, '\n', { plain = true }))
-      end
-      for _, c in ipairs(type(p.tool_calls) == 'table' and p.tool_calls or {}) do
-        M.lines(session_id, { ('- 🔧 **%s** %s'):format(tostring(c.name or c.tool), short_args(c.arguments)) })
+        M.text(session_id, p.text)
       end
     elseif e.kind == 'tool_call' then
-      M.lines(session_id, { ('- 🔧 **%s** %s'):format(tostring(p.tool or p.name), short_args(p.arguments)) })
+      M.lines(session_id, { ('- 🔧 **%s** %s'):format(tostring(p.name), short_args(p.arguments)) })
     elseif e.kind == 'tool_result' then
-      M.lines(session_id, { ('- result: %s'):format(tostring(p.state or p.outcome or 'done')) })
+      M.finished(session_id, { tool = p.name, state = p.status, isError = p.is_error,
+        excerpt = type(p.content) == 'string' and p.content or nil })
+    elseif e.kind == 'event' and p.type == 'turn_ended' then
+      M.on_event({ sessionId = session_id, kind = 'turn_ended',
+        data = { stopReason = p.stop_reason, lastError = p.last_error } })
+    elseif e.kind == 'event' and p.type == 'context_trimmed' then
+      M.on_event({ sessionId = session_id, kind = 'context_trimmed',
+        data = { reason = p.reason, shrunkCallIds = p.shrunk_call_ids, headBytes = p.head_bytes } })
     elseif e.kind == 'event' then
       M.lines(session_id, { '> ' .. vim.json.encode(p) })
     end
