@@ -30,6 +30,12 @@ local before = #vim.fn.readfile(H.requests_file)
 vim.cmd('Pen wait forever')
 H.wait(10000, function() return #vim.fn.readfile(H.requests_file) > before end, 'the hanging request')
 H.check(pen.status() ~= '', 'statusline shows a running turn')
+-- $/progress reaches Neovim's progress UI (vim.lsp.status() drains messages: accumulate).
+local progress = ''
+H.wait(10000, function()
+  progress = progress .. vim.lsp.status()
+  return progress:find('thinking', 1, true) ~= nil
+end, '$/progress "thinking" in vim.lsp.status()')
 vim.cmd('PenStop')
 res = H.wait_turn()
 H.check(res.stopReason == 'cancelled', 'stop turn ' .. vim.inspect(res))
