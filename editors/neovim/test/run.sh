@@ -16,6 +16,8 @@ nvim="$venv/bin/nvim"
 "$nvim" --version | head -1
 
 logs="$(mktemp -d)"
+# Neovim writes lsp.log under the state dir: keep it out of the home directory.
+export XDG_STATE_HOME="$logs/state"
 failed=0
 for t in "$here"/test_*.lua; do
   name="$(basename "$t")"

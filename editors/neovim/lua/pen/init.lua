@@ -24,7 +24,7 @@ M.config = vim.deepcopy(M.defaults)
 --- State of the plugin: the current session per client and the turn running in it.
 M.state = {
   session = nil, -- current sessionId
-  running = {}, -- sessionId -> true while a pen/prompt is out
+  running = {}, -- sessionId -> client id while a pen/prompt is out
   last_result = {}, -- sessionId -> last pen/prompt result
   status = '', -- short text for the statusline
 }
@@ -210,7 +210,8 @@ function M.prompt(text, range)
   end
   transcript.show(session, M.config.split)
   transcript.prompt(session, text)
-  M.state.running[session] = true
+  -- Remember which daemon runs the turn: :PenStop must go to that one.
+  M.state.running[session] = client.id
   M.state.status = 'pen: thinking'
   -- pen/prompt answers when the turn ends: asynchronous, the UI never waits on it.
   client:request('pen/prompt', { sessionId = session, text = text }, function(err, result)
@@ -231,8 +232,9 @@ end
 
 function M.stop()
   local s = M.state.session
-  local client = vim.lsp.get_clients({ name = 'pen' })[1]
-  if not (s and client) then
+  local id = s and M.state.running[s]
+  local client = id and vim.lsp.get_client_by_id(id)
+  if not client then
     notify('nothing is running')
     return
   end
