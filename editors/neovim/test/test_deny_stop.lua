@@ -29,7 +29,7 @@ pen.state.last_result = {}
 local before = #vim.fn.readfile(H.requests_file)
 vim.cmd('Pen wait forever')
 H.wait(10000, function() return #vim.fn.readfile(H.requests_file) > before end, 'the hanging request')
-H.check(pen.status() ~= '', 'statusline shows a running turn')
+H.check(pen.status() ~= '', 'statusline shows a running turn: ' .. vim.inspect(pen.state) .. H.transcript_text())
 -- $/progress reaches Neovim's progress UI (vim.lsp.status() drains messages: accumulate).
 local progress = ''
 H.wait(10000, function()

@@ -92,12 +92,12 @@ end
 
 local function event_handler(_, params)
   transcript.on_event(params)
-  if params.kind == 'tool_call_started' then
+  -- Only the pen/prompt answer ends a turn for the statusline: a late event of the previous
+  -- turn must not blank the status of the next one.
+  if params.kind == 'tool_call_started' and M.state.running[params.sessionId] then
     M.state.status = 'pen: ' .. tostring(params.data and params.data.tool)
-  elseif params.kind == 'turn_ended' then
-    M.state.status = ''
+    vim.cmd('redrawstatus')
   end
-  vim.cmd('redrawstatus')
 end
 
 --- The pen client for a buffer's root, started (or reused) with vim.lsp.start.
@@ -222,6 +222,8 @@ function M.prompt(text, range)
       M.state.last_result[session] = { error = err }
     else
       M.state.last_result[session] = result
+      transcript.on_event({ sessionId = session, turnId = result.turnId, kind = 'turn_ended',
+        data = { stopReason = result.stopReason, lastError = result.lastError } })
       if result.stopReason == 'error' and result.lastError then
         notify(tostring(result.lastError), vim.log.levels.ERROR)
       end

@@ -8,6 +8,8 @@ local M = {}
 M.bufs = {}
 --- sessionId -> true when the last thing written was a block (tool call, notice), not text.
 M.after_block = {}
+--- turnIds whose end is already rendered.
+M.ended_turns = {}
 
 local function buf_name(session_id)
   -- The first transcript is plain `pen://transcript`; more sessions get their id appended,
@@ -178,6 +180,15 @@ function M.on_event(p)
     M.lines(s, { ('> context trimmed (%s): %d tool result(s) cut to %s bytes'):format(
       tostring(d.reason), #(d.shrunkCallIds or {}), tostring(d.headBytes or '?')) })
   elseif p.kind == 'turn_ended' then
+    -- The end of a turn is rendered once, from this event or from the pen/prompt answer,
+    -- whichever Neovim sees first: pen has been seen to deliver turn_ended just after the
+    -- answer, and by then the next prompt may already be in the buffer.
+    if p.turnId then
+      if M.ended_turns[p.turnId] then
+        return
+      end
+      M.ended_turns[p.turnId] = true
+    end
     local l = { ('*— turn ended: %s*'):format(tostring(d.stopReason)) }
     if d.lastError and d.lastError ~= vim.NIL then
       table.insert(l, '> ' .. tostring(d.lastError))
