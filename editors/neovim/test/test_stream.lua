@@ -29,4 +29,16 @@ local sent = vim.fn.readfile(H.requests_file)
 local last = sent[#sent]
 H.check(last:find('Selection from `main.rs` lines 1-1', 1, true) and last:find('fn main() {}', 1, true),
   'selection in the prompt: ' .. last)
+-- setup() again while the daemon runs hands settings over with pen/setConfig.
+local pen = require('pen')
+local settings = vim.tbl_extend('force', pen.config.settings, { max_tool_result_bytes = 4096 })
+pen.setup({ cmd = pen.config.cmd, settings = settings })
+local client = vim.lsp.get_clients({ name = 'pen' })[1]
+H.wait(5000, function()
+  local r = client:request_sync('pen/getConfig', nil, 1000)
+  return r and r.result and r.result.max_tool_result_bytes == 4096
+end, 'pen/setConfig to apply the new settings')
+-- :PenLog opens the daemon's log from the data dir.
+vim.cmd('PenLog')
+H.check(vim.api.nvim_buf_get_name(0):find(H.data .. '/logs/pen.log.', 1, true), 'log ' .. vim.api.nvim_buf_get_name(0))
 H.done()
