@@ -6,6 +6,7 @@ SCRIPT.json is a list of replies, used in order, one per POST /v1/chat/completio
   {"text": "answer"}                               text deltas (split in a few chunks)
   {"tool_calls": [{"id","name","arguments"}], "text"?: "..."}
   {"hang": true}                                   headers sent, then nothing until the client goes
+  {"error": {"status": 400, "body": {...}}}        a JSON error answer (e.g. context_length_exceeded)
 Each request body is appended to SCRIPT.json + ".requests" (one JSON per line) for assertions.
 Python stdlib only.
 """
@@ -45,6 +46,17 @@ class Handler(BaseHTTPRequestHandler):
             with open(script_path + ".requests", "a") as f:
                 f.write(body.decode("utf-8", "replace").replace("\n", " ") + "\n")
         reply = replies[i] if i < len(replies) else {"text": "(no more scripted replies)"}
+        if "error" in reply:
+            # An API error: {"error": {"status": 400, "body": {...}}}
+            body = json.dumps(reply["error"].get("body", {})).encode()
+            self.send_response(reply["error"].get("status", 400))
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")

@@ -225,9 +225,10 @@ function M.render_entries(session_id, entries)
     elseif e.kind == 'event' and p.type == 'turn_ended' then
       M.on_event({ sessionId = session_id, kind = 'turn_ended',
         data = { stopReason = p.stop_reason, lastError = p.last_error } })
-    elseif e.kind == 'event' and p.type == 'context_trimmed' then
+    elseif e.kind == 'event' and p.type == 'results_shrunk' then
+      -- Stored form of context_trimmed; its reason is the provider's rejection.
       M.on_event({ sessionId = session_id, kind = 'context_trimmed',
-        data = { reason = p.reason, shrunkCallIds = p.shrunk_call_ids, headBytes = p.head_bytes } })
+        data = { reason = 'context_window_exceeded', shrunkCallIds = p.call_ids, headBytes = p.head_bytes } })
     elseif e.kind == 'event' then
       M.lines(session_id, { '> ' .. vim.json.encode(p) })
     end
