@@ -70,6 +70,7 @@ local function approval_handler(_, params)
     prompt = prompt .. ': ' .. params.arguments.command
   end
   M.state.status = 'pen: waiting for approval'
+  vim.cmd('redrawstatus')
   local answered, choice = false, nil
   vim.schedule(function()
     vim.ui.select(CHOICES, { prompt = prompt, kind = 'pen.approval' }, function(item)
@@ -86,7 +87,10 @@ local function approval_handler(_, params)
   if not answered then
     coroutine.yield()
   end
-  M.state.status = 'pen: running'
+  -- A late answer to a withdrawn approval (Stop came first) must not revive the status.
+  if M.state.running[session] then
+    M.state.status = 'pen: running'
+  end
   return { decision = DECISION[choice] or 'deny' }
 end
 
