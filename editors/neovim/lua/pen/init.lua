@@ -1,0 +1,389 @@
+--- pen for Neovim: attaches the `pen serve` daemon as an LSP client (so open buffers sync and
+--- pen's edits land in buffers with undo) and adds commands to prompt, stop, switch sessions.
+local transcript = require('pen.transcript')
+
+local M = {}
+
+--- Documented defaults (see `:help pen-setup`).
+M.defaults = {
+  cmd = { 'pen', 'serve' },
+  -- Handed verbatim to the daemon as initializationOptions and via pen/setConfig.
+  settings = {},
+  -- Extra environment for the daemon (e.g. PEN_DATA_DIR); nil inherits Neovim's.
+  cmd_env = nil,
+  -- Markers that find the workspace root of a buffer; one pen client per root.
+  root_markers = { '.git' },
+  -- Ex command used to open the transcript window.
+  split = 'vsplit',
+  -- false: no mappings. A table maps actions to lhs, e.g. { prompt = '<leader>pp' }.
+  keymaps = false,
+}
+
+M.config = vim.deepcopy(M.defaults)
+
+--- State of the plugin: the current session per client and the turn running in it.
+M.state = {
+  session = nil, -- current sessionId
+  running = {}, -- sessionId -> client id while a pen/prompt is out
+  last_result = {}, -- sessionId -> last pen/prompt result
+  status = '', -- short text for the statusline
+}
+
+local function notify(msg, level)
+  vim.notify('pen: ' .. msg, level or vim.log.levels.INFO)
+end
+
+local function root_for(buf)
+  local name = vim.api.nvim_buf_get_name(buf)
+  if name ~= '' and not name:match('^%a+://') then
+    local r = vim.fs.root(buf, M.config.root_markers)
+    if r then
+      return r
+    end
+  end
+  return vim.fn.getcwd()
+end
+
+--- A file buffer pen should see (not the transcript, help, terminals, …).
+local function is_file_buf(buf)
+  return vim.api.nvim_buf_is_loaded(buf)
+    and vim.bo[buf].buftype == ''
+    and vim.api.nvim_buf_get_name(buf) ~= ''
+    and not vim.api.nvim_buf_get_name(buf):match('^%a+://')
+end
+
+--- `pen/requestApproval`: show the diff, then ask. The handler runs inside the coroutine
+--- Neovim's RPC layer wraps server requests in, so it can yield until the user answers
+--- without blocking the UI, then return the result.
+local CHOICES = { 'Allow', 'Allow for session', 'Deny' }
+local DECISION = { Allow = 'allow', ['Allow for session'] = 'allow_for_session', Deny = 'deny' }
+
+local function approval_handler(_, params)
+  local co = coroutine.running()
+  local session = params.sessionId
+  -- The diff goes into the transcript (and its window) before the question is asked.
+  transcript.show(session, M.config.split)
+  transcript.approval(params)
+  local prompt = ('pen wants to run %s%s'):format(params.tool,
+    params.arguments and params.arguments.path and (' on ' .. params.arguments.path) or '')
+  if params.arguments and params.arguments.command then
+    prompt = prompt .. ': ' .. params.arguments.command
+  end
+  M.state.status = 'pen: waiting for approval'
+  vim.cmd('redrawstatus')
+  local answered, choice = false, nil
+  vim.schedule(function()
+    vim.ui.select(CHOICES, { prompt = prompt, kind = 'pen.approval' }, function(item)
+      -- Resume on the next tick: a synchronous select (or a test stub) may answer before
+      -- this coroutine has yielded.
+      vim.schedule(function()
+        answered, choice = true, item
+        if coroutine.status(co) == 'suspended' then
+          coroutine.resume(co)
+        end
+      end)
+    end)
+  end)
+  if not answered then
+    coroutine.yield()
+  end
+  -- A late answer to a withdrawn approval (Stop came first) must not revive the status.
+  if M.state.running[session] then
+    M.state.status = 'pen: running'
+  end
+  return { decision = DECISION[choice] or 'deny' }
+end
+
+local function event_handler(_, params)
+  transcript.on_event(params)
+  -- Only the pen/prompt answer ends a turn for the statusline: a late event of the previous
+  -- turn must not blank the status of the next one.
+  if params.kind == 'tool_call_started' and M.state.running[params.sessionId] then
+    M.state.status = 'pen: ' .. tostring(params.data and params.data.tool)
+    vim.cmd('redrawstatus')
+  end
+end
+
+--- The pen client for a buffer's root, started (or reused) with vim.lsp.start.
+function M.client(buf)
+  buf = buf or vim.api.nvim_get_current_buf()
+  local root = root_for(buf)
+  for _, c in ipairs(vim.lsp.get_clients({ name = 'pen' })) do
+    if c.root_dir == root then
+      if is_file_buf(buf) and not vim.lsp.buf_is_attached(buf, c.id) then
+        vim.lsp.buf_attach_client(buf, c.id)
+      end
+      return c
+    end
+  end
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  caps.window = caps.window or {}
+  caps.window.workDoneProgress = true
+  local id = vim.lsp.start({
+    name = 'pen',
+    cmd = M.config.cmd,
+    cmd_env = M.config.cmd_env,
+    root_dir = root,
+    workspace_folders = { { uri = vim.uri_from_fname(root), name = vim.fs.basename(root) } },
+    init_options = M.config.settings,
+    capabilities = caps,
+    handlers = {
+      ['pen/event'] = event_handler,
+      ['pen/requestApproval'] = approval_handler,
+    },
+  }, { bufnr = buf, attach = is_file_buf(buf) })
+  if not id then
+    notify('could not start ' .. table.concat(M.config.cmd, ' '), vim.log.levels.ERROR)
+    return nil
+  end
+  local client = vim.lsp.get_client_by_id(id)
+  -- pen answers -32002 to requests before `initialize` completes; the handshake is local and
+  -- quick, so wait for it (bounded) rather than queue requests ourselves.
+  if not vim.wait(10000, function() return client.initialized or client:is_stopped() end, 10)
+    or not client.initialized
+  then
+    notify('pen serve did not initialize (see :PenLog)', vim.log.levels.ERROR)
+    return nil
+  end
+  -- Attach every open file buffer under this root, so pen reads their unsaved text.
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    if b ~= buf and is_file_buf(b) and root_for(b) == root then
+      vim.lsp.buf_attach_client(b, id)
+    end
+  end
+  return client
+end
+
+--- Synchronous request helper for short calls (not pen/prompt).
+local function request_sync(client, method, params, timeout)
+  local resp = client:request_sync(method, params or vim.empty_dict(), timeout or 10000)
+  if not resp then
+    return nil, 'timeout'
+  end
+  if resp.err then
+    return nil, resp.err.message
+  end
+  return resp.result
+end
+
+local function ensure_session(client, title)
+  if M.state.session then
+    return M.state.session
+  end
+  local res, err = request_sync(client, 'pen/newSession',
+    -- an empty Lua table would encode as a JSON array
+    title and { title = title } or vim.empty_dict())
+  if not res then
+    notify('newSession failed: ' .. tostring(err), vim.log.levels.ERROR)
+    return nil
+  end
+  M.state.session = res.sessionId
+  return res.sessionId
+end
+
+--- Build the prompt text of a range form: the selection with its file and line numbers.
+local function with_selection(text, buf, line1, line2)
+  local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(buf), ':.')
+  local lines = vim.api.nvim_buf_get_lines(buf, line1 - 1, line2, false)
+  local ft = vim.bo[buf].filetype
+  return ('%s\n\nSelection from `%s` lines %d-%d:\n```%s\n%s\n```'):format(
+    text, name, line1, line2, ft, table.concat(lines, '\n'))
+end
+
+--- `:Pen {prompt}`: send one turn; the answer streams into the transcript.
+function M.prompt(text, range)
+  local buf = vim.api.nvim_get_current_buf()
+  if vim.b[buf].pen_session then
+    -- Prompting from the transcript: use the file window's buffer for the root instead.
+    buf = vim.fn.bufnr('#') > 0 and vim.fn.bufnr('#') or buf
+  end
+  if range then
+    text = with_selection(text, buf, range[1], range[2])
+  end
+  local client = M.client(buf)
+  if not client then
+    return
+  end
+  local session = ensure_session(client, text:sub(1, 60))
+  if not session then
+    return
+  end
+  if M.state.running[session] then
+    notify('a turn is already running; :PenStop first', vim.log.levels.WARN)
+    return
+  end
+  transcript.show(session, M.config.split)
+  transcript.prompt(session, text)
+  -- Remember which daemon runs the turn: :PenStop must go to that one.
+  M.state.running[session] = client.id
+  M.state.status = 'pen: thinking'
+  -- pen/prompt answers when the turn ends: asynchronous, the UI never waits on it.
+  client:request('pen/prompt', { sessionId = session, text = text }, function(err, result)
+    M.state.running[session] = nil
+    M.state.status = ''
+    if err then
+      transcript.lines(session, { '> error: ' .. tostring(err.message) })
+      M.state.last_result[session] = { error = err }
+    else
+      M.state.last_result[session] = result
+      transcript.on_event({ sessionId = session, turnId = result.turnId, kind = 'turn_ended',
+        data = { stopReason = result.stopReason, lastError = result.lastError } })
+      if result.stopReason == 'error' and result.lastError then
+        notify(tostring(result.lastError), vim.log.levels.ERROR)
+      end
+    end
+    vim.cmd('redrawstatus')
+  end)
+end
+
+function M.stop()
+  local s = M.state.session
+  local id = s and M.state.running[s]
+  local client = id and vim.lsp.get_client_by_id(id)
+  if not client then
+    notify('nothing is running')
+    return
+  end
+  client:request('pen/stop', { sessionId = s }, function(err, res)
+    if err then
+      notify('stop failed: ' .. err.message, vim.log.levels.ERROR)
+    elseif not res.stopped then
+      notify('nothing was running')
+    end
+  end)
+end
+
+function M.new_session(title)
+  local client = M.client()
+  if not client then
+    return
+  end
+  M.state.session = nil
+  local s = ensure_session(client, title ~= '' and title or nil)
+  if s then
+    transcript.show(s, M.config.split)
+    notify('new session ' .. s)
+  end
+end
+
+--- Fetch every page of a session's transcript and render it into its buffer.
+function M.load_transcript(client, session)
+  transcript.clear(session)
+  local after = nil
+  repeat
+    local res, err = request_sync(client, 'pen/getTranscript', { sessionId = session, afterSeq = after })
+    if not res then
+      notify('getTranscript failed: ' .. tostring(err), vim.log.levels.ERROR)
+      return
+    end
+    transcript.render_entries(session, res.entries or {})
+    after = res.nextAfterSeq
+  until after == nil or after == vim.NIL or #(res.entries or {}) == 0
+end
+
+function M.sessions()
+  local client = M.client()
+  if not client then
+    return
+  end
+  local res, err = request_sync(client, 'pen/listSessions', { limit = 200 })
+  if not res then
+    notify('listSessions failed: ' .. tostring(err), vim.log.levels.ERROR)
+    return
+  end
+  vim.ui.select(res.sessions or {}, {
+    prompt = 'pen session',
+    kind = 'pen.session',
+    format_item = function(s)
+      return ('%s  (%d entries)  %s'):format(s.title or '(untitled)', s.entryCount or 0,
+        os.date('%Y-%m-%d %H:%M', math.floor((s.updatedAt or 0) / 1000)))
+    end,
+  }, function(choice)
+    if not choice then
+      return
+    end
+    M.state.session = choice.sessionId
+    transcript.show(choice.sessionId, M.config.split)
+    M.load_transcript(client, choice.sessionId)
+  end)
+end
+
+--- The data directory, as the daemon computes it: $PEN_DATA_DIR, else the platform's.
+function M.data_dir()
+  local env = (M.config.cmd_env or {}).PEN_DATA_DIR or vim.env.PEN_DATA_DIR
+  if env and env ~= '' then
+    return env
+  end
+  local xdg = vim.env.XDG_DATA_HOME
+  if not xdg or xdg == '' then
+    xdg = vim.fs.joinpath(vim.env.HOME or '~', '.local', 'share')
+  end
+  return vim.fs.joinpath(xdg, 'pen')
+end
+
+function M.log()
+  local logs = vim.fn.glob(vim.fs.joinpath(M.data_dir(), 'logs', 'pen.log.*'), false, true)
+  if #logs == 0 then
+    notify('no log in ' .. vim.fs.joinpath(M.data_dir(), 'logs'), vim.log.levels.WARN)
+    return
+  end
+  table.sort(logs)
+  vim.cmd('split ' .. vim.fn.fnameescape(logs[#logs]))
+end
+
+--- Statusline component: '' when idle.
+function M.status()
+  return M.state.status
+end
+
+--- Push new settings to running daemons (pen/setConfig) as well as future starts.
+function M.set_settings(settings)
+  M.config.settings = settings
+  for _, c in ipairs(vim.lsp.get_clients({ name = 'pen' })) do
+    c:request('pen/setConfig', settings, function(err)
+      if err then
+        notify('setConfig: ' .. err.message, vim.log.levels.ERROR)
+      end
+    end)
+  end
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  if opts and opts.settings then
+    -- verbatim: no deep merge with defaults, lists such as auto_approve stay as given
+    M.config.settings = opts.settings
+    if #vim.lsp.get_clients({ name = 'pen' }) > 0 then
+      M.set_settings(opts.settings)
+    end
+  end
+  local km = M.config.keymaps
+  if type(km) == 'table' then
+    local actions = {
+      prompt = function() vim.api.nvim_feedkeys(':Pen ', 'n', false) end,
+      stop = M.stop,
+      new = function() M.new_session('') end,
+      sessions = M.sessions,
+    }
+    for action, lhs in pairs(km) do
+      if actions[action] and lhs then
+        vim.keymap.set('n', lhs, actions[action], { desc = 'pen: ' .. action })
+      end
+    end
+  end
+  -- Attach file buffers opened later to an existing client for their root.
+  local group = vim.api.nvim_create_augroup('pen_attach', { clear = true })
+  vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile' }, {
+    group = group,
+    callback = function(ev)
+      local root = root_for(ev.buf)
+      for _, c in ipairs(vim.lsp.get_clients({ name = 'pen' })) do
+        if c.root_dir == root and is_file_buf(ev.buf) then
+          vim.lsp.buf_attach_client(ev.buf, c.id)
+        end
+      end
+    end,
+  })
+end
+
+return M

@@ -1,0 +1,19 @@
+-- Commands of pen.nvim; they load the plugin lazily and work without setup() (defaults).
+if vim.g.loaded_pen then
+  return
+end
+vim.g.loaded_pen = true
+
+local function pen()
+  return require('pen')
+end
+
+vim.api.nvim_create_user_command('Pen', function(o)
+  pen().prompt(o.args, o.range > 0 and { o.line1, o.line2 } or nil)
+end, { nargs = '+', range = true, desc = 'Ask pen (with a range: about the selection)' })
+vim.api.nvim_create_user_command('PenStop', function() pen().stop() end, { desc = 'Stop the running pen turn' })
+vim.api.nvim_create_user_command('PenNew', function(o) pen().new_session(o.args) end,
+  { nargs = '?', desc = 'Start a new pen session' })
+vim.api.nvim_create_user_command('PenSessions', function() pen().sessions() end,
+  { desc = 'Pick a pen session and show its transcript' })
+vim.api.nvim_create_user_command('PenLog', function() pen().log() end, { desc = "Open pen's daemon log" })
