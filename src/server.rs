@@ -134,8 +134,16 @@ where
             .custom_method("pen/test/watchStatus", Backend::test_watch_status);
     }
     let (service, socket) = builder.finish();
-    transport::serve(stdin, stdout, CatchPanic(service), socket).await;
+    transport::serve(stdin, stdout, CatchPanic(service), socket, OPTIONAL_PARAMS).await;
 }
+
+/// The methods whose params are all optional: absent, `null`, `{}` and `[]` mean the defaults.
+const OPTIONAL_PARAMS: &[&str] = &[
+    "pen/getConfig",
+    "pen/listTools",
+    "pen/newSession",
+    "pen/listSessions",
+];
 
 /// Set to expose `pen/test/panic`, which the tests use to check that a panicking handler is
 /// answered with an InternalError and the daemon keeps serving.
@@ -198,11 +206,11 @@ impl Backend {
         Ok(outcome)
     }
 
-    async fn list_tools(&self) -> jsonrpc::Result<Value> {
+    async fn list_tools(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
         serde_json::to_value(tools::catalog()).map_err(|e| internal(&e.to_string()))
     }
 
-    async fn get_config(&self) -> jsonrpc::Result<Value> {
+    async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
         Ok(read(&self.state.config).to_json())
     }
 
@@ -224,11 +232,8 @@ const DEFAULT_SESSION_PAGE: usize = 50;
 const DEFAULT_TRANSCRIPT_PAGE: usize = 200;
 
 impl Backend {
-    async fn new_session(
-        &self,
-        params: Option<NewSessionParams>,
-    ) -> jsonrpc::Result<SessionSummary> {
-        let title = params.unwrap_or_default().title;
+    async fn new_session(&self, params: Option<Value>) -> jsonrpc::Result<SessionSummary> {
+        let title = optional_params::<NewSessionParams>(params)?.title;
         self.with_sessions(move |store| {
             store
                 .new_session(title.as_deref())
@@ -237,11 +242,8 @@ impl Backend {
         .await
     }
 
-    async fn list_sessions(
-        &self,
-        params: Option<ListSessionsParams>,
-    ) -> jsonrpc::Result<ListSessionsResponse> {
-        let params = params.unwrap_or_default();
+    async fn list_sessions(&self, params: Option<Value>) -> jsonrpc::Result<ListSessionsResponse> {
+        let params = optional_params::<ListSessionsParams>(params)?;
         let limit = params.limit.unwrap_or(DEFAULT_SESSION_PAGE);
         self.with_sessions(move |store| {
             store
@@ -801,6 +803,20 @@ fn initial_roots(params: &InitializeParams) -> Vec<PathBuf> {
         .and_then(|uri| uri.to_file_path().map(|p| p.into_owned()))
         .into_iter()
         .collect()
+}
+
+/// Params of a method whose fields are all optional: absent, `null`, `{}` and `[]` (what some
+/// clients send for an empty table) all mean the defaults; an object is checked field by field.
+fn optional_params<T: serde::de::DeserializeOwned + Default>(
+    params: Option<Value>,
+) -> jsonrpc::Result<T> {
+    match params {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(Value::Array(items)) if items.is_empty() => Ok(T::default()),
+        Some(value) => {
+            serde_json::from_value(value).map_err(|e| jsonrpc::Error::invalid_params(e.to_string()))
+        }
+    }
 }
 
 fn internal(message: &str) -> jsonrpc::Error {

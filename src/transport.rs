@@ -6,8 +6,9 @@
 //! [`MAX_MESSAGE_BYTES`] is answered with the JSON-RPC error it deserves (id `null` when the
 //! id cannot be known) and reading goes on with the next frame. Requests are dispatched to the
 //! `LspService` concurrently, while notifications run to completion in arrival order, so a
-//! request always sees every document change sent before it. Server-to-client requests and
-//! every answer are written by one writer task, a whole frame at a time.
+//! request always sees every document change sent before it. Server-to-client messages and
+//! every answer are written by one writer task, a whole frame at a time, server-to-client
+//! messages first, so a handler's notifications reach the client before its answer.
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -40,8 +41,16 @@ enum Frame {
 }
 
 /// Serves `service` on the given streams until `exit` or end of input.
-pub async fn serve<I, O, S>(stdin: I, stdout: O, mut service: S, socket: ClientSocket)
-where
+/// `optional_params` names methods whose params are all optional: for them an absent or `null`
+/// params field is passed on as `{}`, since tower-lsp-server's handlers cannot accept both "no
+/// params" and an object.
+pub async fn serve<I, O, S>(
+    stdin: I,
+    stdout: O,
+    mut service: S,
+    socket: ClientSocket,
+    optional_params: &[&str],
+) where
     I: AsyncRead + Unpin,
     O: AsyncWrite + Unpin + Send + 'static,
     S: Service<Request, Response = Option<Response>>,
@@ -49,18 +58,8 @@ where
     S::Error: std::fmt::Display,
 {
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let writer = tokio::spawn(write_frames(stdout, out_rx));
-    let (mut client_requests, mut client_responses) = socket.split();
-    let forward_tx = out_tx.clone();
-    let forwarder = tokio::spawn(async move {
-        while let Some(request) = client_requests.next().await {
-            if let Ok(body) = serde_json::to_vec(&request)
-                && forward_tx.send(body).is_err()
-            {
-                return;
-            }
-        }
-    });
+    let (client_requests, mut client_responses) = socket.split();
+    let writer = tokio::spawn(write_frames(stdout, client_requests, out_rx));
 
     let mut reader = BufReader::new(stdin);
     loop {
@@ -73,7 +72,7 @@ where
             }
             Frame::Body(body) => body,
         };
-        let value: Value = match serde_json::from_slice(&body) {
+        let mut value: Value = match serde_json::from_slice(&body) {
             Ok(value) => value,
             Err(e) => {
                 send_error(
@@ -86,6 +85,12 @@ where
             }
         };
         let id = value.get("id").cloned().unwrap_or(Value::Null);
+        if let Some(method) = value.get("method").and_then(Value::as_str)
+            && optional_params.contains(&method)
+            && value.get("params").is_none_or(Value::is_null)
+        {
+            value["params"] = Value::Object(serde_json::Map::new());
+        }
         if value.get("method").is_some() {
             let request: Request = match serde_json::from_value(value) {
                 Ok(request) => request,
@@ -148,7 +153,6 @@ where
             );
         }
     }
-    forwarder.abort();
     drop(out_tx);
     // Answers already queued are written; requests still running are abandoned with the client.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
@@ -159,11 +163,34 @@ fn send_error(out: &mpsc::UnboundedSender<Vec<u8>>, id: Value, code: i64, messag
     let _ = out.send(body.to_string().into_bytes());
 }
 
+/// The one writer of stdout. Server-to-client messages (notifications such as `pen/event`, and
+/// requests) are preferred over answers whenever both are waiting: a handler that sent its
+/// notifications before answering has them queued in the socket first, so they are written
+/// before its answer.
 async fn write_frames<O: AsyncWrite + Unpin>(
     mut stdout: O,
-    mut bodies: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut client_requests: impl futures::Stream<Item = Request> + Unpin,
+    mut answers: mpsc::UnboundedReceiver<Vec<u8>>,
 ) {
-    while let Some(body) = bodies.recv().await {
+    let mut socket_open = true;
+    loop {
+        let body = tokio::select! {
+            biased;
+            request = client_requests.next(), if socket_open => match request {
+                Some(request) => match serde_json::to_vec(&request) {
+                    Ok(body) => body,
+                    Err(_) => continue,
+                },
+                None => {
+                    socket_open = false;
+                    continue;
+                }
+            },
+            answer = answers.recv() => match answer {
+                Some(body) => body,
+                None => return,
+            },
+        };
         let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
         frame.extend_from_slice(&body);
         if stdout.write_all(&frame).await.is_err() || stdout.flush().await.is_err() {

@@ -126,7 +126,9 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         let answer = d.prompt(&session, "What is in a.txt?");
         assert_eq!(answer["stopReason"], "end_turn", "{api}: {answer}");
 
+        // Every event of the turn came before the pen/prompt answer.
         let events = d.events();
+        assert_eq!(events.last().unwrap()["kind"], "turn_ended", "{api}");
         let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,

@@ -260,3 +260,48 @@ fn a_file_changed_on_disk_after_a_read_is_seen_and_its_edit_refused() {
         "let x = 2;\n"
     );
 }
+
+#[test]
+fn methods_without_required_params_take_empty_objects_and_arrays() {
+    let (_data, root, mut client) = daemon(&[]);
+    client.initialize(root.path(), &["utf-16"]);
+    // Absent params too.
+    let absent = frame(br#"{"jsonrpc": "2.0", "id": 4242, "method": "pen/getConfig"}"#);
+    client.send_raw(&absent);
+    assert!(
+        client
+            .wait_for_response(&json!(4242))
+            .get("result")
+            .is_some()
+    );
+    for params in [json!(null), json!({}), json!([])] {
+        assert!(
+            client
+                .request_raw("pen/getConfig", params.clone())
+                .get("result")
+                .is_some(),
+            "{params}"
+        );
+        assert!(
+            client
+                .request_raw("pen/listTools", params.clone())
+                .get("result")
+                .is_some(),
+            "{params}"
+        );
+        assert!(
+            client
+                .request_raw("pen/listSessions", params.clone())
+                .get("result")
+                .is_some(),
+            "{params}"
+        );
+        let created = client.request_raw("pen/newSession", params.clone());
+        assert!(
+            created["result"]["sessionId"].is_string(),
+            "{params}: {created}"
+        );
+    }
+    let wrong = client.request_raw("pen/newSession", json!({"title": 5}));
+    assert_eq!(wrong["error"]["code"], -32602);
+}
