@@ -32,9 +32,7 @@ impl Budget {
     /// configured window claims.
     pub fn below_rejection(self, rejected_tokens: u64) -> Budget {
         Budget {
-            max_input_tokens: self
-                .max_input_tokens
-                .min(rejected_tokens.saturating_sub(1)),
+            max_input_tokens: self.max_input_tokens.min(rejected_tokens.saturating_sub(1)),
         }
     }
 }

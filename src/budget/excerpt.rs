@@ -22,7 +22,7 @@ fn cut(text: &str, max: usize) -> String {
     format!("{}…[cut; {} bytes]", &text[..end], text.len())
 }
 
-/// The arguments with each string (and each other value's JSON) cut to the argument bound.
+/// The arguments with each string, and the JSON of each larger value, cut to the argument bound.
 /// Arguments that are not a JSON object are cut as raw text.
 fn bounded_arguments(arguments: &str) -> String {
     match serde_json::from_str::<Value>(arguments) {
@@ -30,11 +30,20 @@ fn bounded_arguments(arguments: &str) -> String {
             let fields: serde_json::Map<String, Value> = fields
                 .into_iter()
                 .map(|(name, value)| {
-                    let text = match value {
-                        Value::String(text) => text,
-                        other => other.to_string(),
+                    let value = match value {
+                        Value::String(text) => Value::String(cut(&text, EXCERPT_ARGUMENT_BYTES)),
+                        // Numbers and flags keep their type; a large array or object is cut
+                        // as its JSON text.
+                        other => {
+                            let json = other.to_string();
+                            if json.len() <= EXCERPT_ARGUMENT_BYTES {
+                                other
+                            } else {
+                                Value::String(cut(&json, EXCERPT_ARGUMENT_BYTES))
+                            }
+                        }
                     };
-                    (name, Value::String(cut(&text, EXCERPT_ARGUMENT_BYTES)))
+                    (name, value)
                 })
                 .collect();
             Value::Object(fields).to_string()

@@ -80,7 +80,11 @@ pub enum BudgetError {
     #[error("entry {seq} {problem}; the session history is inconsistent")]
     InvalidHistory { seq: u64, problem: String },
     #[error("{}", too_large_message(*part, *tokens, *budget))]
-    TooLarge { part: Part, tokens: u64, budget: u64 },
+    TooLarge {
+        part: Part,
+        tokens: u64,
+        budget: u64,
+    },
 }
 
 fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
@@ -102,9 +106,7 @@ fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
             "shorten the prompt, or start a new session (pen/newSession) and carry over only what matters",
         ),
     };
-    format!(
-        "{what} needs about {tokens} tokens, more than the {budget} the request may use; {advice}"
-    )
+    format!("{what}: about {tokens} tokens, more than the {budget} the request may use; {advice}")
 }
 
 /// One assistant message with tool calls, each with its result.
