@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 const SIZES: [usize; 4] = [100, 1_000, 10_000, 100_000];
 
-/// Entries in groups of prompt or assistant message + result: exchanges of 10 entries in the
-/// first half, then one newest exchange that fills the second half.
+/// Exchanges of a prompt and four call/result pairs in the first half, then one newest exchange
+/// of pairs that fills the second half.
 fn transcript(entries: usize) -> Vec<Entry> {
     let result = "fn main() { println!(\"hello\"); }\n".repeat(30);
     let mut out: Vec<Entry> = Vec::with_capacity(entries);
-    let mut push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
+    let push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
         let seq = out.len() as u64 + 1;
         out.push(Entry {
             seq,
@@ -29,8 +29,13 @@ fn transcript(entries: usize) -> Vec<Entry> {
     };
     let mut call = 0;
     while out.len() + 2 < entries {
-        let newest = out.len() >= entries / 2;
-        if out.len() % 10 == 0 && (!newest || out.len() < entries / 2 + 2) {
+        // Older exchanges: a prompt and four calls; the newest starts at the halfway mark.
+        let opens_exchange = if out.len() < entries / 2 {
+            out.len() % 9 == 0
+        } else {
+            out.last().is_some_and(|e| e.seq as usize <= entries / 2)
+        };
+        if opens_exchange {
             push(
                 &mut out,
                 EntryKind::UserPrompt,
@@ -65,9 +70,7 @@ fn main() {
     println!("entries     plan (median of 5)   growth");
     for size in SIZES {
         let entries = transcript(size);
-        // Enough for a third of the transcript: older exchanges are dropped, and at the larger
-        // sizes the newest exchange's old groups are excerpted too.
-        let total = plan(
+        let untouched = plan(
             &entries,
             "system",
             &tools,
@@ -76,10 +79,14 @@ fn main() {
             },
             &estimator,
         )
-        .map(|p| p.messages.len())
-        .unwrap_or(0);
+        .map(|p| p.messages)
+        .unwrap_or_default();
+        let total = untouched.len();
+        let tokens: u64 = untouched.iter().map(|m| estimator.message(m)).sum();
+        // The newest exchange is about half the tokens: at 45% its old groups are excerpted
+        // and most older exchanges are dropped.
         let budget = Budget {
-            max_input_tokens: (size as u64 * 300 / 3).max(2_000),
+            max_input_tokens: tokens * 45 / 100,
         };
         let mut times = Vec::new();
         let mut report = None;
@@ -87,7 +94,10 @@ fn main() {
             let started = Instant::now();
             let planned = plan(&entries, "system", &tools, budget, &estimator);
             times.push(started.elapsed());
-            report = planned.ok().and_then(|p| p.report);
+            report = match planned {
+                Ok(plan) => plan.report,
+                Err(err) => panic!("{size} entries: {err}"),
+            };
         }
         times.sort();
         let median = times[times.len() / 2];

@@ -8,7 +8,7 @@
 //! caller corrects the systematic error with `ratio` = reported prompt tokens ÷ estimated.
 
 use crate::limits::{TOKEN_RATIO_MAX, TOKEN_RATIO_MIN};
-use crate::providers::{Message, ToolDefinition};
+use crate::providers::{Message, ToolCall, ToolDefinition};
 use serde::{Deserialize, Serialize};
 
 /// The input tokens one request may use.
@@ -105,7 +105,12 @@ impl TokenEstimator {
     }
 
     fn quarter_tokens(text: &str) -> u64 {
-        let non_ascii = text.bytes().filter(|b| !b.is_ascii()).count() as u64;
+        // `is_ascii` checks a word at a time; most text takes only that pass.
+        let non_ascii = if text.is_ascii() {
+            0
+        } else {
+            text.bytes().filter(|b| !b.is_ascii()).count() as u64
+        };
         let ascii = text.len() as u64 - non_ascii;
         ascii + 2 * non_ascii
     }
@@ -117,26 +122,44 @@ impl TokenEstimator {
 
     /// The estimated tokens of one message, with its framing.
     pub fn message(&self, message: &Message) -> u64 {
-        let tool = 4 * self.family.tool_overhead();
-        let quarters = 4 * self.family.message_overhead()
-            + match message {
-                Message::User { text } => Self::quarter_tokens(text),
-                Message::Assistant { text, tool_calls } => {
-                    Self::quarter_tokens(text)
-                        + tool_calls
-                            .iter()
-                            .map(|c| {
-                                tool + Self::quarter_tokens(&c.id)
-                                    + Self::quarter_tokens(&c.name)
-                                    + Self::quarter_tokens(&c.arguments)
-                            })
-                            .sum::<u64>()
-                }
-                Message::ToolResult {
-                    call_id, content, ..
-                } => tool + Self::quarter_tokens(call_id) + Self::quarter_tokens(content),
-            };
-        self.scale(quarters)
+        match message {
+            Message::User { text } => self.scale(self.message_quarters(text)),
+            Message::Assistant { text, tool_calls } => self.assistant(text, tool_calls),
+            Message::ToolResult {
+                call_id, content, ..
+            } => self.tool_result(call_id, content),
+        }
+    }
+
+    fn message_quarters(&self, text: &str) -> u64 {
+        4 * self.family.message_overhead() + Self::quarter_tokens(text)
+    }
+
+    /// An assistant message, estimated from its parts so the planner need not build it.
+    pub(super) fn assistant<'a>(
+        &self,
+        text: &str,
+        tool_calls: impl IntoIterator<Item = &'a ToolCall>,
+    ) -> u64 {
+        let calls: u64 = tool_calls
+            .into_iter()
+            .map(|c| {
+                4 * self.family.tool_overhead()
+                    + Self::quarter_tokens(&c.id)
+                    + Self::quarter_tokens(&c.name)
+                    + Self::quarter_tokens(&c.arguments)
+            })
+            .sum();
+        self.scale(self.message_quarters(text) + calls)
+    }
+
+    /// A tool result, estimated from its parts.
+    pub(super) fn tool_result(&self, call_id: &str, content: &str) -> u64 {
+        self.scale(
+            4 * self.family.tool_overhead()
+                + self.message_quarters(call_id)
+                + Self::quarter_tokens(content),
+        )
     }
 
     /// The estimated tokens of the tool definitions, as their JSON.

@@ -222,8 +222,9 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange>, BudgetError> {
                 })],
             }),
             EntryKind::AssistantMessage => {
-                let tool_calls: Vec<ToolCall> =
-                    serde_json::from_value(entry.payload["tool_calls"].clone()).unwrap_or_default();
+                // Deserialized from a reference: cloning every payload would dominate planning.
+                let tool_calls =
+                    Vec::<ToolCall>::deserialize(&entry.payload["tool_calls"]).unwrap_or_default();
                 for call in &tool_calls {
                     if !seen.insert(call.id.clone()) {
                         return Err(invalid(
@@ -314,24 +315,30 @@ fn push_unit(exchanges: &mut Vec<Exchange>, unit: Unit, seq: u64) {
     }
 }
 
-fn group_messages(group: &Group, out: &mut Vec<Message>) {
+fn group_messages(group: Group, out: &mut Vec<Message>) {
+    let mut results = Vec::with_capacity(group.calls.len());
+    let mut tool_calls = Vec::with_capacity(group.calls.len());
+    for answered in group.calls {
+        results.push(Message::ToolResult {
+            call_id: answered.call.id.clone(),
+            content: answered.content,
+            is_error: answered.is_error,
+        });
+        tool_calls.push(answered.call);
+    }
     out.push(Message::Assistant {
-        text: group.text.clone(),
-        tool_calls: group.calls.iter().map(|a| a.call.clone()).collect(),
+        text: group.text,
+        tool_calls,
     });
-    out.extend(group.calls.iter().map(|a| Message::ToolResult {
-        call_id: a.call.id.clone(),
-        content: a.content.clone(),
-        is_error: a.is_error,
-    }));
+    out.extend(results);
 }
 
-fn unit_messages(unit: &Unit, out: &mut Vec<Message>) {
+fn unit_messages(unit: Unit, out: &mut Vec<Message>) {
     match unit {
-        Unit::Plain(message) => out.push(message.clone()),
+        Unit::Plain(message) => out.push(message),
         Unit::Group(group) => group_messages(group, out),
         Unit::Excerpt(text) => out.push(Message::Assistant {
-            text: text.clone(),
+            text,
             tool_calls: Vec::new(),
         }),
     }
@@ -342,7 +349,7 @@ fn unit_messages(unit: &Unit, out: &mut Vec<Message>) {
 pub fn transcript_messages(entries: &[Entry]) -> Result<Vec<Message>, BudgetError> {
     let mut messages = Vec::new();
     for exchange in exchanges(entries)? {
-        for unit in &exchange.units {
+        for unit in exchange.units {
             unit_messages(unit, &mut messages);
         }
     }
@@ -350,9 +357,18 @@ pub fn transcript_messages(entries: &[Entry]) -> Result<Vec<Message>, BudgetErro
 }
 
 fn unit_tokens(unit: &Unit, estimator: &TokenEstimator) -> u64 {
-    let mut messages = Vec::new();
-    unit_messages(unit, &mut messages);
-    messages.iter().map(|m| estimator.message(m)).sum()
+    match unit {
+        Unit::Plain(message) => estimator.message(message),
+        Unit::Group(group) => {
+            estimator.assistant(&group.text, group.calls.iter().map(|a| &a.call))
+                + group
+                    .calls
+                    .iter()
+                    .map(|a| estimator.tool_result(&a.call.id, &a.content))
+                    .sum::<u64>()
+        }
+        Unit::Excerpt(text) => estimator.assistant(text, []),
+    }
 }
 
 /// Plans the messages of one request under `budget` (see the module doc for the policy).
@@ -363,7 +379,7 @@ pub fn plan(
     budget: Budget,
     estimator: &TokenEstimator,
 ) -> Result<Plan, BudgetError> {
-    let exchanges = exchanges(entries)?;
+    let mut older = exchanges(entries)?;
     let limit = budget.max_input_tokens;
     let system_tokens = estimator.text(system);
     if system_tokens > limit {
@@ -382,14 +398,14 @@ pub fn plan(
         });
     }
     let available = limit - fixed;
-    let costs: Vec<Vec<u64>> = exchanges
+    let costs: Vec<Vec<u64>> = older
         .iter()
         .map(|x| x.units.iter().map(|u| unit_tokens(u, estimator)).collect())
         .collect();
     let totals: Vec<u64> = costs.iter().map(|c| c.iter().sum()).collect();
     let tokens_before = fixed + totals.iter().sum::<u64>();
 
-    let Some((newest, older)) = exchanges.split_last() else {
+    let Some(newest) = older.pop() else {
         return Ok(Plan {
             messages: Vec::new(),
             report: None,
@@ -397,11 +413,10 @@ pub fn plan(
     };
     // (a) Excerpt the oldest groups of the newest exchange, never its latest two, until it fits.
     let newest_costs = &costs[costs.len() - 1];
-    let mut newest_units: Vec<Unit> = newest.units.clone();
+    let mut newest_units: Vec<Unit> = newest.units;
     let mut newest_total = totals[totals.len() - 1];
     let mut excerpted: Vec<String> = Vec::new();
-    let group_positions: Vec<usize> = newest
-        .units
+    let group_positions: Vec<usize> = newest_units
         .iter()
         .enumerate()
         .filter(|(_, u)| matches!(u, Unit::Group(_)))
@@ -413,7 +428,7 @@ pub fn plan(
         if newest_total <= available {
             break;
         }
-        let Unit::Group(group) = &newest.units[position] else {
+        let Unit::Group(group) = &newest_units[position] else {
             continue;
         };
         let replacement = Unit::Excerpt(excerpt::group_text(group));
@@ -457,12 +472,12 @@ pub fn plan(
         .collect();
 
     let mut messages = Vec::new();
-    for exchange in &older[keep_from..] {
-        for unit in &exchange.units {
+    for exchange in older.drain(keep_from..) {
+        for unit in exchange.units {
             unit_messages(unit, &mut messages);
         }
     }
-    merge_excerpts(&newest_units, &mut messages);
+    merge_excerpts(newest_units, &mut messages);
     // Counted again on the final messages: joining excerpts saves a little per-message overhead.
     let tokens_after = fixed + messages.iter().map(|m| estimator.message(m)).sum::<u64>();
     let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then(|| TrimReport {
@@ -479,17 +494,18 @@ pub fn plan(
 /// Appends the newest exchange's messages. Consecutive excerpts are joined into one assistant
 /// message, so a run of compacted groups reads as one quoted block rather than a string of
 /// assistant turns.
-fn merge_excerpts(units: &[Unit], out: &mut Vec<Message>) {
+fn merge_excerpts(units: Vec<Unit>, out: &mut Vec<Message>) {
     let mut previous_was_excerpt = false;
     for unit in units {
+        let is_excerpt = matches!(unit, Unit::Excerpt(_));
         if let (Unit::Excerpt(more), true, Some(Message::Assistant { text, .. })) =
-            (unit, previous_was_excerpt, out.last_mut())
+            (&unit, previous_was_excerpt, out.last_mut())
         {
             text.push_str("\n\n");
             text.push_str(more);
             continue;
         }
         unit_messages(unit, out);
-        previous_was_excerpt = matches!(unit, Unit::Excerpt(_));
+        previous_was_excerpt = is_excerpt;
     }
 }
