@@ -80,7 +80,7 @@ pub(super) fn group_text(group: &Group) -> String {
     }
     text.push_str(OPENING);
     for answered in &group.calls {
-        text.push_str("\n");
+        text.push('\n');
         text.push_str(&call_excerpt(answered));
     }
     text

@@ -480,7 +480,7 @@ pub fn plan(
     merge_excerpts(newest_units, &mut messages);
     // Counted again on the final messages: joining excerpts saves a little per-message overhead.
     let tokens_after = fixed + messages.iter().map(|m| estimator.message(m)).sum::<u64>();
-    let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then(|| TrimReport {
+    let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then_some(TrimReport {
         policy_version: POLICY_VERSION,
         excerpted,
         dropped_exchanges,
