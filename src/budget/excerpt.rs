@@ -56,7 +56,7 @@ fn quoted(text: &str) -> String {
     Value::String(text.to_string()).to_string()
 }
 
-fn call_excerpt(answered: &Answered) -> String {
+fn call_excerpt(answered: &Answered<'_>) -> String {
     let outcome = match (&answered.status, answered.is_error) {
         (Some(status), _) => status.as_str(),
         (None, true) => "error",
@@ -72,7 +72,7 @@ fn call_excerpt(answered: &Answered) -> String {
 }
 
 /// The excerpt of a whole group: the assistant's own words, then each call in order.
-pub(super) fn group_text(group: &Group) -> String {
+pub(super) fn group_text(group: &Group<'_>) -> String {
     let mut text = String::new();
     if !group.text.is_empty() {
         text.push_str(&group.text);

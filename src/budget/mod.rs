@@ -28,6 +28,7 @@ use crate::providers::{Message, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};
 use crate::tools::floor_char_boundary;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::HashSet;
 use thiserror::Error;
 
@@ -111,25 +112,26 @@ fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
 
 /// One assistant message with tool calls, each with its result.
 #[derive(Debug, Clone)]
-struct Group {
+struct Group<'a> {
     text: String,
-    calls: Vec<Answered>,
+    calls: Vec<Answered<'a>>,
 }
 
 #[derive(Debug, Clone)]
-struct Answered {
+struct Answered<'a> {
     call: ToolCall,
-    content: String,
+    /// Borrowed from the entry until the plan keeps it: most of a long transcript is dropped.
+    content: Cow<'a, str>,
     is_error: bool,
     /// The loop's outcome word (`done`, `denied`, `stale_authority`…), when recorded.
     status: Option<String>,
 }
 
 #[derive(Debug, Clone)]
-enum Unit {
+enum Unit<'a> {
     /// A user prompt or an assistant message without tool calls.
     Plain(Message),
-    Group(Group),
+    Group(Group<'a>),
     /// A group replaced by its quoted excerpt: plain assistant text.
     Excerpt(String),
 }
@@ -137,10 +139,10 @@ enum Unit {
 /// A user prompt and everything after it until the next one. The first exchange of a
 /// transcript that does not start with a prompt has none.
 #[derive(Debug, Clone)]
-struct Exchange {
+struct Exchange<'a> {
     first_seq: u64,
     last_seq: u64,
-    units: Vec<Unit>,
+    units: Vec<Unit<'a>>,
 }
 
 fn invalid(seq: u64, problem: impl Into<String>) -> BudgetError {
@@ -186,7 +188,7 @@ fn text_of(entry: &Entry) -> String {
 }
 
 /// Checks the transcript and groups it into exchanges, with `results_shrunk` cuts applied.
-fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange>, BudgetError> {
+fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
     let shrunk = shrunk_ids(entries);
     let mut exchanges: Vec<Exchange> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -244,7 +246,7 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange>, BudgetError> {
                         .into_iter()
                         .map(|call| Answered {
                             call,
-                            content: String::new(),
+                            content: Cow::Borrowed(""),
                             is_error: false,
                             status: None,
                         })
@@ -272,9 +274,9 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange>, BudgetError> {
                 *answered += 1;
                 let content = entry.payload["content"].as_str().unwrap_or_default();
                 slot.content = if shrunk.contains(call_id) {
-                    shrink(content)
+                    Cow::Owned(shrink(content))
                 } else {
-                    content.to_string()
+                    Cow::Borrowed(content)
                 };
                 slot.is_error = entry.payload["is_error"].as_bool().unwrap_or(false);
                 slot.status = entry.payload["status"].as_str().map(str::to_string);
@@ -301,7 +303,7 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange>, BudgetError> {
 }
 
 /// Adds a unit to the current exchange, opening a prompt-less one at the transcript's start.
-fn push_unit(exchanges: &mut Vec<Exchange>, unit: Unit, seq: u64) {
+fn push_unit<'a>(exchanges: &mut Vec<Exchange<'a>>, unit: Unit<'a>, seq: u64) {
     match exchanges.last_mut() {
         Some(last) => {
             last.units.push(unit);
@@ -315,13 +317,13 @@ fn push_unit(exchanges: &mut Vec<Exchange>, unit: Unit, seq: u64) {
     }
 }
 
-fn group_messages(group: Group, out: &mut Vec<Message>) {
+fn group_messages(group: Group<'_>, out: &mut Vec<Message>) {
     let mut results = Vec::with_capacity(group.calls.len());
     let mut tool_calls = Vec::with_capacity(group.calls.len());
     for answered in group.calls {
         results.push(Message::ToolResult {
             call_id: answered.call.id.clone(),
-            content: answered.content,
+            content: answered.content.into_owned(),
             is_error: answered.is_error,
         });
         tool_calls.push(answered.call);
@@ -333,7 +335,7 @@ fn group_messages(group: Group, out: &mut Vec<Message>) {
     out.extend(results);
 }
 
-fn unit_messages(unit: Unit, out: &mut Vec<Message>) {
+fn unit_messages(unit: Unit<'_>, out: &mut Vec<Message>) {
     match unit {
         Unit::Plain(message) => out.push(message),
         Unit::Group(group) => group_messages(group, out),
@@ -356,7 +358,7 @@ pub fn transcript_messages(entries: &[Entry]) -> Result<Vec<Message>, BudgetErro
     Ok(messages)
 }
 
-fn unit_tokens(unit: &Unit, estimator: &TokenEstimator) -> u64 {
+fn unit_tokens(unit: &Unit<'_>, estimator: &TokenEstimator) -> u64 {
     match unit {
         Unit::Plain(message) => estimator.message(message),
         Unit::Group(group) => {
@@ -413,7 +415,7 @@ pub fn plan(
     };
     // (a) Excerpt the oldest groups of the newest exchange, never its latest two, until it fits.
     let newest_costs = &costs[costs.len() - 1];
-    let mut newest_units: Vec<Unit> = newest.units;
+    let mut newest_units: Vec<Unit<'_>> = newest.units;
     let mut newest_total = totals[totals.len() - 1];
     let mut excerpted: Vec<String> = Vec::new();
     let group_positions: Vec<usize> = newest_units
@@ -494,7 +496,7 @@ pub fn plan(
 /// Appends the newest exchange's messages. Consecutive excerpts are joined into one assistant
 /// message, so a run of compacted groups reads as one quoted block rather than a string of
 /// assistant turns.
-fn merge_excerpts(units: Vec<Unit>, out: &mut Vec<Message>) {
+fn merge_excerpts(units: Vec<Unit<'_>>, out: &mut Vec<Message>) {
     let mut previous_was_excerpt = false;
     for unit in units {
         let is_excerpt = matches!(unit, Unit::Excerpt(_));
