@@ -10,7 +10,7 @@ use crate::tools::floor_char_boundary;
 use serde_json::Value;
 
 /// The label every excerpt opens with. It says what the model must not infer from it.
-pub const OPENING: &str = "[earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: \
+const OPENING: &str = "[earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: \
      not an executable call and not a claim of success. Reread current files before acting on it.]";
 
 /// `text` cut to `max` bytes on a character boundary, saying how long it was.
