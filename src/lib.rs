@@ -26,6 +26,9 @@ pub mod session;
 /// Model providers behind one trait.
 pub mod providers;
 
+/// The prompt budget: the messages of a request that fit the model's input budget.
+pub mod budget;
+
 /// The agent loop: turns, tool execution, approvals, Stop and context-window recovery.
 pub mod agent;
 

@@ -238,6 +238,18 @@ pub const PROVIDER_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// character boundary.
 pub const PROVIDER_ERROR_MESSAGE_BYTES: usize = 1_000;
 
+/// Prompt budget (SPEC §6): each string argument of an excerpted tool call is cut to this many
+/// bytes, enough to name a path or a search pattern.
+pub const EXCERPT_ARGUMENT_BYTES: usize = 200;
+
+/// Prompt budget: the head of an excerpted tool result, enough for a denial or an error message.
+pub const EXCERPT_RESULT_BYTES: usize = 500;
+
+/// Prompt budget: the range a calibration ratio (reported ÷ estimated prompt tokens) is clamped
+/// to, so one odd usage report cannot make the budget useless.
+pub const TOKEN_RATIO_MIN: f64 = 0.5;
+pub const TOKEN_RATIO_MAX: f64 = 4.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,117 +4,17 @@
 //! after a context-window rejection) are event entries, applied here every time a request is
 //! built, so later requests keep them and the same transcript always gives the same messages.
 
-use crate::providers::{Message, ToolCall};
+use crate::budget::{shrunk_ids, transcript_messages};
+use crate::providers::Message;
 use crate::session::{Entry, EntryKind};
-use crate::tools::floor_char_boundary;
-use std::collections::HashSet;
 
-/// The head a result is cut to after a context-window rejection.
-pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
-
-fn shrunk_ids(entries: &[Entry]) -> HashSet<String> {
-    entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::Event && e.payload["type"] == "results_shrunk")
-        .flat_map(|e| {
-            e.payload["call_ids"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter_map(|id| id.as_str().map(str::to_string))
-        .collect()
-}
-
-/// The head of a cut result, with a note of its full size.
-fn shrink(content: &str) -> String {
-    if content.len() <= SHRUNK_HEAD_BYTES {
-        return content.to_string();
-    }
-    let end = floor_char_boundary(content, SHRUNK_HEAD_BYTES);
-    format!(
-        "{}…[cut to its first 2 KiB after the provider rejected the request as too long; the full result \
-         was {} bytes. Ask for less: a smaller line_count, a narrower path or glob]",
-        &content[..end],
-        content.len()
-    )
-}
+pub use crate::budget::SHRUNK_HEAD_BYTES;
 
 /// The provider messages of a transcript. Fails, naming the entry, on a history no provider
 /// accepts: a result without its call, a call left without a result, or a duplicate call id.
+/// The checks and the `results_shrunk` cuts live in [`crate::budget`], which plans on top.
 pub fn build_messages(entries: &[Entry]) -> Result<Vec<Message>, String> {
-    let shrunk = shrunk_ids(entries);
-    let mut messages = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
-    // Calls of the last assistant message still waiting for their results, in order.
-    let mut pending: Vec<String> = Vec::new();
-    for entry in entries {
-        match entry.kind {
-            EntryKind::UserPrompt | EntryKind::AssistantMessage if !pending.is_empty() => {
-                return Err(format!(
-                    "entry {} follows tool call {} that has no result; the session history is inconsistent",
-                    entry.seq, pending[0]
-                ));
-            }
-            EntryKind::UserPrompt => messages.push(Message::User {
-                text: entry.payload["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            }),
-            EntryKind::AssistantMessage => {
-                let tool_calls: Vec<ToolCall> =
-                    serde_json::from_value(entry.payload["tool_calls"].clone()).unwrap_or_default();
-                for call in &tool_calls {
-                    if !seen.insert(call.id.clone()) {
-                        return Err(format!(
-                            "entry {} repeats tool call id {}",
-                            entry.seq, call.id
-                        ));
-                    }
-                }
-                pending = tool_calls.iter().map(|c| c.id.clone()).collect();
-                messages.push(Message::Assistant {
-                    text: entry.payload["text"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    tool_calls,
-                });
-            }
-            EntryKind::ToolResult => {
-                let call_id = entry.payload["call_id"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if pending.first() != Some(&call_id) {
-                    return Err(format!(
-                        "entry {} is a result for tool call {call_id}, which is not the next call waiting for one",
-                        entry.seq
-                    ));
-                }
-                pending.remove(0);
-                let content = entry.payload["content"].as_str().unwrap_or_default();
-                let content = if shrunk.contains(&call_id) {
-                    shrink(content)
-                } else {
-                    content.to_string()
-                };
-                messages.push(Message::ToolResult {
-                    call_id,
-                    content,
-                    is_error: entry.payload["is_error"].as_bool().unwrap_or(false),
-                });
-            }
-            EntryKind::ToolCall | EntryKind::Event => {}
-        }
-    }
-    if let Some(call) = pending.first() {
-        return Err(format!(
-            "tool call {call} has no result; the session history is inconsistent"
-        ));
-    }
-    Ok(messages)
+    transcript_messages(entries).map_err(|e| e.to_string())
 }
 
 /// The call ids of the newest group of tool results that has a result over

@@ -1,0 +1,115 @@
+//! Prompt-budget planning time for transcripts of 100 to 100,000 entries, and how it grows:
+//! the planner should be linear, and plan 10,000 entries in under 10 ms.
+//!
+//! Half of each transcript is older exchanges (some dropped), half the newest exchange (its
+//! old groups excerpted), so every step of the policy runs. `cargo bench --bench budget`.
+
+use pen::budget::{Budget, ProviderFamily, TokenEstimator, plan};
+use pen::providers::ToolDefinition;
+use pen::session::{Entry, EntryKind};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const SIZES: [usize; 4] = [100, 1_000, 10_000, 100_000];
+
+/// Exchanges of a prompt and four call/result pairs in the first half, then one newest exchange
+/// of pairs that fills the second half.
+fn transcript(entries: usize) -> Vec<Entry> {
+    let result = "fn main() { println!(\"hello\"); }\n".repeat(30);
+    let mut out: Vec<Entry> = Vec::with_capacity(entries);
+    let push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
+        let seq = out.len() as u64 + 1;
+        out.push(Entry {
+            seq,
+            kind,
+            turn_id: None,
+            payload,
+            created_at: 0,
+        });
+    };
+    let mut call = 0;
+    while out.len() + 2 < entries {
+        // Older exchanges: a prompt and four calls; the newest starts at the halfway mark.
+        let opens_exchange = if out.len() < entries / 2 {
+            out.len() % 9 == 0
+        } else {
+            out.last().is_some_and(|e| e.seq as usize <= entries / 2)
+        };
+        if opens_exchange {
+            push(
+                &mut out,
+                EntryKind::UserPrompt,
+                json!({"text": "next task"}),
+            );
+            continue;
+        }
+        call += 1;
+        let id = format!("call_{call}");
+        push(
+            &mut out,
+            EntryKind::AssistantMessage,
+            json!({"text": "", "tool_calls": [{"id": id, "name": "pen_read", "arguments": "{\"path\":\"src/main.rs\"}"}]}),
+        );
+        push(
+            &mut out,
+            EntryKind::ToolResult,
+            json!({"call_id": id, "content": result, "is_error": false}),
+        );
+    }
+    out
+}
+
+fn main() {
+    let tools = vec![ToolDefinition {
+        name: "pen_read".into(),
+        description: "Read a file.".into(),
+        input_schema: json!({"type": "object"}),
+    }];
+    let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.1);
+    let mut previous: Option<Duration> = None;
+    println!("entries     plan (median of 5)   growth");
+    for size in SIZES {
+        let entries = transcript(size);
+        let untouched = plan(
+            &entries,
+            "system",
+            &tools,
+            Budget {
+                max_input_tokens: u64::MAX,
+            },
+            &estimator,
+        )
+        .map(|p| p.messages)
+        .unwrap_or_default();
+        let total = untouched.len();
+        let tokens: u64 = untouched.iter().map(|m| estimator.message(m)).sum();
+        // The newest exchange is about half the tokens: at 45% its old groups are excerpted
+        // and most older exchanges are dropped.
+        let budget = Budget {
+            max_input_tokens: tokens * 45 / 100,
+        };
+        let mut times = Vec::new();
+        let mut report = None;
+        for _ in 0..5 {
+            let started = Instant::now();
+            let planned = plan(&entries, "system", &tools, budget, &estimator);
+            times.push(started.elapsed());
+            report = match planned {
+                Ok(plan) => plan.report,
+                Err(err) => panic!("{size} entries: {err}"),
+            };
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        let growth = previous.map_or(String::from("-"), |p| {
+            format!("×{:.1}", median.as_secs_f64() / p.as_secs_f64())
+        });
+        let (excerpted, dropped) =
+            report.map_or((0, 0), |r| (r.excerpted.len(), r.dropped_exchanges.len()));
+        println!(
+            "{size:>7}     {:>10.3} ms        {growth:>6}   ({total} messages untouched; {excerpted} calls excerpted, {dropped} exchanges dropped)",
+            median.as_secs_f64() * 1e3
+        );
+        previous = Some(median);
+    }
+}

@@ -1,0 +1,178 @@
+//! Token estimates from bytes, calibrated by the provider's reported usage, and the budget they
+//! are compared with.
+//!
+//! The estimate is deliberately simple and deterministic: an ASCII byte counts a quarter of a
+//! token (English text and code average about four bytes a token in every family's tokenizer),
+//! a non-ASCII byte half a token (a CJK character is three bytes and usually one or two
+//! tokens), and every message and tool call a fixed overhead for its role and framing. The
+//! caller corrects the systematic error with `ratio` = reported prompt tokens ÷ estimated.
+
+use crate::limits::{TOKEN_RATIO_MAX, TOKEN_RATIO_MIN};
+use crate::providers::{Message, ToolCall, ToolDefinition};
+use serde::{Deserialize, Serialize};
+
+/// The input tokens one request may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    pub max_input_tokens: u64,
+}
+
+impl Budget {
+    /// The context window less the reserved output and a safety margin (zero if they exceed it).
+    pub fn new(context_window_tokens: u64, max_output_tokens: u64, margin_tokens: u64) -> Budget {
+        Budget {
+            max_input_tokens: context_window_tokens
+                .saturating_sub(max_output_tokens)
+                .saturating_sub(margin_tokens),
+        }
+    }
+
+    /// The budget after the provider rejected a request estimated at `rejected_tokens` as over
+    /// its window: later requests are planned strictly under that estimate, whatever the
+    /// configured window claims.
+    pub fn below_rejection(self, rejected_tokens: u64) -> Budget {
+        Budget {
+            max_input_tokens: self.max_input_tokens.min(rejected_tokens.saturating_sub(1)),
+        }
+    }
+}
+
+/// Which API's message framing the estimate allows for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderFamily {
+    OpenAi,
+    Anthropic,
+    Bedrock,
+}
+
+impl ProviderFamily {
+    /// Framing tokens per message: OpenAI's chat format spends about 4 on role and separators;
+    /// Anthropic's and Bedrock's content blocks a little more.
+    fn message_overhead(self) -> u64 {
+        match self {
+            ProviderFamily::OpenAi => 4,
+            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 5,
+        }
+    }
+
+    /// Framing tokens per tool call or result block (ids, names, type tags).
+    fn tool_overhead(self) -> u64 {
+        match self {
+            ProviderFamily::OpenAi => 8,
+            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 10,
+        }
+    }
+}
+
+/// A deterministic token estimate for one provider family.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TokenEstimator {
+    pub family: ProviderFamily,
+    /// Reported ÷ estimated prompt tokens, clamped to `TOKEN_RATIO_MIN..=TOKEN_RATIO_MAX`.
+    pub ratio: f64,
+}
+
+impl TokenEstimator {
+    /// An estimator with `ratio` clamped to the sane range; a ratio that is not a finite
+    /// number (no usage seen yet, a division by zero) counts as 1.
+    pub fn new(family: ProviderFamily, ratio: f64) -> TokenEstimator {
+        let ratio = if ratio.is_finite() {
+            ratio.clamp(TOKEN_RATIO_MIN, TOKEN_RATIO_MAX)
+        } else {
+            1.0
+        };
+        TokenEstimator { family, ratio }
+    }
+
+    /// The calibration ratio for one request: the prompt tokens the provider reported over the
+    /// tokens estimated for it (with a ratio of 1), clamped as [`TokenEstimator::new`] does.
+    pub fn calibrate(
+        family: ProviderFamily,
+        reported_tokens: u64,
+        estimated_tokens: u64,
+    ) -> TokenEstimator {
+        if estimated_tokens == 0 {
+            return TokenEstimator::new(family, 1.0);
+        }
+        TokenEstimator::new(family, reported_tokens as f64 / estimated_tokens as f64)
+    }
+
+    fn scale(&self, raw_quarter_tokens: u64) -> u64 {
+        // Quarter tokens keep the byte arithmetic integral; the ratio is applied once, rounded
+        // up, so an estimate never rounds a non-empty text down to nothing.
+        (raw_quarter_tokens as f64 * self.ratio / 4.0).ceil() as u64
+    }
+
+    fn quarter_tokens(text: &str) -> u64 {
+        // `is_ascii` checks a word at a time; most text takes only that pass.
+        let non_ascii = if text.is_ascii() {
+            0
+        } else {
+            text.bytes().filter(|b| !b.is_ascii()).count() as u64
+        };
+        let ascii = text.len() as u64 - non_ascii;
+        ascii + 2 * non_ascii
+    }
+
+    /// The estimated tokens of a bare text (the system prompt).
+    pub fn text(&self, text: &str) -> u64 {
+        self.scale(Self::quarter_tokens(text))
+    }
+
+    /// The estimated tokens of one message, with its framing.
+    pub fn message(&self, message: &Message) -> u64 {
+        match message {
+            Message::User { text } => self.scale(self.message_quarters(text)),
+            Message::Assistant { text, tool_calls } => self.assistant(text, tool_calls),
+            Message::ToolResult {
+                call_id, content, ..
+            } => self.tool_result(call_id, content),
+        }
+    }
+
+    fn message_quarters(&self, text: &str) -> u64 {
+        4 * self.family.message_overhead() + Self::quarter_tokens(text)
+    }
+
+    /// An assistant message, estimated from its parts so the planner need not build it.
+    pub(super) fn assistant<'a>(
+        &self,
+        text: &str,
+        tool_calls: impl IntoIterator<Item = &'a ToolCall>,
+    ) -> u64 {
+        let calls: u64 = tool_calls
+            .into_iter()
+            .map(|c| {
+                4 * self.family.tool_overhead()
+                    + Self::quarter_tokens(&c.id)
+                    + Self::quarter_tokens(&c.name)
+                    + Self::quarter_tokens(&c.arguments)
+            })
+            .sum();
+        self.scale(self.message_quarters(text) + calls)
+    }
+
+    /// A tool result, estimated from its parts.
+    pub(super) fn tool_result(&self, call_id: &str, content: &str) -> u64 {
+        self.scale(
+            4 * self.family.tool_overhead()
+                + self.message_quarters(call_id)
+                + Self::quarter_tokens(content),
+        )
+    }
+
+    /// The estimated tokens of the tool definitions, as their JSON.
+    pub fn tools(&self, tools: &[ToolDefinition]) -> u64 {
+        let quarters: u64 = tools
+            .iter()
+            .map(|t| {
+                4 * self.family.tool_overhead()
+                    + Self::quarter_tokens(&t.name)
+                    + Self::quarter_tokens(&t.description)
+                    + Self::quarter_tokens(&t.input_schema.to_string())
+            })
+            .sum();
+        self.scale(quarters)
+    }
+}

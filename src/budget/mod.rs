@@ -1,0 +1,513 @@
+//! The prompt budget, policy version 3 (SPEC §6, ADR-0069): from the durable transcript to the
+//! messages of one provider request that fit the model's input budget.
+//!
+//! **API boundary.** Plain Rust, no I/O, no clock: [`plan`] takes the session's entries, the
+//! fixed parts of the request (system prompt, tool definitions), a [`Budget`] and a
+//! [`TokenEstimator`], and returns a [`Plan`] or a [`BudgetError`]. The caller sends the plan's
+//! messages and records its [`TrimReport`].
+//!
+//! **Invariants.**
+//! - Same entries, fixed parts, budget and estimator ⇒ byte-identical plan.
+//! - An inconsistent history (a call without a result, a result without its call, a repeated
+//!   call id, results out of call order) is refused before any compaction, naming the entry.
+//! - The latest two tool groups of the newest exchange are sent whole; a retained call keeps its
+//!   id and arguments byte for byte; every retained call is followed by its result.
+//! - An excerpted group is plain assistant text quoted as historical data, so no provider sees
+//!   a call without its result or a result without its call.
+//! - The durable transcript is never rewritten; `results_shrunk` events (the 2 KiB cut after a
+//!   context-window rejection) are applied every time, before the budget.
+
+mod estimate;
+mod excerpt;
+#[cfg(test)]
+mod tests;
+
+pub use estimate::{Budget, ProviderFamily, TokenEstimator};
+
+use crate::providers::{Message, ToolCall, ToolDefinition};
+use crate::session::{Entry, EntryKind};
+use crate::tools::floor_char_boundary;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use thiserror::Error;
+
+/// The policy version recorded in every [`TrimReport`].
+pub const POLICY_VERSION: u32 = 3;
+
+/// The head a result is cut to after a context-window rejection.
+pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
+
+/// The outbound messages of one request, and what the budget changed to get them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub messages: Vec<Message>,
+    /// `None` when the transcript fit untouched.
+    pub report: Option<TrimReport>,
+}
+
+/// What the budget replaced or dropped, for the `context_trimmed` event and session entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct TrimReport {
+    pub policy_version: u32,
+    /// Call ids whose call and result were replaced by excerpts, oldest first.
+    pub excerpted: Vec<String>,
+    /// `(first_seq, last_seq)` of each older exchange left out, oldest first.
+    pub dropped_exchanges: Vec<(u64, u64)>,
+    /// Estimated input tokens of the untouched request.
+    pub tokens_before: u64,
+    /// Estimated input tokens of the planned request.
+    pub tokens_after: u64,
+    /// The budget the request was planned under.
+    pub budget: u64,
+}
+
+/// Which part of the request is too large to fit at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    SystemPrompt,
+    ToolSchemas,
+    /// The latest two tool groups of the newest exchange.
+    NewestGroups,
+    /// The newest exchange after every older group was excerpted: the user's prompt and the
+    /// answers around the latest groups.
+    Prompt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BudgetError {
+    #[error("entry {seq} {problem}; the session history is inconsistent")]
+    InvalidHistory { seq: u64, problem: String },
+    #[error("{}", too_large_message(*part, *tokens, *budget))]
+    TooLarge {
+        part: Part,
+        tokens: u64,
+        budget: u64,
+    },
+}
+
+fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
+    let (what, advice) = match part {
+        Part::SystemPrompt => (
+            "the system prompt alone",
+            "use a model with a larger context window or lower max_output_tokens",
+        ),
+        Part::ToolSchemas => (
+            "the system prompt and the tool schemas",
+            "use a model with a larger context window or lower max_output_tokens",
+        ),
+        Part::NewestGroups => (
+            "the latest two tool calls and their results",
+            "start a new session (pen/newSession) and ask for smaller pieces: a smaller line_count, a narrower path or glob",
+        ),
+        Part::Prompt => (
+            "the current prompt with its latest tool calls",
+            "shorten the prompt, or start a new session (pen/newSession) and carry over only what matters",
+        ),
+    };
+    format!("{what}: about {tokens} tokens, more than the {budget} the request may use; {advice}")
+}
+
+/// One assistant message with tool calls, each with its result.
+#[derive(Debug, Clone)]
+struct Group<'a> {
+    text: String,
+    calls: Vec<Answered<'a>>,
+}
+
+#[derive(Debug, Clone)]
+struct Answered<'a> {
+    call: ToolCall,
+    /// Borrowed from the entry until the plan keeps it: most of a long transcript is dropped.
+    content: Cow<'a, str>,
+    is_error: bool,
+    /// The loop's outcome word (`done`, `denied`, `stale_authority`…), when recorded.
+    status: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Unit<'a> {
+    /// A user prompt or an assistant message without tool calls.
+    Plain(Message),
+    Group(Group<'a>),
+    /// A group replaced by its quoted excerpt: plain assistant text.
+    Excerpt(String),
+}
+
+/// A user prompt and everything after it until the next one. The first exchange of a
+/// transcript that does not start with a prompt has none.
+#[derive(Debug, Clone)]
+struct Exchange<'a> {
+    first_seq: u64,
+    last_seq: u64,
+    units: Vec<Unit<'a>>,
+}
+
+fn invalid(seq: u64, problem: impl Into<String>) -> BudgetError {
+    BudgetError::InvalidHistory {
+        seq,
+        problem: problem.into(),
+    }
+}
+
+pub(crate) fn shrunk_ids(entries: &[Entry]) -> HashSet<String> {
+    entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Event && e.payload["type"] == "results_shrunk")
+        .flat_map(|e| {
+            e.payload["call_ids"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|id| id.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The head of a cut result, with a note of its full size.
+fn shrink(content: &str) -> String {
+    if content.len() <= SHRUNK_HEAD_BYTES {
+        return content.to_string();
+    }
+    let end = floor_char_boundary(content, SHRUNK_HEAD_BYTES);
+    format!(
+        "{}…[cut to its first 2 KiB after the provider rejected the request as too long; the full result \
+         was {} bytes. Ask for less: a smaller line_count, a narrower path or glob]",
+        &content[..end],
+        content.len()
+    )
+}
+
+fn text_of(entry: &Entry) -> String {
+    entry.payload["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Checks the transcript and groups it into exchanges, with `results_shrunk` cuts applied.
+fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
+    let shrunk = shrunk_ids(entries);
+    let mut exchanges: Vec<Exchange> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    // The group whose results are still arriving, its entry seq, and how many it has.
+    let mut open: Option<(Group, u64, usize)> = None;
+    for entry in entries {
+        if entry.kind == EntryKind::Event || entry.kind == EntryKind::ToolCall {
+            if let Some(last) = exchanges.last_mut() {
+                last.last_seq = entry.seq;
+            }
+            continue;
+        }
+        if entry.kind != EntryKind::ToolResult {
+            if let Some((group, seq, answered)) = open.take() {
+                if answered < group.calls.len() {
+                    return Err(invalid(
+                        entry.seq,
+                        format!(
+                            "follows tool call {} (entry {seq}) that has no result",
+                            group.calls[answered].call.id
+                        ),
+                    ));
+                }
+                push_unit(&mut exchanges, Unit::Group(group), entry.seq);
+            }
+        }
+        match entry.kind {
+            EntryKind::UserPrompt => exchanges.push(Exchange {
+                first_seq: entry.seq,
+                last_seq: entry.seq,
+                units: vec![Unit::Plain(Message::User {
+                    text: text_of(entry),
+                })],
+            }),
+            EntryKind::AssistantMessage => {
+                // Deserialized from a reference: cloning every payload would dominate planning.
+                let tool_calls =
+                    Vec::<ToolCall>::deserialize(&entry.payload["tool_calls"]).unwrap_or_default();
+                for call in &tool_calls {
+                    if !seen.insert(call.id.clone()) {
+                        return Err(invalid(
+                            entry.seq,
+                            format!("repeats tool call id {}", call.id),
+                        ));
+                    }
+                }
+                if tool_calls.is_empty() {
+                    let message = Message::Assistant {
+                        text: text_of(entry),
+                        tool_calls,
+                    };
+                    push_unit(&mut exchanges, Unit::Plain(message), entry.seq);
+                } else {
+                    let calls = tool_calls
+                        .into_iter()
+                        .map(|call| Answered {
+                            call,
+                            content: Cow::Borrowed(""),
+                            is_error: false,
+                            status: None,
+                        })
+                        .collect();
+                    let text = text_of(entry);
+                    open = Some((Group { text, calls }, entry.seq, 0));
+                }
+            }
+            EntryKind::ToolResult => {
+                let call_id = entry.payload["call_id"].as_str().unwrap_or_default();
+                let slot = open
+                    .as_mut()
+                    .and_then(|(group, _, answered)| {
+                        group.calls.get_mut(*answered).map(|slot| (slot, answered))
+                    })
+                    .filter(|(slot, _)| slot.call.id == call_id);
+                let Some((slot, answered)) = slot else {
+                    return Err(invalid(
+                        entry.seq,
+                        format!(
+                            "is a result for tool call {call_id}, which is not the next call waiting for one"
+                        ),
+                    ));
+                };
+                *answered += 1;
+                let content = entry.payload["content"].as_str().unwrap_or_default();
+                slot.content = if shrunk.contains(call_id) {
+                    Cow::Owned(shrink(content))
+                } else {
+                    Cow::Borrowed(content)
+                };
+                slot.is_error = entry.payload["is_error"].as_bool().unwrap_or(false);
+                slot.status = entry.payload["status"].as_str().map(str::to_string);
+                if let Some(last) = exchanges.last_mut() {
+                    last.last_seq = entry.seq;
+                }
+            }
+            EntryKind::ToolCall | EntryKind::Event => {}
+        }
+    }
+    if let Some((group, seq, answered)) = open {
+        if answered < group.calls.len() {
+            return Err(invalid(
+                seq,
+                format!(
+                    "makes tool call {}, which has no result",
+                    group.calls[answered].call.id
+                ),
+            ));
+        }
+        push_unit(&mut exchanges, Unit::Group(group), seq);
+    }
+    Ok(exchanges)
+}
+
+/// Adds a unit to the current exchange, opening a prompt-less one at the transcript's start.
+fn push_unit<'a>(exchanges: &mut Vec<Exchange<'a>>, unit: Unit<'a>, seq: u64) {
+    match exchanges.last_mut() {
+        Some(last) => {
+            last.units.push(unit);
+            last.last_seq = last.last_seq.max(seq);
+        }
+        None => exchanges.push(Exchange {
+            first_seq: seq,
+            last_seq: seq,
+            units: vec![unit],
+        }),
+    }
+}
+
+fn group_messages(group: Group<'_>, out: &mut Vec<Message>) {
+    let mut results = Vec::with_capacity(group.calls.len());
+    let mut tool_calls = Vec::with_capacity(group.calls.len());
+    for answered in group.calls {
+        results.push(Message::ToolResult {
+            call_id: answered.call.id.clone(),
+            content: answered.content.into_owned(),
+            is_error: answered.is_error,
+        });
+        tool_calls.push(answered.call);
+    }
+    out.push(Message::Assistant {
+        text: group.text,
+        tool_calls,
+    });
+    out.extend(results);
+}
+
+fn unit_messages(unit: Unit<'_>, out: &mut Vec<Message>) {
+    match unit {
+        Unit::Plain(message) => out.push(message),
+        Unit::Group(group) => group_messages(group, out),
+        Unit::Excerpt(text) => out.push(Message::Assistant {
+            text,
+            tool_calls: Vec::new(),
+        }),
+    }
+}
+
+/// The provider messages of a transcript, untouched by the budget (only `results_shrunk` cuts
+/// applied). Fails, naming the entry, on a history no provider accepts.
+pub fn transcript_messages(entries: &[Entry]) -> Result<Vec<Message>, BudgetError> {
+    let mut messages = Vec::new();
+    for exchange in exchanges(entries)? {
+        for unit in exchange.units {
+            unit_messages(unit, &mut messages);
+        }
+    }
+    Ok(messages)
+}
+
+fn unit_tokens(unit: &Unit<'_>, estimator: &TokenEstimator) -> u64 {
+    match unit {
+        Unit::Plain(message) => estimator.message(message),
+        Unit::Group(group) => {
+            estimator.assistant(&group.text, group.calls.iter().map(|a| &a.call))
+                + group
+                    .calls
+                    .iter()
+                    .map(|a| estimator.tool_result(&a.call.id, &a.content))
+                    .sum::<u64>()
+        }
+        Unit::Excerpt(text) => estimator.assistant(text, []),
+    }
+}
+
+/// Plans the messages of one request under `budget` (see the module doc for the policy).
+pub fn plan(
+    entries: &[Entry],
+    system: &str,
+    tools: &[ToolDefinition],
+    budget: Budget,
+    estimator: &TokenEstimator,
+) -> Result<Plan, BudgetError> {
+    let mut older = exchanges(entries)?;
+    let limit = budget.max_input_tokens;
+    let system_tokens = estimator.text(system);
+    if system_tokens > limit {
+        return Err(BudgetError::TooLarge {
+            part: Part::SystemPrompt,
+            tokens: system_tokens,
+            budget: limit,
+        });
+    }
+    let fixed = system_tokens + estimator.tools(tools);
+    if fixed > limit {
+        return Err(BudgetError::TooLarge {
+            part: Part::ToolSchemas,
+            tokens: fixed,
+            budget: limit,
+        });
+    }
+    let available = limit - fixed;
+    let costs: Vec<Vec<u64>> = older
+        .iter()
+        .map(|x| x.units.iter().map(|u| unit_tokens(u, estimator)).collect())
+        .collect();
+    let totals: Vec<u64> = costs.iter().map(|c| c.iter().sum()).collect();
+    let tokens_before = fixed + totals.iter().sum::<u64>();
+
+    let Some(newest) = older.pop() else {
+        return Ok(Plan {
+            messages: Vec::new(),
+            report: None,
+        });
+    };
+    // (a) Excerpt the oldest groups of the newest exchange, never its latest two, until it fits.
+    let newest_costs = &costs[costs.len() - 1];
+    let mut newest_units: Vec<Unit<'_>> = newest.units;
+    let mut newest_total = totals[totals.len() - 1];
+    let mut excerpted: Vec<String> = Vec::new();
+    let group_positions: Vec<usize> = newest_units
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| matches!(u, Unit::Group(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let protected = &group_positions[group_positions.len().saturating_sub(2)..];
+    let excerptable = &group_positions[..group_positions.len() - protected.len()];
+    for &position in excerptable {
+        if newest_total <= available {
+            break;
+        }
+        let Unit::Group(group) = &newest_units[position] else {
+            continue;
+        };
+        let replacement = Unit::Excerpt(excerpt::group_text(group));
+        let replacement_tokens = unit_tokens(&replacement, estimator);
+        // A group already smaller than its excerpt is kept whole: replacing it saves nothing.
+        if replacement_tokens >= newest_costs[position] {
+            continue;
+        }
+        newest_total = newest_total - newest_costs[position] + replacement_tokens;
+        excerpted.extend(group.calls.iter().map(|a| a.call.id.clone()));
+        newest_units[position] = replacement;
+    }
+    if newest_total > available {
+        let groups_tokens: u64 = protected.iter().map(|&p| newest_costs[p]).sum();
+        let part = if groups_tokens > available {
+            Part::NewestGroups
+        } else {
+            Part::Prompt
+        };
+        let tokens = if part == Part::NewestGroups {
+            fixed + groups_tokens
+        } else {
+            fixed + newest_total
+        };
+        return Err(BudgetError::TooLarge {
+            part,
+            tokens,
+            budget: limit,
+        });
+    }
+    // (b) Keep the newest older exchanges that fit; the rest, oldest first, are left out whole.
+    let mut room = available - newest_total;
+    let mut keep_from = older.len();
+    while keep_from > 0 && totals[keep_from - 1] <= room {
+        room -= totals[keep_from - 1];
+        keep_from -= 1;
+    }
+    let dropped_exchanges: Vec<(u64, u64)> = older[..keep_from]
+        .iter()
+        .map(|x| (x.first_seq, x.last_seq))
+        .collect();
+
+    let mut messages = Vec::new();
+    for exchange in older.drain(keep_from..) {
+        for unit in exchange.units {
+            unit_messages(unit, &mut messages);
+        }
+    }
+    merge_excerpts(newest_units, &mut messages);
+    // Counted again on the final messages: joining excerpts saves a little per-message overhead.
+    let tokens_after = fixed + messages.iter().map(|m| estimator.message(m)).sum::<u64>();
+    let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then_some(TrimReport {
+        policy_version: POLICY_VERSION,
+        excerpted,
+        dropped_exchanges,
+        tokens_before,
+        tokens_after,
+        budget: limit,
+    });
+    Ok(Plan { messages, report })
+}
+
+/// Appends the newest exchange's messages. Consecutive excerpts are joined into one assistant
+/// message, so a run of compacted groups reads as one quoted block rather than a string of
+/// assistant turns.
+fn merge_excerpts(units: Vec<Unit<'_>>, out: &mut Vec<Message>) {
+    let mut previous_was_excerpt = false;
+    for unit in units {
+        let is_excerpt = matches!(unit, Unit::Excerpt(_));
+        if let (Unit::Excerpt(more), true, Some(Message::Assistant { text, .. })) =
+            (&unit, previous_was_excerpt, out.last_mut())
+        {
+            text.push_str("\n\n");
+            text.push_str(more);
+            continue;
+        }
+        unit_messages(unit, out);
+        previous_was_excerpt = is_excerpt;
+    }
+}
