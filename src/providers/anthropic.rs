@@ -396,7 +396,6 @@ pub fn classify_error(status: Option<u16>, body: &str) -> ProviderError {
 mod tests {
     use super::*;
     use crate::providers::{ProviderKind, ToolDefinition};
-    use std::sync::Mutex;
 
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
         ToolCall {
@@ -546,22 +545,7 @@ mod tests {
     }
 
     fn decode(body: &str, piece: usize) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
-        let deltas = Mutex::new(Vec::new());
-        let on_event = |event: StreamEvent| {
-            let StreamEvent::TextDelta(text) = event;
-            deltas.lock().unwrap().push(text);
-        };
-        let pieces: Vec<Result<Vec<u8>, ProviderError>> = body
-            .as_bytes()
-            .chunks(piece)
-            .map(|c| Ok(c.to_vec()))
-            .collect();
-        let result = futures::executor::block_on(wire::decode_stream(
-            futures::stream::iter(pieces),
-            AnthropicStream::default(),
-            &on_event,
-        ));
-        (result, deltas.into_inner().unwrap())
+        wire::decode_in_pieces(body, piece, AnthropicStream::default())
     }
 
     fn sse(events: &[Value]) -> String {

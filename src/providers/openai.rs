@@ -444,7 +444,6 @@ impl ErrorEnvelope {
 mod tests {
     use super::*;
     use crate::providers::ToolDefinition;
-    use std::sync::Mutex;
 
     fn request() -> ModelRequest {
         ModelRequest {
@@ -557,25 +556,8 @@ mod tests {
         assert!(ollama.headers.get(AUTHORIZATION).is_none());
     }
 
-    /// Decodes SSE `body`, delivered in pieces of `piece` bytes, and returns the answer with the
-    /// text deltas reported on the way.
     fn decode(body: &str, piece: usize) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
-        let deltas = Mutex::new(Vec::new());
-        let on_event = |event: StreamEvent| {
-            let StreamEvent::TextDelta(text) = event;
-            deltas.lock().unwrap().push(text);
-        };
-        let pieces: Vec<Result<Vec<u8>, ProviderError>> = body
-            .as_bytes()
-            .chunks(piece)
-            .map(|c| Ok(c.to_vec()))
-            .collect();
-        let result = futures::executor::block_on(wire::decode_stream(
-            futures::stream::iter(pieces),
-            OpenAiStream::default(),
-            &on_event,
-        ));
-        (result, deltas.into_inner().unwrap())
+        wire::decode_in_pieces(body, piece, OpenAiStream::default())
     }
 
     fn sse(chunks: &[Value]) -> String {

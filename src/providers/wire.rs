@@ -331,6 +331,32 @@ pub(crate) fn redact(mut error: ProviderError, secret: Option<&str>) -> Provider
     error
 }
 
+/// Decodes SSE `body` with `decoder`, delivered in pieces of `piece` bytes as a network would,
+/// and returns the answer with the text deltas reported on the way. For the backends' tests.
+#[cfg(test)]
+pub(crate) fn decode_in_pieces<D: StreamDecoder>(
+    body: &str,
+    piece: usize,
+    decoder: D,
+) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
+    let deltas = std::sync::Mutex::new(Vec::new());
+    let on_event = |event: StreamEvent| {
+        let StreamEvent::TextDelta(text) = event;
+        deltas.lock().unwrap().push(text);
+    };
+    let pieces: Vec<Result<Vec<u8>, ProviderError>> = body
+        .as_bytes()
+        .chunks(piece)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let result = futures::executor::block_on(decode_stream(
+        futures::stream::iter(pieces),
+        decoder,
+        &on_event,
+    ));
+    (result, deltas.into_inner().unwrap())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
