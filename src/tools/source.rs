@@ -188,12 +188,11 @@ pub struct FileFacts {
 pub const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl OpenedFile {
-    /// Probes the file: the NUL sniff for binaries, the BOM, the final newline and the hash.
-    pub fn facts(&self, limits: &Limits) -> Result<FileFacts, ToolError> {
+    /// Refuses a binary file (a NUL in the first `binary_sniff_bytes`); returns the bytes read.
+    pub fn sniff_binary(&self, limits: &Limits) -> Result<Vec<u8>, ToolError> {
         let display = shown(&self.resolved.display);
-        let io_err = |e: io::Error| ToolError::io(display, &e);
-        let len = self.source.len();
-        let head = read_range(&self.source, 0, limits.binary_sniff_bytes as u64).map_err(io_err)?;
+        let head = read_range(&self.source, 0, limits.binary_sniff_bytes as u64)
+            .map_err(|e| ToolError::io(display, &e))?;
         if let Some(at) = memchr::memchr(0, &head) {
             return Err(ToolError::new(
                 ErrorCode::Binary,
@@ -203,6 +202,15 @@ impl OpenedFile {
                 ),
             ));
         }
+        Ok(head)
+    }
+
+    /// Probes the file: the NUL sniff for binaries, the BOM, the final newline and the hash.
+    pub fn facts(&self, limits: &Limits) -> Result<FileFacts, ToolError> {
+        let display = shown(&self.resolved.display);
+        let io_err = |e: io::Error| ToolError::io(display, &e);
+        let len = self.source.len();
+        let head = self.sniff_binary(limits)?;
         let last = read_range(&self.source, len.saturating_sub(1), len).map_err(io_err)?;
         let hash = match &self.source {
             Source::Editor(snapshot) => snapshot_hash(snapshot),

@@ -238,8 +238,8 @@ fn edit_or_preview(
             ),
         ));
     }
-    // The facts' NUL sniff refuses binaries; the hash is taken below from the bytes edited.
-    opened.facts(ctx.limits)?;
+    // The hash is taken below from the bytes edited, so only the binary sniff is needed here.
+    opened.sniff_binary(ctx.limits)?;
     let bytes =
         source::read_range(&opened.source, 0, len).map_err(|e| ToolError::io(&display, &e))?;
     let current_hash = hash_bytes(&bytes);
