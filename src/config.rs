@@ -7,8 +7,8 @@
 //! at run time it is refused.
 
 use crate::limits::{
-    Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_ATTEMPTS, MAX_OUTPUT_TOKENS,
-    MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REQUEST_TIMEOUT_SECS,
+    BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_ATTEMPTS,
+    MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REQUEST_TIMEOUT_SECS,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -45,6 +45,7 @@ pub const KEYS: &[&str] = &[
     "api_key_env",
     "context_window_tokens",
     "max_output_tokens",
+    "budget_margin_tokens",
     "request_timeout_secs",
     "max_attempts",
     "max_turn_requests",
@@ -69,6 +70,7 @@ pub struct Config {
     pub api_key_env: Option<String>,
     pub context_window_tokens: u64,
     pub max_output_tokens: u64,
+    pub budget_margin_tokens: u64,
     pub request_timeout_secs: u64,
     pub max_attempts: u64,
     pub max_turn_requests: u64,
@@ -85,6 +87,7 @@ impl Default for Config {
             api_key_env: None,
             context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
+            budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
             request_timeout_secs: REQUEST_TIMEOUT_SECS.default,
             max_attempts: MAX_ATTEMPTS.default,
             max_turn_requests: MAX_TURN_REQUESTS.default,
@@ -146,6 +149,9 @@ impl Config {
             }
             "max_output_tokens" => {
                 self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
+            }
+            "budget_margin_tokens" => {
+                self.budget_margin_tokens = integer(key, value, &BUDGET_MARGIN_TOKENS)?
             }
             "request_timeout_secs" => {
                 self.request_timeout_secs = integer(key, value, &REQUEST_TIMEOUT_SECS)?
@@ -223,6 +229,7 @@ impl Config {
             "api_key_env": self.api_key_env,
             "context_window_tokens": self.context_window_tokens,
             "max_output_tokens": self.max_output_tokens,
+            "budget_margin_tokens": self.budget_margin_tokens,
             "request_timeout_secs": self.request_timeout_secs,
             "max_attempts": self.max_attempts,
             "max_turn_requests": self.max_turn_requests,

@@ -67,6 +67,15 @@ pub const MAX_OUTPUT_TOKENS: Bounds = Bounds {
     max: 1_000_000,
 };
 
+/// `budget_margin_tokens`: input tokens kept free below `context_window_tokens −
+/// max_output_tokens`, for the estimate's error (SPEC §6). 2% of the default window.
+pub const BUDGET_MARGIN_TOKENS: Bounds = Bounds {
+    name: "budget_margin_tokens",
+    default: 2_560,
+    min: 0,
+    max: 1_000_000,
+};
+
 /// `request_timeout_secs`: the longest one provider request may take.
 pub const REQUEST_TIMEOUT_SECS: Bounds = Bounds {
     name: "request_timeout_secs",

@@ -4,9 +4,10 @@
 //! after a context-window rejection) are event entries, applied here every time a request is
 //! built, so later requests keep them and the same transcript always gives the same messages.
 
-use crate::budget::{shrunk_ids, transcript_messages};
+use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids, transcript_messages};
 use crate::providers::Message;
 use crate::session::{Entry, EntryKind};
+use serde_json::{Value, json};
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
 
@@ -40,6 +41,83 @@ pub fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {
         }
     }
     None
+}
+
+/// The estimator for the session's next request to `model`: calibrated by the latest answer
+/// from that model whose provider reported its input tokens (assistant entries record the
+/// uncalibrated estimate of the request they answer), else uncalibrated.
+pub fn estimator(entries: &[Entry], model: &str, family: ProviderFamily) -> TokenEstimator {
+    entries
+        .iter()
+        .rev()
+        .filter(|e| e.kind == EntryKind::AssistantMessage && e.payload["model"] == model)
+        .find_map(|e| {
+            let reported = e.payload["usage"]["input_tokens"].as_u64()?;
+            let estimated = e.payload["estimated_input_tokens"].as_u64()?;
+            (reported > 0 && estimated > 0)
+                .then(|| TokenEstimator::calibrate(family, reported, estimated))
+        })
+        .unwrap_or_else(|| TokenEstimator::new(family, 1.0))
+}
+
+/// The smallest estimate at which `model` rejected a request of this session as over its
+/// context window: later requests are planned under it.
+pub fn rejected_at(entries: &[Entry], model: &str) -> Option<u64> {
+    entries
+        .iter()
+        .filter(|e| {
+            e.kind == EntryKind::Event
+                && e.payload["type"] == CONTEXT_WINDOW_REJECTED
+                && e.payload["model"] == model
+        })
+        .filter_map(|e| e.payload["estimated_tokens"].as_u64())
+        .min()
+}
+
+/// The event entry type that records a context-window rejection.
+pub const CONTEXT_WINDOW_REJECTED: &str = "context_window_rejected";
+
+/// The event entry type that records a budget report.
+pub const CONTEXT_TRIMMED: &str = "context_trimmed";
+
+/// The stored form of a budget report (snake_case, like every stored payload).
+pub fn trim_entry(report: &TrimReport) -> Value {
+    json!({
+        "type": CONTEXT_TRIMMED,
+        "policy_version": report.policy_version,
+        "excerpted_call_ids": report.excerpted,
+        "dropped_exchanges": report.dropped_exchanges,
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        "budget": report.budget,
+    })
+}
+
+/// The `context_trimmed` event data of a budget report, as `pen/event` sends it.
+pub fn trim_event(report: &TrimReport) -> Value {
+    json!({
+        "reason": "budget",
+        "policyVersion": report.policy_version,
+        "excerptedCallIds": report.excerpted,
+        "droppedExchanges": report.dropped_exchanges,
+        "tokensBefore": report.tokens_before,
+        "tokensAfter": report.tokens_after,
+        "budget": report.budget,
+    })
+}
+
+/// Whether `report` cuts something other than the session's last recorded report: a request
+/// that repeats the same cuts is not a new compaction and is not recorded again.
+pub fn is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
+    let last = entries
+        .iter()
+        .rev()
+        .find(|e| e.kind == EntryKind::Event && e.payload["type"] == CONTEXT_TRIMMED);
+    let stored = trim_entry(report);
+    last.is_none_or(|e| {
+        e.payload["excerpted_call_ids"] != stored["excerpted_call_ids"]
+            || e.payload["dropped_exchanges"] != stored["dropped_exchanges"]
+    })
 }
 
 #[cfg(test)]

@@ -5,8 +5,13 @@
 //! - Every entry is committed to the session store before the next provider request.
 //! - Every tool call in the transcript gets exactly one result: its outcome, "denied by the
 //!   owner", "approval no longer applies", "not executed (stopped)", or "outcome unknown".
-//! - A context-window rejection never re-runs a tool: the newest group of large results is cut
-//!   (in the outbound request only; the decision is an event entry) and the request retried once.
+//! - Every request is planned by [`crate::budget`] under `context_window_tokens −
+//!   max_output_tokens − budget_margin_tokens`, estimated with a ratio calibrated from the
+//!   provider's reported usage; a plan that cuts something new is an event entry and a
+//!   `context_trimmed` event.
+//! - A context-window rejection never re-runs a tool: it is recorded (later requests plan under
+//!   its estimate), the newest group of large results is cut (in the outbound request only; the
+//!   decision is an event entry) and the request retried once.
 //! - The loop never reads provider wording; backends classify their errors.
 
 mod history;
@@ -14,11 +19,12 @@ mod host;
 mod provider_choice;
 mod system_prompt;
 
-pub use history::{SHRUNK_HEAD_BYTES, build_messages};
+pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES, build_messages};
 pub use host::LocalTools;
 pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;
 
+use crate::budget::{self, Budget, BudgetError, ProviderFamily, TokenEstimator};
 use crate::config::Config;
 use crate::providers::{
     ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
@@ -190,15 +196,16 @@ impl Turn {
                 return Ok(StopReason::MaxTurnRequests);
             }
             requests += 1;
-            let response = match self.request_with_recovery(&definitions, seq).await? {
-                Some(response) => response,
+            let (response, estimated) = match self.request_with_recovery(&definitions, seq).await? {
+                Some(answer) => answer,
                 None => return Ok(StopReason::Cancelled),
             };
             let stopped = self.cancel.is_cancelled();
-            // The answer is kept even when Stop came while it was on its way.
+            // The answer is kept even when Stop came while it was on its way. The model and the
+            // uncalibrated estimate of its request calibrate later estimates against `usage`.
             self.append(
                 EntryKind::AssistantMessage,
-                json!({"text": response.text, "tool_calls": response.tool_calls, "finish_reason": response.finish_reason, "usage": response.usage}),
+                json!({"text": response.text, "tool_calls": response.tool_calls, "finish_reason": response.finish_reason, "usage": response.usage, "model": self.model, "estimated_input_tokens": estimated}),
             )?;
             if response.tool_calls.is_empty() {
                 return Ok(if stopped {
@@ -219,51 +226,103 @@ impl Turn {
         }
     }
 
-    /// One provider request; on a context-window rejection, the newest large results are cut
-    /// and the request retried once. `None` when Stop cancelled the request.
+    /// One provider request, planned under the prompt budget; on a context-window rejection the
+    /// newest large results are cut, the budget drops under the rejected estimate, and the
+    /// request is retried once. `None` when Stop cancelled the request.
     async fn request_with_recovery(
         &self,
         definitions: &[ToolDefinition],
         seq: &AtomicU64,
-    ) -> Result<Option<ModelResponse>, TurnError> {
-        let mut retried = false;
+    ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
+        let mut rejection: Option<ProviderError> = None;
         loop {
             let entries = self.all_entries()?;
-            let messages = build_messages(&entries).map_err(TurnError::Message)?;
+            let planned = self.plan_request(&entries, definitions, seq, rejection.as_ref())?;
             let request = ModelRequest {
                 model: self.model.clone(),
                 system: SYSTEM_PROMPT.to_string(),
-                messages,
+                messages: planned.messages,
                 tools: definitions.to_vec(),
                 max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
             };
             let on_event = |event: StreamEvent| match event {
                 StreamEvent::TextDelta(text) => self.emit(seq, "text_delta", json!({"text": text})),
             };
-            match self
+            let err = match self
                 .provider
                 .complete(&request, &on_event, &self.cancel)
                 .await
             {
-                Ok(response) => return Ok(Some(response)),
+                Ok(response) => return Ok(Some((response, planned.uncalibrated_tokens))),
                 Err(err) if err.kind == crate::providers::ErrorKind::Cancelled => return Ok(None),
-                Err(err) if err.context_window_exceeded() && !retried => {
-                    let Some(call_ids) = history::newest_large_group(&entries) else {
-                        return Err(TurnError::Message(context_message(&err, false)));
-                    };
-                    self.append(
-                        EntryKind::Event,
-                        json!({"type": "results_shrunk", "call_ids": call_ids, "head_bytes": SHRUNK_HEAD_BYTES, "reason": err.message}),
-                    )?;
-                    self.emit(seq, "context_trimmed", json!({"reason": "context_window_exceeded", "shrunkCallIds": call_ids, "headBytes": SHRUNK_HEAD_BYTES}));
-                    retried = true;
-                }
-                Err(err) if err.context_window_exceeded() => {
-                    return Err(TurnError::Message(context_message(&err, true)));
-                }
-                Err(err) => return Err(TurnError::Provider(err)),
+                Err(err) => err,
+            };
+            if !err.context_window_exceeded() {
+                return Err(TurnError::Provider(err));
             }
+            // Later requests of the session, in this turn or the next, plan under this estimate.
+            self.append(
+                EntryKind::Event,
+                json!({"type": history::CONTEXT_WINDOW_REJECTED, "model": self.model, "estimated_tokens": planned.estimated_tokens, "reason": err.message}),
+            )?;
+            if rejection.is_some() {
+                return Err(TurnError::Message(context_message(&err)));
+            }
+            if let Some(call_ids) = history::newest_large_group(&entries) {
+                self.append(
+                    EntryKind::Event,
+                    json!({"type": "results_shrunk", "call_ids": call_ids, "head_bytes": SHRUNK_HEAD_BYTES, "reason": err.message}),
+                )?;
+                self.emit(seq, "context_trimmed", json!({"reason": "context_window_exceeded", "shrunkCallIds": call_ids, "headBytes": SHRUNK_HEAD_BYTES}));
+            }
+            rejection = Some(err);
         }
+    }
+
+    /// Plans the next request from the session's entries under the prompt budget (SPEC §6),
+    /// recording a report that cuts something new.
+    fn plan_request(
+        &self,
+        entries: &[crate::session::Entry],
+        definitions: &[ToolDefinition],
+        seq: &AtomicU64,
+        rejection: Option<&ProviderError>,
+    ) -> Result<Planned, TurnError> {
+        let family = provider_family(&self.config);
+        let estimator = history::estimator(entries, &self.model, family);
+        let mut limit = Budget::new(
+            self.config.context_window_tokens,
+            self.config.max_output_tokens,
+            self.config.budget_margin_tokens,
+        );
+        if let Some(rejected) = history::rejected_at(entries, &self.model) {
+            limit = limit.below_rejection(rejected);
+        }
+        let plan = budget::plan(entries, SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
+            |err| match (rejection, err) {
+                (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::Message(format!(
+                    "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
+                    rejected.message
+                )),
+                (_, err @ BudgetError::TooLarge { .. }) => {
+                    TurnError::Message(format!("The request does not fit the prompt budget: {err}."))
+                }
+                (_, err) => TurnError::Message(err.to_string()),
+            },
+        )?;
+        if let Some(report) = &plan.report
+            && history::is_new_trim(entries, report)
+        {
+            self.append(EntryKind::Event, history::trim_entry(report))?;
+            self.emit(seq, "context_trimmed", history::trim_event(report));
+        }
+        let uncalibrated_tokens =
+            TokenEstimator::new(family, 1.0).request(SYSTEM_PROMPT, definitions, &plan.messages);
+        Ok(Planned {
+            messages: plan.messages,
+            estimated_tokens: plan.estimated_tokens,
+            uncalibrated_tokens,
+        })
     }
 
     /// Runs one tool call: records it, asks for approval where needed, runs it, records the
@@ -457,18 +516,34 @@ impl Turn {
     }
 }
 
-/// The turn's last error after a context-window rejection that cutting could not fix.
-fn context_message(err: &ProviderError, after_retry: bool) -> String {
-    let what = if after_retry {
-        "still over the model's context window after the newest large tool results were cut to 2 KiB"
-    } else {
-        "over the model's context window, and no tool result is large enough to cut"
-    };
+/// The turn's last error after a second context-window rejection.
+fn context_message(err: &ProviderError) -> String {
     format!(
-        "The conversation is {what} ({}). Shorten the prompt, or start a new session (pen/newSession) and \
-         carry over only what matters.",
+        "The conversation is still over the model's context window after it was planned under the \
+         rejected size and the newest large tool results were cut to 2 KiB ({}). Set \
+         context_window_tokens to the model's real window, shorten the prompt, or start a new \
+         session (pen/newSession) and carry over only what matters.",
         err.message
     )
+}
+
+/// The messages of one planned request and its estimates.
+struct Planned {
+    messages: Vec<crate::providers::Message>,
+    /// Calibrated: what the budget compared.
+    estimated_tokens: u64,
+    /// With no calibration: what the provider's reported usage is compared with.
+    uncalibrated_tokens: u64,
+}
+
+/// The token-estimate family of the configured provider (an unset provider is OpenAI-style:
+/// OpenAI itself or a local OpenAI-compatible server).
+fn provider_family(config: &Config) -> ProviderFamily {
+    match config.provider.as_deref() {
+        Some("anthropic") => ProviderFamily::Anthropic,
+        Some("bedrock") => ProviderFamily::Bedrock,
+        _ => ProviderFamily::OpenAi,
+    }
 }
 
 #[cfg(test)]

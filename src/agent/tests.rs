@@ -3,6 +3,7 @@
 //! behaviour over real HTTP and stdio is tested in `tests/`.)
 
 use super::*;
+use crate::budget::{ProviderFamily, TokenEstimator};
 use crate::providers::{ErrorKind, FinishReason, Message};
 use crate::session::Entry;
 use std::collections::VecDeque;
@@ -674,21 +675,22 @@ async fn a_second_rejection_or_nothing_to_cut_ends_with_an_actionable_error() {
         "{error}"
     );
 
+    // Nothing to cut or leave out: planned again under the rejected size, the prompt alone is
+    // too large, and the turn says so without a second request.
     let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::Fail(too_long())]);
     let outcome = fx
-        .turn(
-            Scripted::new(vec![Step::Fail(too_long())]),
-            owner(vec![]),
-            Config::default(),
-        )
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
         .run(&"long ".repeat(100))
         .await;
+    let error = outcome.last_error.unwrap();
     assert!(
-        outcome
-            .last_error
-            .unwrap()
-            .contains("no tool result is large enough to cut")
+        error.contains("rejected the request as over the model's context window")
+            && error.contains("the current prompt")
+            && error.contains("shorten the prompt"),
+        "{error}"
     );
+    assert_eq!(provider.requests.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -816,4 +818,180 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
         "no request after Stop"
     );
     assert!(build_messages(&fx.entries()).is_ok());
+}
+
+/// The uncalibrated estimate of a request with only the system prompt, the tools and `messages`.
+fn raw_estimate(messages: &[Message]) -> u64 {
+    let definitions: Vec<ToolDefinition> = tools::catalog()
+        .into_iter()
+        .map(|spec| ToolDefinition {
+            name: spec.name.to_string(),
+            description: spec.description.to_string(),
+            input_schema: spec.input_schema,
+        })
+        .collect();
+    TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(SYSTEM_PROMPT, &definitions, messages)
+}
+
+/// A config whose budget is `budget` input tokens.
+fn budget_config(budget: u64) -> Config {
+    Config {
+        context_window_tokens: budget + 100,
+        max_output_tokens: 100,
+        budget_margin_tokens: 0,
+        ..Config::default()
+    }
+}
+
+fn with_usage(mut response: ModelResponse, input_tokens: u64) -> ModelResponse {
+    response.usage = Some(crate::providers::Usage {
+        input_tokens,
+        output_tokens: 1,
+    });
+    response
+}
+
+#[tokio::test]
+async fn reported_usage_calibrates_the_next_plan() {
+    // The first exchange fits the budget as estimated. The provider then reports twice the
+    // estimate: the next request is planned at that ratio, and the first exchange is left out.
+    // The first prompt is three times the fixed parts, so at twice the estimate the fixed
+    // parts still fit but the first exchange does not.
+    let bare = raw_estimate(&[]);
+    let first = "alpha ".repeat(usize::try_from(bare * 2).unwrap());
+    let first_request = raw_estimate(&[Message::User {
+        text: first.clone(),
+    }]);
+    let budget = first_request + 600;
+    for (reported, kept) in [(None, true), (Some(2 * first_request), false)] {
+        let fx = Fixture::new();
+        let mut reply = answer("noted", &[]);
+        if let Some(tokens) = reported {
+            reply = with_usage(reply, tokens);
+        }
+        let provider = Scripted::new(vec![Step::Answer(reply), Step::Answer(answer("ok", &[]))]);
+        let outcome = fx
+            .turn(Arc::clone(&provider), owner(vec![]), budget_config(budget))
+            .run(&first)
+            .await;
+        assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+        let outcome = fx
+            .turn(Arc::clone(&provider), owner(vec![]), budget_config(budget))
+            .run("and then?")
+            .await;
+        assert_eq!(outcome.stop_reason, StopReason::EndTurn, "{outcome:?}");
+        let requests = provider.requests.lock().unwrap();
+        let sent_first = requests[1]
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::User { text } if *text == first));
+        assert_eq!(sent_first, kept, "reported {reported:?}");
+        let stored = fx.entries();
+        let answer_entry = stored
+            .iter()
+            .find(|e| e.kind == EntryKind::AssistantMessage)
+            .unwrap();
+        assert_eq!(answer_entry.payload["model"], "test-model");
+        assert_eq!(
+            answer_entry.payload["estimated_input_tokens"],
+            json!(first_request)
+        );
+        let trimmed = stored
+            .iter()
+            .filter(|e| e.payload["type"] == CONTEXT_TRIMMED)
+            .count();
+        assert_eq!(trimmed, usize::from(!kept));
+    }
+}
+
+#[tokio::test]
+async fn a_rejection_lowers_the_budget_for_the_rest_of_the_session() {
+    // The configured window is far too large; the provider rejects the second turn's request.
+    // The retry and every later request are planned under the rejected estimate, so the first
+    // exchange is left out without another rejection.
+    let fx = Fixture::new();
+    let first = "alpha ".repeat(400);
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("noted", &[])),
+        Step::Fail(too_long()),
+        Step::Answer(answer("ok", &[])),
+        Step::Answer(answer("still ok", &[])),
+    ]);
+    let run = |text: String| {
+        let turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
+        async move { turn.run(&text).await }
+    };
+    assert_eq!(run(first.clone()).await.stop_reason, StopReason::EndTurn);
+    assert_eq!(run("second".into()).await.stop_reason, StopReason::EndTurn);
+    assert_eq!(run("third".into()).await.stop_reason, StopReason::EndTurn);
+    let requests = provider.requests.lock().unwrap();
+    assert_eq!(requests.len(), 4);
+    let has_first = |r: &ModelRequest| {
+        r.messages
+            .iter()
+            .any(|m| matches!(m, Message::User { text } if *text == first))
+    };
+    assert!(has_first(&requests[1]), "the rejected request");
+    assert!(!has_first(&requests[2]), "the retry");
+    assert!(!has_first(&requests[3]), "the next turn");
+    let rejected: Vec<Entry> = fx
+        .entries()
+        .into_iter()
+        .filter(|e| e.payload["type"] == CONTEXT_WINDOW_REJECTED)
+        .collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].payload["model"], "test-model");
+    assert!(rejected[0].payload["estimated_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
+    let fx = Fixture::new();
+    let bare = raw_estimate(&[]);
+    // The tools and system prompt alone are over the budget.
+    let provider = Scripted::new(vec![]);
+    let outcome = fx
+        .turn(
+            Arc::clone(&provider),
+            owner(vec![]),
+            budget_config(bare - 1),
+        )
+        .run("hi")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    let error = outcome.last_error.unwrap();
+    assert!(
+        error.contains("the system prompt and the tool schemas")
+            && error.contains("context_window_tokens"),
+        "{error}"
+    );
+    assert!(provider.requests.lock().unwrap().is_empty());
+    // The latest two reads do not fit: the turn ends before the request, with what to do.
+    let fx = Fixture::new();
+    // Each read (200 lines of 60 bytes) is about 3,000 tokens: one fits the budget, two do not.
+    std::fs::write(
+        fx.root.path().join("a.txt"),
+        format!("{}\n", "x".repeat(59)).repeat(200),
+    )
+    .unwrap();
+    let read = |id: &'static str| (id, "pen_read", json!({"path": "a.txt"}));
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("", &[read("r1")])),
+        Step::Answer(answer("", &[read("r2")])),
+    ]);
+    let outcome = fx
+        .turn(
+            Arc::clone(&provider),
+            owner(vec![]),
+            budget_config(bare + 4_500),
+        )
+        .run("read it twice")
+        .await;
+    let error = outcome.last_error.unwrap();
+    assert!(
+        error.contains("the latest two tool calls and their results")
+            && error.contains("start a new session"),
+        "{error}"
+    );
+    assert_eq!(provider.requests.lock().unwrap().len(), 2);
 }

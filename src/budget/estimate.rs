@@ -162,6 +162,13 @@ impl TokenEstimator {
         )
     }
 
+    /// The estimated input tokens of a whole request, as [`crate::budget::plan`] counts them.
+    pub fn request(&self, system: &str, tools: &[ToolDefinition], messages: &[Message]) -> u64 {
+        self.text(system)
+            + self.tools(tools)
+            + messages.iter().map(|m| self.message(m)).sum::<u64>()
+    }
+
     /// The estimated tokens of the tool definitions, as their JSON.
     pub fn tools(&self, tools: &[ToolDefinition]) -> u64 {
         let quarters: u64 = tools

@@ -42,6 +42,8 @@ pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub messages: Vec<Message>,
+    /// Estimated input tokens of the planned request: system prompt, tool schemas, messages.
+    pub estimated_tokens: u64,
     /// `None` when the transcript fit untouched.
     pub report: Option<TrimReport>,
 }
@@ -92,11 +94,11 @@ fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
     let (what, advice) = match part {
         Part::SystemPrompt => (
             "the system prompt alone",
-            "use a model with a larger context window or lower max_output_tokens",
+            "set context_window_tokens to the model's real window, lower max_output_tokens or budget_margin_tokens, or use a model with a larger window",
         ),
         Part::ToolSchemas => (
             "the system prompt and the tool schemas",
-            "use a model with a larger context window or lower max_output_tokens",
+            "set context_window_tokens to the model's real window, lower max_output_tokens or budget_margin_tokens, or use a model with a larger window",
         ),
         Part::NewestGroups => (
             "the latest two tool calls and their results",
@@ -410,6 +412,7 @@ pub fn plan(
     let Some(newest) = older.pop() else {
         return Ok(Plan {
             messages: Vec::new(),
+            estimated_tokens: fixed,
             report: None,
         });
     };
@@ -490,7 +493,11 @@ pub fn plan(
         tokens_after,
         budget: limit,
     });
-    Ok(Plan { messages, report })
+    Ok(Plan {
+        messages,
+        estimated_tokens: tokens_after,
+        report,
+    })
 }
 
 /// Appends the newest exchange's messages. Consecutive excerpts are joined into one assistant

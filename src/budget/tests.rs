@@ -291,18 +291,18 @@ fn what_cannot_fit_fails_honestly_naming_the_part() {
         &"s".repeat(4_000),
         900,
         expect![[r#"
-        error: the system prompt alone: about 1000 tokens, more than the 900 the request may use; use a model with a larger context window or lower max_output_tokens
-        TooLarge { part: SystemPrompt, tokens: 1000, budget: 900 }
-    "#]],
+            error: the system prompt alone: about 1000 tokens, more than the 900 the request may use; set context_window_tokens to the model's real window, lower max_output_tokens or budget_margin_tokens, or use a model with a larger window
+            TooLarge { part: SystemPrompt, tokens: 1000, budget: 900 }
+        "#]],
     );
     check(
         &session,
         SYSTEM,
         30,
         expect![[r#"
-        error: the system prompt and the tool schemas: about 31 tokens, more than the 30 the request may use; use a model with a larger context window or lower max_output_tokens
-        TooLarge { part: ToolSchemas, tokens: 31, budget: 30 }
-    "#]],
+            error: the system prompt and the tool schemas: about 31 tokens, more than the 30 the request may use; set context_window_tokens to the model's real window, lower max_output_tokens or budget_margin_tokens, or use a model with a larger window
+            TooLarge { part: ToolSchemas, tokens: 31, budget: 30 }
+        "#]],
     );
     check(
         &session,
@@ -506,6 +506,8 @@ proptest! {
                 let fixed = estimator.text(SYSTEM) + estimator.tools(&tools);
                 let tokens = fixed + plan.messages.iter().map(|m| estimator.message(m)).sum::<u64>();
                 prop_assert!(tokens <= max_input_tokens, "{tokens} > {max_input_tokens}");
+                prop_assert_eq!(plan.estimated_tokens, tokens);
+                prop_assert_eq!(estimator.request(SYSTEM, &tools, &plan.messages), tokens);
                 prop_assert!(provider_valid(&plan.messages));
                 let tail = protected_tail(&untouched);
                 prop_assert!(plan.messages.ends_with(tail));

@@ -457,15 +457,43 @@ fn a_session_an_oversized_result_made_unusable_is_recovered() {
         json!({"text": "read it", "tool_calls": []}),
     );
     fake.reject_bodies_over(100_000, too_long());
-    fake.push([Reply::Stream(openai_frames(
-        &["Back in business."],
-        &[],
-        usage(),
-    ))]);
+    let reply = || Reply::Stream(openai_frames(&["Back in business."], &[], usage()));
+    fake.push([reply()]);
     let mut d = daemon_in(&fake, "openai", data, root);
+    // The default window (128,000 tokens) cannot hold the result: the prompt budget leaves the
+    // old exchange out before anything is sent, and says so.
     let answer = d.prompt(&session, "what now?");
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(fake.requests().len(), 1);
+    let trimmed: Vec<Value> = d
+        .transcript(&session)
+        .into_iter()
+        .filter(|e| e["payload"]["type"] == "context_trimmed")
+        .collect();
+    assert_eq!(trimmed.len(), 1);
+    assert_eq!(trimmed[0]["payload"]["dropped_exchanges"], json!([[1, 4]]));
+    // Configured with a window far larger than the model's, the request goes out, is rejected,
+    // and the same step as before recovers it: the result is cut to 2 KiB and retried once.
+    d.client.request(
+        "pen/setConfig",
+        json!({"context_window_tokens": 10_000_000}),
+    );
+    fake.push([reply()]);
+    let answer = d.prompt(&session, "and now?");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    assert_eq!(fake.requests().len(), 3);
+    let transcript = d.transcript(&session);
+    assert!(
+        transcript
+            .iter()
+            .any(|e| e["payload"]["type"] == "results_shrunk")
+    );
+    assert!(
+        transcript
+            .iter()
+            .any(|e| e["payload"]["type"] == "context_window_rejected"
+                && e["payload"]["model"] == "fake-model")
+    );
 }
 
 #[test]
@@ -583,4 +611,126 @@ fn pen_run_prints_the_answer_and_exits_by_stop_reason() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// SPEC §6 end to end: at a small `context_window_tokens`, a turn of 32 file reads whose
+/// results together are several times the window completes. The fake provider plays a model
+/// with that window (it rejects any body over it) and reports honest usage, so the estimate is
+/// calibrated as with a real provider. Every request fits; the transcript keeps every result
+/// whole; each new compaction is a `context_trimmed` event and a session entry.
+#[test]
+fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
+    use super::fake_provider::BODY_TOKENS;
+    const READS: usize = 32;
+    const WINDOW_BYTES: usize = 64_000;
+    let honest = Usage {
+        input_tokens: BODY_TOKENS,
+        output_tokens: 10,
+    };
+    for api in ["openai", "anthropic"] {
+        let fake = FakeProvider::start();
+        let frames = |text: &[&str], calls: &[ToolCall]| match api {
+            "openai" => openai_frames(text, calls, honest),
+            _ => anthropic_frames(text, calls, honest),
+        };
+        let mut replies: Vec<Reply> = (0..READS)
+            .map(|i| {
+                Reply::Stream(frames(
+                    &["Next file."],
+                    &[call(
+                        &format!("read_{i}"),
+                        "pen_read",
+                        json!({"path": format!("src/part_{i:02}.rs")}),
+                    )],
+                ))
+            })
+            .collect();
+        replies.push(Reply::Stream(frames(&["Read them all."], &[])));
+        fake.push(replies);
+        fake.reject_bodies_over(WINDOW_BYTES, too_long());
+        let mut d = daemon(&fake, api);
+        fs::create_dir(d.root.path().join("src")).unwrap();
+        for i in 0..READS {
+            let text: String = (0..200)
+                .map(|j| format!("fn part_{i}_{j}() -> u32 {{ {j} }}\n"))
+                .collect();
+            fs::write(d.root.path().join(format!("src/part_{i:02}.rs")), text).unwrap();
+        }
+        d.client.request(
+            "pen/setConfig",
+            json!({"context_window_tokens": 16_000, "max_output_tokens": 1_000, "budget_margin_tokens": 500}),
+        );
+        let session = d.new_session();
+        let answer = d.prompt(&session, "Read every file under src, one at a time.");
+        assert_eq!(answer["stopReason"], "end_turn", "{api}: {answer}");
+
+        // Every request fit the window: none was rejected.
+        let requests = fake.requests();
+        assert_eq!(requests.len(), READS + 1, "{api}");
+        for request in &requests {
+            let size = serde_json::to_vec(&request.body).unwrap().len();
+            assert!(size <= WINDOW_BYTES, "{api}: a {size}-byte request");
+        }
+        // The transcript is untouched: every result whole, and together far over the window.
+        let transcript = d.transcript(&session);
+        let results: Vec<&str> = transcript
+            .iter()
+            .filter(|e| e["kind"] == "tool_result")
+            .map(|e| e["payload"]["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(results.len(), READS);
+        for (i, content) in results.iter().enumerate() {
+            assert!(
+                content.contains(&format!("fn part_{i}_199() -> u32 {{ 199 }}")),
+                "{api}: result {i} is whole"
+            );
+        }
+        let total: usize = results.iter().map(|c| c.len()).sum();
+        assert!(total > 3 * WINDOW_BYTES, "{api}: {total} bytes of results");
+        assert!(
+            !transcript
+                .iter()
+                .any(|e| e["payload"]["type"] == "context_window_rejected")
+        );
+        // Each new compaction is recorded, with policy 3 and the budget it met.
+        let reports: Vec<&Value> = transcript
+            .iter()
+            .filter(|e| e["payload"]["type"] == "context_trimmed")
+            .map(|e| &e["payload"])
+            .collect();
+        assert!(reports.len() >= 2, "{api}: {} reports", reports.len());
+        for report in &reports {
+            assert_eq!(report["policy_version"], 3);
+            assert_eq!(report["budget"], 14_500);
+            let after = report["tokens_after"].as_u64().unwrap();
+            assert!(after <= 14_500 && after < report["tokens_before"].as_u64().unwrap());
+        }
+        let last = reports.last().unwrap();
+        let expected: Vec<String> = (0..READS - 2).map(|i| format!("read_{i}")).collect();
+        assert_eq!(last["excerpted_call_ids"], json!(expected), "{api}");
+        let events: Vec<Value> = d
+            .events()
+            .into_iter()
+            .filter(|e| e["kind"] == "context_trimmed")
+            .collect();
+        assert_eq!(events.len(), reports.len(), "{api}");
+        assert_eq!(events[0]["data"]["reason"], "budget");
+        assert_eq!(events[0]["data"]["policyVersion"], 3);
+        // The last request: the excerpts are quoted history; the latest two reads are whole.
+        let last_body = requests[READS].body.to_string();
+        assert!(last_body.contains("not an executable call"), "{api}");
+        assert!(last_body.contains("fn part_31_199()") && last_body.contains("fn part_30_199()"));
+        assert!(!last_body.contains("fn part_29_199()"));
+        // Calibration: every answer records the uncalibrated estimate of its request, and the
+        // provider's report is close to it (the fake counts body bytes ÷ 4).
+        for entry in transcript
+            .iter()
+            .filter(|e| e["kind"] == "assistant_message")
+        {
+            let estimated = entry["payload"]["estimated_input_tokens"].as_f64().unwrap();
+            let reported = entry["payload"]["usage"]["input_tokens"].as_f64().unwrap();
+            let ratio = reported / estimated;
+            assert!((0.8..1.6).contains(&ratio), "{api}: ratio {ratio}");
+        }
+    }
 }

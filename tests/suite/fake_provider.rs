@@ -38,6 +38,10 @@ impl RecordedRequest {
     }
 }
 
+/// A usage figure that the server replaces, as it answers, with the request body's length ÷ 4:
+/// the prompt tokens a real tokenizer would report, for tests of the budget's calibration.
+pub const BODY_TOKENS: u64 = 987_654_321;
+
 /// How the server answers one request.
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -233,6 +237,19 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         requests.len()
     };
     shared.arrived.send_modify(|arrived| *arrived += 1);
+    let reply = reply.map(|reply| match reply {
+        Reply::Stream(frames) => {
+            let tokens = (bytes.len() / 4).to_string();
+            let sentinel = BODY_TOKENS.to_string();
+            Reply::Stream(
+                frames
+                    .into_iter()
+                    .map(|f| f.replace(&sentinel, &tokens))
+                    .collect(),
+            )
+        }
+        other => other,
+    });
     match reply {
         Some(reply) => reply.into_response(),
         None => Response::builder()
