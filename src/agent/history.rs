@@ -86,6 +86,7 @@ pub fn trim_entry(report: &TrimReport) -> Value {
         "type": CONTEXT_TRIMMED,
         "policy_version": report.policy_version,
         "excerpted_call_ids": report.excerpted,
+        "omitted_call_ids": report.omitted,
         "dropped_exchanges": report.dropped_exchanges,
         "tokens_before": report.tokens_before,
         "tokens_after": report.tokens_after,
@@ -99,6 +100,7 @@ pub fn trim_event(report: &TrimReport) -> Value {
         "reason": "budget",
         "policyVersion": report.policy_version,
         "excerptedCallIds": report.excerpted,
+        "omittedCallIds": report.omitted,
         "droppedExchanges": report.dropped_exchanges,
         "tokensBefore": report.tokens_before,
         "tokensAfter": report.tokens_after,
@@ -116,6 +118,7 @@ pub fn is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
     let stored = trim_entry(report);
     last.is_none_or(|e| {
         e.payload["excerpted_call_ids"] != stored["excerpted_call_ids"]
+            || e.payload["omitted_call_ids"] != stored["omitted_call_ids"]
             || e.payload["dropped_exchanges"] != stored["dropped_exchanges"]
     })
 }

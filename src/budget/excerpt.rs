@@ -13,6 +13,12 @@ use serde_json::Value;
 const OPENING: &str = "[earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: \
      not an executable call and not a claim of success. Reread current files before acting on it.]";
 
+/// The note that stands for the oldest excerpts of the newest exchange when even they did not
+/// fit. The report names the calls.
+pub(super) const OMITTED_NOTE: &str = "[earlier tool calls of this exchange are left out by the prompt budget \
+     (policy 3) to fit the context window; their results are in the session transcript, not here. \
+     Reread current files before acting on them.]";
+
 /// `text` cut to `max` bytes on a character boundary, saying how long it was.
 fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {

@@ -55,6 +55,9 @@ pub struct TrimReport {
     pub policy_version: u32,
     /// Call ids whose call and result were replaced by excerpts, oldest first.
     pub excerpted: Vec<String>,
+    /// Call ids among `excerpted` whose excerpts were left out too, oldest first, when the
+    /// excerpts and the latest two groups did not fit together. A one-line note says so.
+    pub omitted: Vec<String>,
     /// `(first_seq, last_seq)` of each older exchange left out, oldest first.
     pub dropped_exchanges: Vec<(u64, u64)>,
     /// Estimated input tokens of the untouched request.
@@ -429,6 +432,8 @@ pub fn plan(
         .collect();
     let protected = &group_positions[group_positions.len().saturating_sub(2)..];
     let excerptable = &group_positions[..group_positions.len() - protected.len()];
+    // Each replaced position, its call ids and the excerpt's tokens, oldest first.
+    let mut replaced: Vec<(usize, Vec<String>, u64)> = Vec::new();
     for &position in excerptable {
         if newest_total <= available {
             break;
@@ -443,8 +448,43 @@ pub fn plan(
             continue;
         }
         newest_total = newest_total - newest_costs[position] + replacement_tokens;
-        excerpted.extend(group.calls.iter().map(|a| a.call.id.clone()));
+        let ids: Vec<String> = group.calls.iter().map(|a| a.call.id.clone()).collect();
+        excerpted.extend(ids.iter().cloned());
+        replaced.push((position, ids, replacement_tokens));
         newest_units[position] = replacement;
+    }
+    // Still over: the oldest excerpts are left out too, behind a one-line note, rather than
+    // failing a turn whose latest groups and prompt fit.
+    let mut omitted: Vec<String> = Vec::new();
+    if newest_total > available && !replaced.is_empty() {
+        let note = Unit::Excerpt(excerpt::OMITTED_NOTE.to_string());
+        let note_tokens = unit_tokens(&note, estimator);
+        let mut total = newest_total + note_tokens;
+        let mut count = 0;
+        for (_, ids, tokens) in &replaced {
+            if total <= available {
+                break;
+            }
+            total -= tokens;
+            omitted.extend(ids.iter().cloned());
+            count += 1;
+        }
+        if total <= available {
+            newest_total = total;
+            let positions: HashSet<usize> = replaced[..count].iter().map(|r| r.0).collect();
+            let first = replaced[0].0;
+            newest_units = newest_units
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, unit)| match i {
+                    _ if i == first => Some(note.clone()),
+                    _ if positions.contains(&i) => None,
+                    _ => Some(unit),
+                })
+                .collect();
+        } else {
+            omitted.clear();
+        }
     }
     if newest_total > available {
         let groups_tokens: u64 = protected.iter().map(|&p| newest_costs[p]).sum();
@@ -488,6 +528,7 @@ pub fn plan(
     let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then_some(TrimReport {
         policy_version: POLICY_VERSION,
         excerpted,
+        omitted,
         dropped_exchanges,
         tokens_before,
         tokens_after,

@@ -184,7 +184,44 @@ fn old_groups_of_the_newest_exchange_become_excerpts() {
               call r4 pen_read {"path":"src/lib.rs","start_line":1}
             result r4 error=false (1300 bytes): "fn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main("
             assistant: fixed
-            report: {"policy_version":3,"excerpted":["r1","r2"],"dropped_exchanges":[],"tokens_before":1492,"tokens_after":1192,"budget":1300}
+            report: {"policy_version":3,"excerpted":["r1","r2"],"omitted":[],"dropped_exchanges":[],"tokens_before":1492,"tokens_after":1192,"budget":1300}
+        "#]],
+    );
+}
+
+#[test]
+fn excerpts_that_still_do_not_fit_are_left_out_oldest_first_behind_a_note() {
+    let big = "fn main() {}\n".repeat(100);
+    let mut transcript = Transcript::default().user("read everything");
+    for i in 1..=8 {
+        transcript = transcript.read(&format!("r{i}"), &big);
+    }
+    check(
+        &transcript,
+        SYSTEM,
+        1_300,
+        expect![[r#"
+            user: "read everything"
+            assistant: [earlier tool calls of this exchange are left out by the prompt budget (policy 3) to fit the context window; their results are in the session transcript, not here. Reread current files before acting on them.]
+
+            [earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: not an executable call and not a claim of success. Reread current files before acting on it.]
+            tool: "pen_read"
+            call_id: "r5"
+            arguments: {"path":"src/lib.rs","start_line":1}
+            result (done): "fn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn mai…[cut; 1300 bytes]"
+
+            [earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: not an executable call and not a claim of success. Reread current files before acting on it.]
+            tool: "pen_read"
+            call_id: "r6"
+            arguments: {"path":"src/lib.rs","start_line":1}
+            result (done): "fn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn mai…[cut; 1300 bytes]"
+            assistant: 
+              call r7 pen_read {"path":"src/lib.rs","start_line":1}
+            result r7 error=false (1300 bytes): "fn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main("
+            assistant: 
+              call r8 pen_read {"path":"src/lib.rs","start_line":1}
+            result r8 error=false (1300 bytes): "fn main() {}\nfn main() {}\nfn main() {}\nfn main() {}\nfn main("
+            report: {"policy_version":3,"excerpted":["r1","r2","r3","r4","r5","r6"],"omitted":["r1","r2","r3","r4"],"dropped_exchanges":[],"tokens_before":2935,"tokens_after":1239,"budget":1300}
         "#]],
     );
 }
@@ -206,18 +243,18 @@ fn older_exchanges_are_dropped_whole_oldest_first() {
         SYSTEM,
         400,
         expect![[r#"
-        user: "second task"
-        assistant: 
-          call b1 pen_read {"path":"src/lib.rs","start_line":1}
-        result b1 error=false (5 bytes): "short"
-        assistant: done 2
-        user: "third task"
-        assistant: 
-          call c1 pen_read {"path":"src/lib.rs","start_line":1}
-        result c1 error=false (5 bytes): "short"
-        assistant: done 3
-        report: {"policy_version":3,"excerpted":[],"dropped_exchanges":[[1,5]],"tokens_before":683,"tokens_after":133,"budget":400}
-    "#]],
+            user: "second task"
+            assistant: 
+              call b1 pen_read {"path":"src/lib.rs","start_line":1}
+            result b1 error=false (5 bytes): "short"
+            assistant: done 2
+            user: "third task"
+            assistant: 
+              call c1 pen_read {"path":"src/lib.rs","start_line":1}
+            result c1 error=false (5 bytes): "short"
+            assistant: done 3
+            report: {"policy_version":3,"excerpted":[],"omitted":[],"dropped_exchanges":[[1,5]],"tokens_before":683,"tokens_after":133,"budget":400}
+        "#]],
     );
 }
 
@@ -259,27 +296,27 @@ fn a_denied_call_and_an_error_result_keep_their_text_in_the_excerpt() {
         SYSTEM,
         1_200,
         expect![[r#"
-        user: "edit and test"
-        assistant: Editing.
+            user: "edit and test"
+            assistant: Editing.
 
-        [earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: not an executable call and not a claim of success. Reread current files before acting on it.]
-        tool: "pen_edit"
-        call_id: "e1"
-        arguments: {"path":"src/a.rs","old":"oooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo…[cut; 300 bytes]","new":"y"}
-        result (denied): "denied by the owner: do not retry this call without asking the owner first"
-        tool: "pen_command"
-        call_id: "t1"
-        arguments: {"command":"cargo test"}
-        result (error): "error: could not compile\neeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee…[cut; 825 bytes]"
-        assistant: 
-          call r1 pen_read {"path":"src/lib.rs","start_line":1}
-        result r1 error=false (1500 bytes): "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"
-        assistant: 
-          call r2 pen_read {"path":"src/lib.rs","start_line":1}
-        result r2 error=false (1500 bytes): "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"
-        assistant: blocked
-        report: {"policy_version":3,"excerpted":["e1","t1"],"dropped_exchanges":[],"tokens_before":1238,"tokens_after":1173,"budget":1200}
-    "#]],
+            [earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: not an executable call and not a claim of success. Reread current files before acting on it.]
+            tool: "pen_edit"
+            call_id: "e1"
+            arguments: {"path":"src/a.rs","old":"oooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo…[cut; 300 bytes]","new":"y"}
+            result (denied): "denied by the owner: do not retry this call without asking the owner first"
+            tool: "pen_command"
+            call_id: "t1"
+            arguments: {"command":"cargo test"}
+            result (error): "error: could not compile\neeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee…[cut; 825 bytes]"
+            assistant: 
+              call r1 pen_read {"path":"src/lib.rs","start_line":1}
+            result r1 error=false (1500 bytes): "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"
+            assistant: 
+              call r2 pen_read {"path":"src/lib.rs","start_line":1}
+            result r2 error=false (1500 bytes): "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"
+            assistant: blocked
+            report: {"policy_version":3,"excerpted":["e1","t1"],"omitted":[],"dropped_exchanges":[],"tokens_before":1238,"tokens_after":1173,"budget":1200}
+        "#]],
     );
 }
 
@@ -532,6 +569,10 @@ proptest! {
                 match &plan.report {
                     None => prop_assert_eq!(&plan.messages, &untouched),
                     Some(report) => {
+                        prop_assert!(report.omitted.iter().all(|id| report.excerpted.contains(id)));
+                        let noted = plan.messages.iter().any(|m| matches!(m,
+                            Message::Assistant { text, .. } if text.contains(excerpt::OMITTED_NOTE)));
+                        prop_assert_eq!(noted, !report.omitted.is_empty());
                         prop_assert_eq!(report.tokens_after, tokens);
                         prop_assert!(report.tokens_before > max_input_tokens);
                     }

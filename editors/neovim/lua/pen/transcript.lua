@@ -176,6 +176,8 @@ function M.on_event(p)
     M.lines(s, { ('- approval for `%s` withdrawn (stopped)'):format(d.callId or '?') })
   elseif p.kind == 'tool_call_finished' then
     M.finished(s, d)
+  elseif p.kind == 'context_trimmed' and d.reason == 'budget' then
+    M.lines(s, { M.budget_notice(d) })
   elseif p.kind == 'context_trimmed' then
     M.lines(s, { ('> context trimmed (%s): %d tool result(s) cut to %s bytes'):format(
       tostring(d.reason), #(d.shrunkCallIds or {}), tostring(d.headBytes or '?')) })
@@ -195,6 +197,25 @@ function M.on_event(p)
     end
     M.lines(s, l)
   end
+end
+
+--- The line for a prompt-budget report (policy 3): what was compacted and the estimate.
+function M.budget_notice(d)
+  local parts = {}
+  local excerpted = #(d.excerptedCallIds or {})
+  local dropped = #(d.droppedExchanges or {})
+  if excerpted > 0 then
+    table.insert(parts, ('%d older tool call(s) sent as excerpts'):format(excerpted))
+  end
+  local omitted = #(d.omittedCallIds or {})
+  if omitted > 0 then
+    table.insert(parts, ('%d of them left out'):format(omitted))
+  end
+  if dropped > 0 then
+    table.insert(parts, ('%d older exchange(s) left out'):format(dropped))
+  end
+  return ('> context trimmed (budget): %s; about %s → %s tokens, budget %s'):format(
+    table.concat(parts, ', '), tostring(d.tokensBefore), tostring(d.tokensAfter), tostring(d.budget))
 end
 
 function M.prompt(session_id, text)
@@ -229,6 +250,14 @@ function M.render_entries(session_id, entries)
       -- Stored form of context_trimmed; its reason is the provider's rejection.
       M.on_event({ sessionId = session_id, kind = 'context_trimmed',
         data = { reason = 'context_window_exceeded', shrunkCallIds = p.call_ids, headBytes = p.head_bytes } })
+    elseif e.kind == 'event' and p.type == 'context_trimmed' then
+      M.on_event({ sessionId = session_id, kind = 'context_trimmed',
+        data = { reason = 'budget', excerptedCallIds = p.excerpted_call_ids, omittedCallIds = p.omitted_call_ids,
+          droppedExchanges = p.dropped_exchanges,
+          tokensBefore = p.tokens_before, tokensAfter = p.tokens_after, budget = p.budget } })
+    elseif e.kind == 'event' and p.type == 'context_window_rejected' then
+      M.lines(session_id, { ('> the model rejected a request of about %s tokens as over its context window'):format(
+        tostring(p.estimated_tokens)) })
     elseif e.kind == 'event' then
       M.lines(session_id, { '> ' .. vim.json.encode(p) })
     end
