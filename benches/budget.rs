@@ -67,7 +67,9 @@ fn main() {
     }];
     let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.1);
     let mut previous: Option<Duration> = None;
-    println!("entries     plan (median of 5)   growth");
+    println!(
+        "entries     plan (median of 5)   growth   µs/entry   reference (JSON of the payloads)   plan ÷ reference"
+    );
     for size in SIZES {
         let entries = transcript(size);
         let untouched = plan(
@@ -101,14 +103,32 @@ fn main() {
         }
         times.sort();
         let median = times[times.len() / 2];
+        // The reference touches the same data the same way a request must: every payload
+        // serialized once. Memory effects (the transcript outgrows the caches) hit both, so
+        // a steady ratio means the planner itself grows linearly.
+        let mut reference_times = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let bytes: usize = entries
+                .iter()
+                .map(|e| serde_json::to_vec(&e.payload).map_or(0, |v| v.len()))
+                .sum();
+            reference_times.push(started.elapsed());
+            std::hint::black_box(bytes);
+        }
+        reference_times.sort();
+        let reference = reference_times[reference_times.len() / 2];
         let growth = previous.map_or(String::from("-"), |p| {
             format!("×{:.1}", median.as_secs_f64() / p.as_secs_f64())
         });
         let (excerpted, dropped) =
             report.map_or((0, 0), |r| (r.excerpted.len(), r.dropped_exchanges.len()));
         println!(
-            "{size:>7}     {:>10.3} ms        {growth:>6}   ({total} messages untouched; {excerpted} calls excerpted, {dropped} exchanges dropped)",
-            median.as_secs_f64() * 1e3
+            "{size:>7}     {:>10.3} ms        {growth:>6}   {:>8.3}   {:>10.3} ms                      {:>6.2}   ({total} messages untouched; {excerpted} calls excerpted, {dropped} exchanges dropped)",
+            median.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e6 / size as f64,
+            reference.as_secs_f64() * 1e3,
+            median.as_secs_f64() / reference.as_secs_f64(),
         );
         previous = Some(median);
     }

@@ -8,7 +8,7 @@
 //! caller corrects the systematic error with `ratio` = reported prompt tokens ÷ estimated.
 
 use crate::limits::{TOKEN_RATIO_MAX, TOKEN_RATIO_MIN};
-use crate::providers::{Message, ToolCall, ToolDefinition};
+use crate::providers::{Message, ToolDefinition};
 use serde::{Deserialize, Serialize};
 
 /// The input tokens one request may use.
@@ -124,7 +124,12 @@ impl TokenEstimator {
     pub fn message(&self, message: &Message) -> u64 {
         match message {
             Message::User { text } => self.scale(self.message_quarters(text)),
-            Message::Assistant { text, tool_calls } => self.assistant(text, tool_calls),
+            Message::Assistant { text, tool_calls } => self.assistant(
+                text,
+                tool_calls
+                    .iter()
+                    .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())),
+            ),
             Message::ToolResult {
                 call_id, content, ..
             } => self.tool_result(call_id, content),
@@ -135,19 +140,20 @@ impl TokenEstimator {
         4 * self.family.message_overhead() + Self::quarter_tokens(text)
     }
 
-    /// An assistant message, estimated from its parts so the planner need not build it.
+    /// An assistant message, estimated from its parts (each call's id, name and arguments) so
+    /// the planner need not build it.
     pub(super) fn assistant<'a>(
         &self,
         text: &str,
-        tool_calls: impl IntoIterator<Item = &'a ToolCall>,
+        tool_calls: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
     ) -> u64 {
         let calls: u64 = tool_calls
             .into_iter()
-            .map(|c| {
+            .map(|(id, name, arguments)| {
                 4 * self.family.tool_overhead()
-                    + Self::quarter_tokens(&c.id)
-                    + Self::quarter_tokens(&c.name)
-                    + Self::quarter_tokens(&c.arguments)
+                    + Self::quarter_tokens(id)
+                    + Self::quarter_tokens(name)
+                    + Self::quarter_tokens(arguments)
             })
             .sum();
         self.scale(self.message_quarters(text) + calls)

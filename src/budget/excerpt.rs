@@ -8,6 +8,7 @@ use super::{Answered, Group};
 use crate::limits::{EXCERPT_ARGUMENT_BYTES, EXCERPT_RESULT_BYTES};
 use crate::tools::floor_char_boundary;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The label every excerpt opens with. It says what the model must not infer from it.
 const OPENING: &str = "[earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: \
@@ -20,12 +21,12 @@ pub(super) const OMITTED_NOTE: &str = "[earlier tool calls of this exchange are 
      Reread current files before acting on them.]";
 
 /// `text` cut to `max` bytes on a character boundary, saying how long it was.
-fn cut(text: &str, max: usize) -> String {
+fn cut(text: &str, max: usize) -> Cow<'_, str> {
     if text.len() <= max {
-        return text.to_string();
+        return Cow::Borrowed(text);
     }
     let end = floor_char_boundary(text, max);
-    format!("{}…[cut; {} bytes]", &text[..end], text.len())
+    Cow::Owned(format!("{}…[cut; {} bytes]", &text[..end], text.len()))
 }
 
 /// The arguments with each string, and the JSON of each larger value, cut to the argument bound.
@@ -37,7 +38,9 @@ fn bounded_arguments(arguments: &str) -> String {
                 .into_iter()
                 .map(|(name, value)| {
                     let value = match value {
-                        Value::String(text) => Value::String(cut(&text, EXCERPT_ARGUMENT_BYTES)),
+                        Value::String(text) => {
+                            Value::String(cut(&text, EXCERPT_ARGUMENT_BYTES).into_owned())
+                        }
                         // Numbers and flags keep their type; a large array or object is cut
                         // as its JSON text.
                         other => {
@@ -45,7 +48,7 @@ fn bounded_arguments(arguments: &str) -> String {
                             if json.len() <= EXCERPT_ARGUMENT_BYTES {
                                 other
                             } else {
-                                Value::String(cut(&json, EXCERPT_ARGUMENT_BYTES))
+                                Value::String(cut(&json, EXCERPT_ARGUMENT_BYTES).into_owned())
                             }
                         }
                     };
@@ -59,35 +62,44 @@ fn bounded_arguments(arguments: &str) -> String {
 }
 
 fn quoted(text: &str) -> String {
-    Value::String(text.to_string()).to_string()
+    serde_json::to_string(text).unwrap_or_default()
 }
 
-fn call_excerpt(answered: &Answered<'_>) -> String {
+/// Appends `text` as a JSON string literal. (Writing to a Vec cannot fail.)
+fn push_quoted(out: &mut Vec<u8>, text: &str) {
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
+fn push_call_excerpt(out: &mut Vec<u8>, answered: &Answered<'_>) {
     let outcome = match (&answered.status, answered.is_error) {
-        (Some(status), _) => status.as_str(),
+        (Some(status), _) => status,
         (None, true) => "error",
         (None, false) => "done",
     };
-    format!(
-        "tool: {}\ncall_id: {}\narguments: {}\nresult ({outcome}): {}",
-        quoted(&answered.call.name),
-        quoted(&answered.call.id),
-        bounded_arguments(&answered.call.arguments),
-        quoted(&cut(&answered.content, EXCERPT_RESULT_BYTES)),
-    )
+    out.extend_from_slice(b"tool: ");
+    push_quoted(out, answered.call.name);
+    out.extend_from_slice(b"\ncall_id: ");
+    push_quoted(out, answered.call.id);
+    out.extend_from_slice(b"\narguments: ");
+    out.extend_from_slice(bounded_arguments(answered.call.arguments).as_bytes());
+    out.extend_from_slice(b"\nresult (");
+    out.extend_from_slice(outcome.as_bytes());
+    out.extend_from_slice(b"): ");
+    push_quoted(out, &cut(&answered.content, EXCERPT_RESULT_BYTES));
 }
 
 /// The excerpt of a whole group: the assistant's own words, then each call in order.
 pub(super) fn group_text(group: &Group<'_>) -> String {
-    let mut text = String::new();
+    let mut text: Vec<u8> = Vec::with_capacity(OPENING.len() + group.calls.len() * 1_024);
     if !group.text.is_empty() {
-        text.push_str(&group.text);
-        text.push_str("\n\n");
+        text.extend_from_slice(group.text.as_bytes());
+        text.extend_from_slice(b"\n\n");
     }
-    text.push_str(OPENING);
+    text.extend_from_slice(OPENING.as_bytes());
     for answered in &group.calls {
-        text.push('\n');
-        text.push_str(&call_excerpt(answered));
+        text.push(b'\n');
+        push_call_excerpt(&mut text, answered);
     }
-    text
+    // Built from str pieces and serde_json's (UTF-8) output: always valid.
+    String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }

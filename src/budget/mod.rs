@@ -27,7 +27,9 @@ pub use estimate::{Budget, ProviderFamily, TokenEstimator};
 use crate::providers::{Message, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};
 use crate::tools::floor_char_boundary;
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use thiserror::Error;
@@ -115,21 +117,84 @@ fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
     format!("{what}: about {tokens} tokens, more than the {budget} the request may use; {advice}")
 }
 
-/// One assistant message with tool calls, each with its result.
+/// One assistant message with tool calls, each with its result. Borrowed from the entries:
+/// most of a long transcript is dropped or excerpted, so only what is sent is copied.
 #[derive(Debug, Clone)]
 struct Group<'a> {
-    text: String,
+    text: &'a str,
     calls: Vec<Answered<'a>>,
+}
+
+/// A tool call as its entry holds it.
+#[derive(Debug, Clone, Copy)]
+struct CallRef<'a> {
+    id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl CallRef<'_> {
+    fn to_call(self) -> ToolCall {
+        ToolCall {
+            id: self.id.to_string(),
+            name: self.name.to_string(),
+            arguments: self.arguments.to_string(),
+        }
+    }
+}
+
+/// The calls of an assistant entry; none when any is malformed (as a failed deserialization
+/// of the whole list would give), so its results are refused as results without a call.
+fn calls_of(tool_calls: Option<&Value>) -> Vec<CallRef<'_>> {
+    let Some(Value::Array(items)) = tool_calls else {
+        return Vec::new();
+    };
+    let calls: Option<Vec<CallRef<'_>>> = items
+        .iter()
+        .map(|item| {
+            // One pass over the fields: a keyed lookup hashes each key (planning is hot).
+            let (mut id, mut name, mut arguments) = (None, None, None);
+            for (key, value) in item.as_object()? {
+                match key.as_str() {
+                    "id" => id = value.as_str(),
+                    "name" => name = value.as_str(),
+                    "arguments" => arguments = value.as_str(),
+                    _ => {}
+                }
+            }
+            Some(CallRef {
+                id: id?,
+                name: name?,
+                arguments: arguments?,
+            })
+        })
+        .collect();
+    calls.unwrap_or_default()
+}
+
+/// An assistant entry's text and calls, read in one pass over its fields.
+fn assistant_fields(payload: &Value) -> (&str, Vec<CallRef<'_>>) {
+    let (mut text, mut tool_calls) = ("", None);
+    if let Value::Object(fields) = payload {
+        for (key, value) in fields {
+            match key.as_str() {
+                "text" => text = value.as_str().unwrap_or_default(),
+                "tool_calls" => tool_calls = Some(value),
+                _ => {}
+            }
+        }
+    }
+    (text, calls_of(tool_calls))
 }
 
 #[derive(Debug, Clone)]
 struct Answered<'a> {
-    call: ToolCall,
+    call: CallRef<'a>,
     /// Borrowed from the entry until the plan keeps it: most of a long transcript is dropped.
     content: Cow<'a, str>,
     is_error: bool,
     /// The loop's outcome word (`done`, `denied`, `stale_authority`…), when recorded.
-    status: Option<String>,
+    status: Option<&'a str>,
 }
 
 #[derive(Debug, Clone)]
@@ -157,7 +222,7 @@ fn invalid(seq: u64, problem: impl Into<String>) -> BudgetError {
     }
 }
 
-pub(crate) fn shrunk_ids(entries: &[Entry]) -> HashSet<String> {
+pub(crate) fn shrunk_ids(entries: &[Entry]) -> FxHashSet<String> {
     entries
         .iter()
         .filter(|e| e.kind == EntryKind::Event && e.payload["type"] == "results_shrunk")
@@ -185,18 +250,33 @@ fn shrink(content: &str) -> String {
     )
 }
 
-fn text_of(entry: &Entry) -> String {
-    entry.payload["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+/// A result entry's call id, content, error flag and status, read in one pass over its fields.
+fn result_fields(payload: &Value) -> (&str, &str, bool, Option<&str>) {
+    let (mut call_id, mut content, mut is_error, mut status) = ("", "", false, None);
+    if let Value::Object(fields) = payload {
+        for (name, value) in fields {
+            match name.as_str() {
+                "call_id" => call_id = value.as_str().unwrap_or_default(),
+                "content" => content = value.as_str().unwrap_or_default(),
+                "is_error" => is_error = value.as_bool().unwrap_or(false),
+                "status" => status = value.as_str(),
+                _ => {}
+            }
+        }
+    }
+    (call_id, content, is_error, status)
+}
+
+fn text_of(entry: &Entry) -> &str {
+    entry.payload["text"].as_str().unwrap_or_default()
 }
 
 /// Checks the transcript and groups it into exchanges, with `results_shrunk` cuts applied.
 fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
     let shrunk = shrunk_ids(entries);
     let mut exchanges: Vec<Exchange> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
+    seen.reserve(entries.len() / 2);
     // The group whose results are still arriving, its entry seq, and how many it has.
     let mut open: Option<(Group, u64, usize)> = None;
     for entry in entries {
@@ -225,15 +305,13 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                 first_seq: entry.seq,
                 last_seq: entry.seq,
                 units: vec![Unit::Plain(Message::User {
-                    text: text_of(entry),
+                    text: text_of(entry).to_string(),
                 })],
             }),
             EntryKind::AssistantMessage => {
-                // Deserialized from a reference: cloning every payload would dominate planning.
-                let tool_calls =
-                    Vec::<ToolCall>::deserialize(&entry.payload["tool_calls"]).unwrap_or_default();
+                let (text, tool_calls) = assistant_fields(&entry.payload);
                 for call in &tool_calls {
-                    if !seen.insert(call.id.clone()) {
+                    if !seen.insert(call.id) {
                         return Err(invalid(
                             entry.seq,
                             format!("repeats tool call id {}", call.id),
@@ -242,8 +320,8 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                 }
                 if tool_calls.is_empty() {
                     let message = Message::Assistant {
-                        text: text_of(entry),
-                        tool_calls,
+                        text: text.to_string(),
+                        tool_calls: Vec::new(),
                     };
                     push_unit(&mut exchanges, Unit::Plain(message), entry.seq);
                 } else {
@@ -256,12 +334,11 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                             status: None,
                         })
                         .collect();
-                    let text = text_of(entry);
                     open = Some((Group { text, calls }, entry.seq, 0));
                 }
             }
             EntryKind::ToolResult => {
-                let call_id = entry.payload["call_id"].as_str().unwrap_or_default();
+                let (call_id, content, is_error, status) = result_fields(&entry.payload);
                 let slot = open
                     .as_mut()
                     .and_then(|(group, _, answered)| {
@@ -277,14 +354,13 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                     ));
                 };
                 *answered += 1;
-                let content = entry.payload["content"].as_str().unwrap_or_default();
-                slot.content = if shrunk.contains(call_id) {
+                slot.content = if !shrunk.is_empty() && shrunk.contains(call_id) {
                     Cow::Owned(shrink(content))
                 } else {
                     Cow::Borrowed(content)
                 };
-                slot.is_error = entry.payload["is_error"].as_bool().unwrap_or(false);
-                slot.status = entry.payload["status"].as_str().map(str::to_string);
+                slot.is_error = is_error;
+                slot.status = status;
                 if let Some(last) = exchanges.last_mut() {
                     last.last_seq = entry.seq;
                 }
@@ -327,14 +403,14 @@ fn group_messages(group: Group<'_>, out: &mut Vec<Message>) {
     let mut tool_calls = Vec::with_capacity(group.calls.len());
     for answered in group.calls {
         results.push(Message::ToolResult {
-            call_id: answered.call.id.clone(),
+            call_id: answered.call.id.to_string(),
             content: answered.content.into_owned(),
             is_error: answered.is_error,
         });
-        tool_calls.push(answered.call);
+        tool_calls.push(answered.call.to_call());
     }
     out.push(Message::Assistant {
-        text: group.text,
+        text: group.text.to_string(),
         tool_calls,
     });
     out.extend(results);
@@ -367,14 +443,19 @@ fn unit_tokens(unit: &Unit<'_>, estimator: &TokenEstimator) -> u64 {
     match unit {
         Unit::Plain(message) => estimator.message(message),
         Unit::Group(group) => {
-            estimator.assistant(&group.text, group.calls.iter().map(|a| &a.call))
-                + group
+            estimator.assistant(
+                group.text,
+                group
                     .calls
                     .iter()
-                    .map(|a| estimator.tool_result(&a.call.id, &a.content))
-                    .sum::<u64>()
+                    .map(|a| (a.call.id, a.call.name, a.call.arguments)),
+            ) + group
+                .calls
+                .iter()
+                .map(|a| estimator.tool_result(a.call.id, &a.content))
+                .sum::<u64>()
         }
-        Unit::Excerpt(text) => estimator.assistant(text, []),
+        Unit::Excerpt(text) => estimator.assistant(text, std::iter::empty()),
     }
 }
 
@@ -448,7 +529,7 @@ pub fn plan(
             continue;
         }
         newest_total = newest_total - newest_costs[position] + replacement_tokens;
-        let ids: Vec<String> = group.calls.iter().map(|a| a.call.id.clone()).collect();
+        let ids: Vec<String> = group.calls.iter().map(|a| a.call.id.to_string()).collect();
         excerpted.extend(ids.iter().cloned());
         replaced.push((position, ids, replacement_tokens));
         newest_units[position] = replacement;
