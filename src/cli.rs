@@ -235,7 +235,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
                 event.data["tool"].as_str().unwrap_or("?"),
                 event.data["state"].as_str().unwrap_or("?")
             ),
-            "context_trimmed" => eprintln!("pen: context trimmed: {}", event.data),
+            "context_trimmed" => eprintln!("pen: {}", trim_notice(&event.data)),
             _ => {}
         }
     };
@@ -447,4 +447,63 @@ fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
 fn usage(message: &str) -> ExitCode {
     eprintln!("pen: {message}");
     ExitCode::from(2)
+}
+
+/// One line for a `context_trimmed` event: what was cut from the request and the estimate.
+fn trim_notice(data: &serde_json::Value) -> String {
+    let count = |key: &str| data[key].as_array().map_or(0, Vec::len);
+    if data["reason"] != "budget" {
+        return format!(
+            "context trimmed after the model rejected the request as too long: {} tool result(s) cut to {} bytes",
+            count("shrunkCallIds"),
+            data["headBytes"]
+        );
+    }
+    let mut parts = Vec::new();
+    if count("excerptedCallIds") > 0 {
+        parts.push(format!(
+            "{} older tool call(s) sent as excerpts",
+            count("excerptedCallIds")
+        ));
+    }
+    if count("omittedCallIds") > 0 {
+        parts.push(format!("{} of them left out", count("omittedCallIds")));
+    }
+    if count("droppedExchanges") > 0 {
+        parts.push(format!(
+            "{} older exchange(s) left out",
+            count("droppedExchanges")
+        ));
+    }
+    format!(
+        "context trimmed to fit the model's window: {}; about {} → {} tokens (budget {})",
+        parts.join(", "),
+        data["tokensBefore"],
+        data["tokensAfter"],
+        data["budget"]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trim_notice;
+    use serde_json::json;
+
+    #[test]
+    fn trim_notices_say_what_was_cut_and_the_estimate() {
+        let budget = json!({"reason": "budget", "policyVersion": 3, "excerptedCallIds": ["a", "b"],
+            "omittedCallIds": [], "droppedExchanges": [[1, 5]], "tokensBefore": 30000,
+            "tokensAfter": 14000, "budget": 14500});
+        assert_eq!(
+            trim_notice(&budget),
+            "context trimmed to fit the model's window: 2 older tool call(s) sent as excerpts, \
+             1 older exchange(s) left out; about 30000 → 14000 tokens (budget 14500)"
+        );
+        let rejected =
+            json!({"reason": "context_window_exceeded", "shrunkCallIds": ["r"], "headBytes": 2048});
+        assert_eq!(
+            trim_notice(&rejected),
+            "context trimmed after the model rejected the request as too long: 1 tool result(s) cut to 2048 bytes"
+        );
+    }
 }
