@@ -97,7 +97,8 @@ impl Provider for AnthropicProvider {
 ///
 /// The system prompt goes once, top level. Tool results become `tool_result` blocks of the next
 /// user message; consecutive user-side entries (the results of one assistant message, and any
-/// user text after them) share one user message, results first, as the API requires. An
+/// user text after them) share one user message, results first, as the API requires;
+/// consecutive assistant messages share one assistant message. An
 /// assistant message with no text and no calls is left out: the API refuses empty content, and
 /// the user messages around it then merge as the API would merge them.
 fn request_body(request: &ModelRequest) -> Value {
@@ -140,7 +141,16 @@ fn request_body(request: &ModelRequest) -> Value {
                 if !user_blocks.is_empty() {
                     messages.push(user_message(std::mem::take(&mut user_blocks)));
                 }
-                messages.push(json!({"role": "assistant", "content": blocks}));
+                // Consecutive assistant messages (the prompt budget's excerpts, then a kept
+                // call) share one assistant turn, so roles alternate.
+                match messages.last_mut() {
+                    Some(last) if last["role"] == "assistant" => {
+                        if let Some(content) = last["content"].as_array_mut() {
+                            content.extend(blocks);
+                        }
+                    }
+                    _ => messages.push(json!({"role": "assistant", "content": blocks})),
+                }
             }
         }
     }
@@ -473,6 +483,43 @@ mod tests {
                     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
                 }],
             })
+        );
+    }
+
+    #[test]
+    fn an_excerpt_before_a_kept_call_shares_its_assistant_turn() {
+        // What the prompt budget sends after compacting: the prompt, the excerpts of old
+        // groups as assistant text, then the latest group whole. Roles must alternate.
+        let request = ModelRequest {
+            model: "claude-test".into(),
+            system: String::new(),
+            messages: vec![
+                Message::User {
+                    text: "read both".into(),
+                },
+                Message::Assistant {
+                    text: "[earlier tool call, excerpted…]".into(),
+                    tool_calls: vec![],
+                },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call("toolu_9", "pen_read", r#"{"path":"b"}"#)],
+                },
+                result("toolu_9", "b", false),
+            ],
+            tools: vec![],
+            max_output_tokens: 16,
+        };
+        assert_eq!(
+            request_body(&request)["messages"],
+            json!([
+                {"role": "user", "content": "read both"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "[earlier tool call, excerpted…]"},
+                    {"type": "tool_use", "id": "toolu_9", "name": "pen_read", "input": {"path": "b"}},
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "b"}]},
+            ])
         );
     }
 

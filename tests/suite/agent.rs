@@ -721,6 +721,19 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
         assert!(last_body.contains("not an executable call"), "{api}");
         assert!(last_body.contains("fn part_31_199()") && last_body.contains("fn part_30_199()"));
         assert!(!last_body.contains("fn part_29_199()"));
+        if api == "anthropic" {
+            // The Messages API needs alternating roles, starting with the user.
+            for request in &requests {
+                let roles: Vec<&str> = request.body["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["role"].as_str().unwrap())
+                    .collect();
+                assert!(roles.iter().step_by(2).all(|r| *r == "user"), "{roles:?}");
+                assert!(roles.iter().skip(1).step_by(2).all(|r| *r == "assistant"));
+            }
+        }
         // Calibration: every answer records the uncalibrated estimate of its request, and the
         // provider's report is close to it (the fake counts body bytes ÷ 4).
         for entry in transcript
