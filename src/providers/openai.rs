@@ -127,13 +127,38 @@ impl Provider for OpenAiProvider {
 
 /// The Chat Completions request body for `request`. Keys are written in a fixed order, so one
 /// request always serializes to the same bytes.
+/// Appends a message; an assistant message right after an assistant message without tool calls
+/// (the prompt budget's excerpts before a kept call) joins it, so servers whose chat templates
+/// insist on alternating roles accept the request.
+fn push_alternating(messages: &mut Vec<Value>, next: Value) {
+    if let Some(last) = messages.last_mut()
+        && next["role"] == "assistant"
+        && last["role"] == "assistant"
+        && last.get("tool_calls").is_none()
+    {
+        let before = last["content"].as_str().unwrap_or_default();
+        let after = next["content"].as_str().unwrap_or_default();
+        let joined = match (before.is_empty(), after.is_empty()) {
+            (_, true) => before.to_string(),
+            (true, false) => after.to_string(),
+            (false, false) => format!("{before}\n\n{after}"),
+        };
+        last["content"] = json!(joined);
+        if let Some(calls) = next.get("tool_calls") {
+            last["tool_calls"] = calls.clone();
+        }
+        return;
+    }
+    messages.push(next);
+}
+
 fn request_body(request: &ModelRequest, output_limit_field: &str) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
     for message in &request.messages {
-        messages.push(match message {
+        let next = match message {
             Message::User { text } => json!({"role": "user", "content": text}),
             Message::Assistant { text, tool_calls } if tool_calls.is_empty() => {
                 json!({"role": "assistant", "content": text})
@@ -152,7 +177,8 @@ fn request_body(request: &ModelRequest, output_limit_field: &str) -> Value {
             Message::ToolResult {
                 call_id, content, ..
             } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
-        });
+        };
+        push_alternating(&mut messages, next);
     }
     let mut body = json!({
         "model": request.model,
@@ -490,6 +516,43 @@ mod tests {
             }],
             max_output_tokens: 1024,
         }
+    }
+
+    #[test]
+    fn an_excerpt_before_a_kept_call_joins_its_assistant_message() {
+        let mut request = request();
+        request.messages = vec![
+            Message::User { text: "go".into() },
+            Message::Assistant {
+                text: "[excerpt]".into(),
+                tool_calls: vec![],
+            },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "call_9".into(),
+                    name: "pen_read".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Message::ToolResult {
+                call_id: "call_9".into(),
+                content: "x".into(),
+                is_error: false,
+            },
+        ];
+        let body = request_body(&request, "max_tokens");
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "You are pen."},
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": "[excerpt]", "tool_calls": [
+                    {"id": "call_9", "type": "function", "function": {"name": "pen_read", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "call_9", "content": "x"},
+            ])
+        );
     }
 
     #[test]

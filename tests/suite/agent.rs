@@ -721,17 +721,23 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
         assert!(last_body.contains("not an executable call"), "{api}");
         assert!(last_body.contains("fn part_31_199()") && last_body.contains("fn part_30_199()"));
         assert!(!last_body.contains("fn part_29_199()"));
-        if api == "anthropic" {
-            // The Messages API needs alternating roles, starting with the user.
-            for request in &requests {
-                let roles: Vec<&str> = request.body["messages"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|m| m["role"].as_str().unwrap())
-                    .collect();
+        for request in &requests {
+            let roles: Vec<&str> = request.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            if api == "anthropic" {
+                // The Messages API needs alternating roles, starting with the user.
                 assert!(roles.iter().step_by(2).all(|r| *r == "user"), "{roles:?}");
                 assert!(roles.iter().skip(1).step_by(2).all(|r| *r == "assistant"));
+            } else {
+                // Strict chat templates (llama.cpp's among them) refuse two assistant turns.
+                assert!(
+                    !roles.windows(2).any(|w| w == ["assistant", "assistant"]),
+                    "{roles:?}"
+                );
             }
         }
         // Calibration: every answer records the uncalibrated estimate of its request, and the
