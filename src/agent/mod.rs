@@ -179,14 +179,7 @@ impl Turn {
         // A call a crashed daemon left without a result is answered before anything else.
         self.store.recover_interrupted(&self.session_id)?;
         self.append(EntryKind::UserPrompt, json!({"text": prompt}))?;
-        let definitions: Vec<ToolDefinition> = tools::catalog()
-            .into_iter()
-            .map(|spec| ToolDefinition {
-                name: spec.name.to_string(),
-                description: spec.description.to_string(),
-                input_schema: spec.input_schema,
-            })
-            .collect();
+        let definitions = tool_definitions();
         let mut requests = 0u64;
         loop {
             if self.cancel.is_cancelled() {
@@ -525,6 +518,18 @@ fn context_message(err: &ProviderError) -> String {
          session (pen/newSession) and carry over only what matters.",
         err.message
     )
+}
+
+/// The tool catalog as the provider is told it.
+fn tool_definitions() -> Vec<ToolDefinition> {
+    tools::catalog()
+        .into_iter()
+        .map(|spec| ToolDefinition {
+            name: spec.name.to_string(),
+            description: spec.description.to_string(),
+            input_schema: spec.input_schema,
+        })
+        .collect()
 }
 
 /// The messages of one planned request and its estimates.

@@ -822,15 +822,11 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
 
 /// The uncalibrated estimate of a request with only the system prompt, the tools and `messages`.
 fn raw_estimate(messages: &[Message]) -> u64 {
-    let definitions: Vec<ToolDefinition> = tools::catalog()
-        .into_iter()
-        .map(|spec| ToolDefinition {
-            name: spec.name.to_string(),
-            description: spec.description.to_string(),
-            input_schema: spec.input_schema,
-        })
-        .collect();
-    TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(SYSTEM_PROMPT, &definitions, messages)
+    TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(
+        SYSTEM_PROMPT,
+        &tool_definitions(),
+        messages,
+    )
 }
 
 /// A config whose budget is `budget` input tokens.
