@@ -347,7 +347,7 @@ impl Backend {
                 });
             }
         };
-        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<AgentEvent>();
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
         let forwarder = tokio::spawn(forward_events(
             self.client.clone(),
             events_rx,
@@ -377,11 +377,11 @@ impl Backend {
             }),
             config,
             approver: Arc::new(ClientApprover {
-                client: self.client.clone(),
+                outgoing: events_tx.clone(),
             }),
             session_allowed,
             on_event: Arc::new(move |event| {
-                let _ = events_tx.send(event);
+                let _ = events_tx.send(Outgoing::Event(event));
             }),
             cancel,
         };
@@ -425,11 +425,23 @@ impl Drop for RunningTurn {
     }
 }
 
+/// What a turn sends the client, in the order the turn produced it.
+enum Outgoing {
+    Event(AgentEvent),
+    /// `pen/requestApproval`, answered on the channel.
+    Approval(
+        agent::ApprovalRequest,
+        tokio::sync::oneshot::Sender<ApprovalAnswer>,
+    ),
+}
+
 /// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`
-/// when the client takes progress tokens.
+/// when the client takes progress tokens. Approval requests travel the same queue, so one is
+/// never written before the events that came before it (the assistant's text, the call's
+/// `tool_call_started`).
 async fn forward_events(
     client: Client,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
     progress_supported: bool,
     turn_id: String,
 ) {
@@ -451,7 +463,26 @@ async fn forward_events(
     } else {
         None
     };
-    while let Some(event) = events.recv().await {
+    while let Some(outgoing) = events.recv().await {
+        let event = match outgoing {
+            Outgoing::Event(event) => event,
+            Outgoing::Approval(request, answer) => {
+                // Queued now, after every earlier event; answered in its own task so that
+                // events after it (a withdrawal on Stop) are not held up.
+                let client = client.clone();
+                let sent = async move { client.send_request::<RequestApproval>(request).await };
+                tokio::spawn(async move {
+                    let _ = answer.send(match sent.await {
+                        Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
+                        Err(err) => Err(format!(
+                            "the editor did not answer pen/requestApproval: {}",
+                            err.message
+                        )),
+                    });
+                });
+                continue;
+            }
+        };
         if let Some(progress) = &progress {
             let message = match event.kind.as_str() {
                 "tool_call_started" => Some(format!(
@@ -473,22 +504,22 @@ async fn forward_events(
     }
 }
 
-/// Asks the editor with `pen/requestApproval`.
+/// Asks the editor with `pen/requestApproval`, through the turn's outgoing queue.
 struct ClientApprover {
-    client: Client,
+    outgoing: tokio::sync::mpsc::UnboundedSender<Outgoing>,
 }
 
 impl Approver for ClientApprover {
     fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
-        let client = self.client.clone();
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
         Box::pin(async move {
-            match client.send_request::<RequestApproval>(request).await {
-                Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
-                Err(err) => Err(format!(
-                    "the editor did not answer pen/requestApproval: {}",
-                    err.message
-                )),
+            if queued.is_err() {
+                return Err("the turn's connection to the editor is gone".to_string());
             }
+            answer_rx
+                .await
+                .unwrap_or_else(|_| Err("the editor's answer was lost".to_string()))
         })
     }
 }

@@ -267,6 +267,63 @@ fn approvals_go_to_the_editor_and_a_denial_is_recorded() {
     );
 }
 
+/// An editor renders the events in order: the approval request must not overtake the text and
+/// the `tool_call_started` the turn produced before it (found by the VS Code panel's tests,
+/// where the request came first in 3 runs of 4).
+#[test]
+fn an_approval_request_follows_the_events_before_it() {
+    let fake = FakeProvider::start();
+    let words: Vec<String> = (0..12).map(|i| format!("word{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let mut d = daemon(&fake, "openai");
+    let session = d.new_session();
+    for round in 0..5 {
+        let id = format!("create_{round}");
+        fake.push([
+            Reply::Stream(openai_frames(
+                &words,
+                &[call(
+                    &id,
+                    "pen_create",
+                    json!({"path": format!("f{round}.txt"), "content": "x"}),
+                )],
+                usage(),
+            )),
+            Reply::Stream(openai_frames(&["Ok."], &[], usage())),
+        ]);
+        let prompt = d.client.send_request(
+            "pen/prompt",
+            json!({"sessionId": session, "text": "create it"}),
+        );
+        let request = d
+            .client
+            .wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
+        let turn = request["params"]["turnId"].clone();
+        let before: Vec<Value> = d
+            .events()
+            .into_iter()
+            .filter(|e| e["turnId"] == turn)
+            .collect();
+        let text: String = before
+            .iter()
+            .filter(|e| e["kind"] == "text_delta")
+            .map(|e| e["data"]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, words.concat(), "round {round}");
+        assert!(
+            before
+                .iter()
+                .any(|e| e["kind"] == "tool_call_started" && e["data"]["callId"] == id.as_str()),
+            "round {round}: tool_call_started came after the request"
+        );
+        let body = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"decision": "deny"}});
+        d.client
+            .send_raw(&super::lsp_client::frame(body.to_string().as_bytes()));
+        let answer = d.client.wait_for_response(&prompt);
+        assert_eq!(answer["result"]["stopReason"], "end_turn");
+    }
+}
+
 #[test]
 fn stop_ends_a_streaming_turn_and_the_next_prompt_works() {
     let fake = FakeProvider::start();
