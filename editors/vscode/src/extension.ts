@@ -152,16 +152,18 @@ export function activate(context: vscode.ExtensionContext): void {
       }
       const next = toPenConfig(readSettings(), hasKey);
       const change = configChange(sent, next);
+      output.appendLine(`settings changed: ${JSON.stringify(change)}`);
       if (change.kind === 'restart') {
         await daemon.restart();
       } else if (change.kind === 'set') {
         try {
           await daemon.client.sendRequest('pen/setConfig', change.params);
           sent = next;
+          vscode.window.setStatusBarMessage('pen: settings applied', 10_000);
         } catch (err) {
-          void vscode.window.showErrorMessage(
-            `pen: the setting was not applied: ${err instanceof Error ? err.message : String(err)}`,
-          );
+          const message = `pen: the setting was not applied: ${err instanceof Error ? err.message : String(err)}`;
+          output.appendLine(message);
+          void vscode.window.showErrorMessage(message);
         }
       }
     }),

@@ -97,11 +97,26 @@ export interface PanelModel {
   status: string;
   /** The turns whose end is rendered: `turn_ended` and the `pen/prompt` answer both report it. */
   endedTurns: string[];
+  /**
+   * Approval requests whose card is not there yet: pen's `pen/requestApproval` can overtake the
+   * `pen/event` notifications sent before it (the rest of the answer, `tool_call_started`), so
+   * the card waits for them to keep the conversation in order.
+   */
+  earlyApprovals: ApprovalParams[];
   nextId: number;
 }
 
 export function emptyModel(): PanelModel {
-  return { sessionId: null, sessions: [], items: [], running: false, status: '', endedTurns: [], nextId: 1 };
+  return {
+    sessionId: null,
+    sessions: [],
+    items: [],
+    running: false,
+    status: '',
+    endedTurns: [],
+    earlyApprovals: [],
+    nextId: 1,
+  };
 }
 
 /** Words for the states of `tool_call_finished` (and the stored `status` of a tool result). */
@@ -327,12 +342,33 @@ function toolFinished(
   return update<ToolItem>(m, index, { state: known, isError, excerpt, pendingApproval: false });
 }
 
-/** An approval request (from `pen/requestApproval` or `approval_requested`; same data, once). */
+/**
+ * An approval request from `pen/requestApproval`: shown on its card, or kept until the card
+ * comes (see `earlyApprovals`; `showEarlyApproval` shows it anyway when it waited too long).
+ */
 export function approvalRequested(model: PanelModel, params: ApprovalParams): PanelModel {
   if (params.sessionId !== model.sessionId) {
     return model;
   }
+  if (findTool(model, params.callId) < 0) {
+    return { ...model, earlyApprovals: [...model.earlyApprovals, params] };
+  }
+  return markPending(model, params);
+}
+
+/** Show an early approval request even though its card's events have not come (yet). */
+export function showEarlyApproval(model: PanelModel, callId: string): PanelModel {
+  const early = model.earlyApprovals.find((a) => a.callId === callId);
+  if (early === undefined) {
+    return model;
+  }
+  return markPending(model, early);
+}
+
+/** The card of `params.callId` (created if need be) waits for the owner's answer. */
+function markPending(model: PanelModel, params: ApprovalParams): PanelModel {
   let m = toolStarted(model, params.callId, params.tool, params.arguments);
+  m = { ...m, earlyApprovals: m.earlyApprovals.filter((a) => a.callId !== params.callId) };
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
   if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
@@ -351,6 +387,9 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
 
 /** The owner answered in the panel (or the request was cancelled). */
 export function approvalAnswered(model: PanelModel, callId: string, decision: Decision | 'withdrawn'): PanelModel {
+  if (model.earlyApprovals.some((a) => a.callId === callId)) {
+    model = { ...model, earlyApprovals: model.earlyApprovals.filter((a) => a.callId !== callId) };
+  }
   const index = findTool(model, callId);
   if (index < 0) {
     return model;
@@ -381,7 +420,11 @@ function turnEnded(
     actions: actionsFor(stopReason, lastError),
   } as TurnEndItem);
   // A turn that ends leaves no approval pending and nothing running.
-  let out: PanelModel = { ...m, endedTurns: turnId !== null ? [...m.endedTurns, turnId] : m.endedTurns };
+  let out: PanelModel = {
+    ...m,
+    endedTurns: turnId !== null ? [...m.endedTurns, turnId] : m.endedTurns,
+    earlyApprovals: [],
+  };
   out.items.forEach((item, index) => {
     if (item.kind === 'tool' && (item.pendingApproval || item.state === 'running' || item.state === 'awaiting_approval')) {
       out = update<ToolItem>(out, index, { pendingApproval: false, state: 'unknown' });
@@ -402,14 +445,16 @@ export function applyEvent(model: PanelModel, event: PenEvent): PanelModel {
       return appendText(model, turnId, asString(d.text) ?? '');
     case 'tool_call_started': {
       const tool = asString(d.tool) ?? '?';
-      const m = toolStarted(model, asString(d.callId) ?? '?', tool, d.arguments);
-      return model.running ? { ...m, status: `running ${tool}` } : m;
+      const callId = asString(d.callId) ?? '?';
+      const m = toolStarted(model, callId, tool, d.arguments);
+      if (m === model) {
+        return m;
+      }
+      const running = model.running ? { ...m, status: `running ${tool}` } : m;
+      return showEarlyApproval(running, callId);
     }
     case 'approval_requested':
-      return approvalRequested(model, {
-        ...(d as unknown as ApprovalParams),
-        sessionId: event.sessionId,
-      });
+      return markPending(model, { ...(d as unknown as ApprovalParams), sessionId: event.sessionId });
     case 'approval_withdrawn':
       return approvalAnswered(model, asString(d.callId) ?? '?', 'withdrawn');
     case 'tool_call_finished':
@@ -466,7 +511,7 @@ export function daemonStopped(model: PanelModel, message: string): PanelModel {
   if (m.running) {
     m = note(m, 'error', message);
   }
-  return { ...m, running: false, status: '' };
+  return { ...m, running: false, status: '', earlyApprovals: [] };
 }
 
 export function withSessions(model: PanelModel, sessions: SessionInfo[]): PanelModel {

@@ -51,7 +51,7 @@ const STATE_ICONS: Record<ToolItem['state'], string> = {
   error: 'error',
   denied: 'circle-slash',
   stale_authority: 'history',
-  not_executed: 'debug-step-over',
+  not_executed: 'debug-stop',
   unknown: 'warning',
 };
 

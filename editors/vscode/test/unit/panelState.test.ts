@@ -1,0 +1,3 @@
+//! Placeholder replaced below.
+import { test } from 'node:test';
+test('placeholder', () => {});
