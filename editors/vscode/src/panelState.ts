@@ -238,9 +238,12 @@ export function trimNotice(data: Record<string, unknown>): { title: string; deta
       ? `; ${formatTokens(before)} → ${formatTokens(after)} tokens` +
         (budget !== null ? ` (budget ${formatTokens(budget)})` : '')
       : '';
+  const providerMessage = asString(data.providerMessage);
   const why =
     reason === 'context_window_exceeded'
-      ? 'The provider rejected the request as too long; pen trimmed it and retried'
+      ? 'The provider rejected the request as too long' +
+        (providerMessage !== null ? ` (${providerMessage})` : '') +
+        '; pen trimmed it and retried'
       : reason === 'budget'
         ? 'The conversation outgrew the context window; pen compacted the request'
         : `Context trimmed (${reason})`;
@@ -568,13 +571,15 @@ function storedEvent(model: PanelModel, turnId: string | null, p: Record<string,
     case 'turn_ended':
       return turnEnded(model, turnId, asString(p.stop_reason) ?? 'unknown', asString(p.last_error));
     case 'results_shrunk':
-      // The stored form of a context_trimmed report after a provider rejection.
+      // The stored form of a context_trimmed report after a provider rejection; its `reason`
+      // is the provider's message.
       return push(model, {
         kind: 'trim',
         ...trimNotice({
-          reason: asString(p.reason) ?? 'context_window_exceeded',
+          reason: 'context_window_exceeded',
           shrunkCallIds: p.call_ids,
           headBytes: p.head_bytes,
+          providerMessage: p.reason,
         }),
       } as TrimItem);
     case 'context_trimmed':

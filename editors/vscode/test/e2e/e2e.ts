@@ -104,7 +104,7 @@ function writeWorkspace(): void {
   fs.writeFileSync(path.join(ws, 'big.txt'), lines.join('\n') + '\n');
 }
 
-function writeSettings(extra: Record<string, unknown>, baseUrl: string): void {
+function writeSettings(baseUrl: string): void {
   const user = path.join(cs, 'ud', 'User');
   fs.mkdirSync(user, { recursive: true });
   const settings = {
@@ -123,7 +123,6 @@ function writeSettings(extra: Record<string, unknown>, baseUrl: string): void {
     'pen.provider': 'openai',
     'pen.model': 'fake',
     'pen.baseUrl': baseUrl,
-    ...extra,
   };
   fs.writeFileSync(path.join(user, 'settings.json'), JSON.stringify(settings, null, 2));
 }
@@ -284,7 +283,7 @@ async function main(): Promise<void> {
   }
   writeWorkspace();
   const baseUrl = await startFake();
-  writeSettings({}, baseUrl);
+  writeSettings(baseUrl);
   const port = await freePort();
   startCodeServer(port);
   const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`;
@@ -428,8 +427,13 @@ async function main(): Promise<void> {
     });
 
     await step(page, 'trimmed-by-budget', async () => {
-      // A small context window, through the settings (pen/setConfig on change), in a new session.
-      writeSettings({ 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256 }, baseUrl);
+      // A small context window, through the workspace's settings (pen/setConfig on change), in a
+      // new session.
+      fs.mkdirSync(path.join(ws, '.vscode'), { recursive: true });
+      fs.writeFileSync(
+        path.join(ws, '.vscode', 'settings.json'),
+        JSON.stringify({ 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256 }),
+      );
       await page.locator('.statusbar-item', { hasText: 'pen: settings applied' }).waitFor();
       await p.getByRole('button', { name: 'New session', exact: true }).click();
       await waitUntil('an empty panel', UI_MS, async () => (await p.locator('#log > *').count()) === 0);
@@ -452,11 +456,13 @@ async function main(): Promise<void> {
     await step(page, 'resumed-after-reload', async () => {
       await page.reload();
       await page.locator('.monaco-workbench').waitFor({ timeout: STARTUP_MS });
-      const box = p.getByRole('textbox', { name: 'Ask pen' });
-      if (!(await box.isVisible().catch(() => false))) {
-        await page.getByRole('tab', { name: 'pen', exact: true }).click({ timeout: STARTUP_MS });
+      // The workbench restores the open pen container; clicking its tab again would close it.
+      const tab = page.getByRole('tab', { name: 'pen', exact: true });
+      await tab.waitFor({ timeout: STARTUP_MS });
+      if ((await tab.getAttribute('aria-selected')) !== 'true') {
+        await tab.click();
       }
-      await box.waitFor({ timeout: STARTUP_MS });
+      await p.getByRole('textbox', { name: 'Ask pen' }).waitFor({ timeout: STARTUP_MS });
       // The session is re-rendered from pen/getTranscript.
       await p.locator('.notice.trim', { hasText: 'excerpted' }).first().waitFor({ timeout: TURN_MS });
       await p.getByText('Read five pages of big.txt.').waitFor();
