@@ -97,7 +97,7 @@ function renderMarkdown(text: string): HTMLElement {
 /** A unified diff with added and removed lines marked (as text, never HTML). */
 function renderDiff(diff: string): HTMLElement {
   const pre = el('pre', 'diff');
-  for (const line of diff.replace(/\r/g, '').split('\n')) {
+  for (const line of diff.replace(/\r/g, '').replace(/\n$/, '').split('\n')) {
     const cls = line.startsWith('+++') || line.startsWith('---')
       ? 'file'
       : line.startsWith('@@')

@@ -207,6 +207,8 @@ function startCodeServer(port: number): ChildProcess {
     },
   );
   children.push(server);
+  // run.sh's trap stops this group too should this process die before its own cleanup.
+  fs.writeFileSync(path.join(OUT_DIR, 'code-server.pgid'), String(server.pid));
   return server;
 }
 
@@ -268,6 +270,20 @@ async function ask(p: FrameLocator, text: string): Promise<number> {
   return endsBefore;
 }
 
+/** Run a command from the F1 palette by its exact title. */
+async function runCommand(page: Page, title: string): Promise<void> {
+  await page.locator('.monaco-workbench').waitFor({ timeout: STARTUP_MS });
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor();
+  await input.fill(`>${title}`);
+  await page
+    .locator('.quick-input-list .monaco-list-row')
+    .filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${title}$`) }) })
+    .first()
+    .click({ timeout: STARTUP_MS });
+}
+
 /** The text of the active editor, as the editor renders it (non-breaking spaces as spaces). */
 async function editorText(page: Page): Promise<string> {
   const text = await page.locator('.editor-instance .monaco-editor .view-lines').first().innerText();
@@ -321,6 +337,18 @@ async function main(): Promise<void> {
       for (const name of ['Send', 'Stop', 'New session']) {
         await p.getByRole('button', { name, exact: true }).waitFor();
       }
+      // A wider side bar, as a chat panel is usually given: drag its edge.
+      const bar = await page.locator('.part.sidebar').boundingBox();
+      if (bar === null) {
+        throw new Error('no side bar');
+      }
+      await page.mouse.move(bar.x + bar.width + 1, bar.y + 300);
+      await page.mouse.down();
+      await page.mouse.move(bar.x + bar.width + 160, bar.y + 300, { steps: 5 });
+      await page.mouse.up();
+      await waitUntil('the side bar to widen', UI_MS, async () =>
+        ((await page.locator('.part.sidebar').boundingBox())?.width ?? 0) > bar.width + 100,
+      );
     });
 
     await step(page, 'streamed-answer', async () => {
@@ -359,7 +387,8 @@ async function main(): Promise<void> {
       // $/progress and the extension's own status item show the running turn.
       await page.locator('.statusbar-item', { hasText: 'pen: waiting for approval' }).waitFor();
     });
-    fs.copyFileSync(path.join(OUT_DIR, `${String(shot).padStart(2, '0')}-edit-approval.png`), path.join(OUT_DIR, 'panel.png'));
+    // The README's picture (docs/vscode-panel.png): the panel mid-turn beside the edited file.
+    await page.screenshot({ path: path.join(OUT_DIR, 'panel.png'), clip: { x: 0, y: 0, width: 900, height: 900 } });
 
     await step(page, 'edit-diff-editor', async () => {
       await card(p, 'call_edit_a').getByRole('button', { name: /Open diff/ }).click();
@@ -456,13 +485,13 @@ async function main(): Promise<void> {
     await step(page, 'resumed-after-reload', async () => {
       await page.reload();
       await page.locator('.monaco-workbench').waitFor({ timeout: STARTUP_MS });
-      // The workbench restores the open pen container; clicking its tab again would close it.
-      const tab = page.getByRole('tab', { name: 'pen', exact: true });
-      await tab.waitFor({ timeout: STARTUP_MS });
-      if ((await tab.getAttribute('aria-selected')) !== 'true') {
-        await tab.click();
-      }
+      // "pen: Ask" from the command palette shows the panel whether or not the workbench has
+      // restored it yet (clicking the activity bar tab would close a restored one).
+      await runCommand(page, 'pen: Ask');
       await p.getByRole('textbox', { name: 'Ask pen' }).waitFor({ timeout: STARTUP_MS });
+      await waitUntil('the prompt box to have focus', UI_MS, () =>
+        p.getByRole('textbox', { name: 'Ask pen' }).evaluate((el) => el === el.ownerDocument.activeElement),
+      );
       // The session is re-rendered from pen/getTranscript.
       await p.locator('.notice.trim', { hasText: 'excerpted' }).first().waitFor({ timeout: TURN_MS });
       await p.getByText('Read five pages of big.txt.').waitFor();
@@ -493,6 +522,7 @@ main().then(
   () => {
     console.log(`e2e: all scenarios passed in ${Date.now() - started} ms; screenshots in ${OUT_DIR}`);
     cleanup();
+    fs.rmSync(tmp, { recursive: true, force: true });
     process.exit(0);
   },
   (err: unknown) => {
