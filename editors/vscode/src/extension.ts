@@ -98,7 +98,10 @@ export function activate(context: vscode.ExtensionContext): void {
       const first = range.start.line + 1;
       const last = range.end.character === 0 && range.end.line > range.start.line ? range.end.line : range.end.line + 1;
       const rel = vscode.workspace.asRelativePath(doc.uri, false);
-      const text = doc.getText(new vscode.Range(first - 1, 0, last - 1, doc.lineAt(last - 1).text.length));
+      // The prompt is plain text: the file's CRLF would become LF in the prompt box anyway.
+      const text = doc
+        .getText(new vscode.Range(first - 1, 0, last - 1, doc.lineAt(last - 1).text.length))
+        .replace(/\r\n/g, '\n');
       await panel.reveal(false);
       ctl.prefill(`Selection from \`${rel}\` lines ${first}-${last}:\n\`\`\`${doc.languageId}\n${text}\n\`\`\`\n\n`);
       void daemon.ensure();

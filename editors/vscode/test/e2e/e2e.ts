@@ -90,6 +90,8 @@ const replies: unknown[] = [
     tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: start, line_count: 40 } }],
   })),
   { text: 'Read five pages of big.txt.' },
+  // 7. After "pen: Set API Key": the daemon runs with the stored key.
+  { text: 'Authorized by the stored key.' },
 ];
 
 function writeWorkspace(): void {
@@ -420,6 +422,19 @@ async function main(): Promise<void> {
       await waitUntil('undo to restore the unsaved text', UI_MS, async () => (await editorText(page)).includes('line two UNSAVED'));
     });
 
+    await step(page, 'ask-about-selection', async () => {
+      await page.keyboard.press('Control+Home');
+      await page.keyboard.press('Shift+ArrowDown');
+      await page.keyboard.press('Shift+ArrowDown');
+      await runCommand(page, 'pen: Ask About Selection');
+      const box = p.getByRole('textbox', { name: 'Ask pen' });
+      await waitUntil('the prompt box prefilled with the selection', UI_MS, async () => {
+        const value = await box.inputValue();
+        return value.includes('Selection from `a.txt` lines 1-2:') && value.includes('```plaintext\nline one\nline two UNSAVED\n```');
+      });
+      await box.fill('');
+    });
+
     await step(page, 'deny', async () => {
       ends = await ask(p, 'edit b');
       const edit = card(p, 'call_edit_b');
@@ -508,6 +523,36 @@ async function main(): Promise<void> {
       await card(p, 'call_create').locator('.state', { hasText: 'not executed' }).waitFor();
       await p.locator('.notice.trim', { hasText: '1 tool result cut to a 2048-byte head' }).waitFor();
       await p.getByText('Edited line two.').waitFor();
+    });
+
+    await step(page, 'api-key-from-secret-storage', async () => {
+      await runCommand(page, 'pen: Set API Key');
+      const input = page.locator('.quick-input-widget input[type="password"]');
+      await input.waitFor();
+      await input.fill('sk-from-secret-storage');
+      await page.keyboard.press('Enter');
+      await page.locator('.notification-toast', { hasText: 'pen: restarted with the new API key.' }).waitFor({ timeout: TURN_MS });
+      const ends = await ask(p, 'who am I');
+      await turnDone(p, ends);
+      await p.getByText('Authorized by the stored key.').waitFor();
+      const authorization = fs.readFileSync(path.join(tmp, 'replies.json.authorization'), 'utf8').trim().split('\n');
+      if (authorization[authorization.length - 1] !== 'Bearer sk-from-secret-storage') {
+        throw new Error(`the last request's Authorization: ${authorization[authorization.length - 1]}`);
+      }
+      if (fs.readFileSync(path.join(cs, 'ud', 'User', 'settings.json'), 'utf8').includes('sk-from-secret-storage')) {
+        throw new Error('the API key landed in settings.json');
+      }
+    });
+
+    await step(page, 'missing-binary', async () => {
+      fs.writeFileSync(
+        path.join(ws, '.vscode', 'settings.json'),
+        JSON.stringify({ 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256, 'pen.path': '/nonexistent/pen' }),
+      );
+      await page
+        .locator('.notification-toast', { hasText: 'the pen binary "/nonexistent/pen" was not found' })
+        .waitFor({ timeout: TURN_MS });
+      await page.locator('.notification-toast').getByRole('button', { name: 'Open Settings' }).waitFor();
     });
   } catch (err) {
     await screenshot(page, 'failure').catch(() => undefined);
