@@ -58,6 +58,7 @@ export function resolveBinary(name: string, env: NodeJS.ProcessEnv = process.env
 
 export class Daemon implements vscode.Disposable {
   client: LanguageClient | null = null;
+  private starting: Promise<LanguageClient | null> | null = null;
   private crashes = 0;
   private startedAt = 0;
   private disposed = false;
@@ -72,10 +73,14 @@ export class Daemon implements vscode.Disposable {
 
   /** The running client, started on first use; null (with a notification) when pen cannot start. */
   async ensure(): Promise<LanguageClient | null> {
+    if (this.starting !== null) {
+      return this.starting;
+    }
     if (this.client !== null && this.client.state === State.Running) {
       return this.client;
     }
     if (this.client !== null && this.client.state === State.Starting) {
+      // Restarting after a crash: the language client starts it again by itself.
       await this.waitRunning(this.client);
       return (this.client.state as State) === State.Running ? this.client : null;
     }
@@ -93,8 +98,19 @@ export class Daemon implements vscode.Disposable {
     });
   }
 
+  /** Start once: callers that come while a start is under way share it. */
+  private start(): Promise<LanguageClient | null> {
+    if (this.starting === null) {
+      this.starting = this.startNew().finally(() => {
+        this.starting = null;
+      });
+    }
+    return this.starting;
+  }
+
   /** Stop the daemon (if any) and start a new one with the current settings and key. */
   async restart(): Promise<LanguageClient | null> {
+    await this.starting;
     await this.stop('restarting pen');
     this.crashes = 0;
     return this.start();
@@ -113,7 +129,7 @@ export class Daemon implements vscode.Disposable {
     }
   }
 
-  private async start(): Promise<LanguageClient | null> {
+  private async startNew(): Promise<LanguageClient | null> {
     const configured = this.binary();
     const command = resolveBinary(configured);
     if (command === null) {

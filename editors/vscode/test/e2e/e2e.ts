@@ -90,7 +90,9 @@ const replies: unknown[] = [
     tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: start, line_count: 40 } }],
   })),
   { text: 'Read five pages of big.txt.' },
-  // 7. After "pen: Set API Key": the daemon runs with the stored key.
+  // 7. After the daemon was killed and restarted.
+  { text: 'Back after the crash.' },
+  // 8. After "pen: Set API Key": the daemon runs with the stored key.
   { text: 'Authorized by the stored key.' },
 ];
 
@@ -104,6 +106,21 @@ function writeWorkspace(): void {
     lines.push(`line ${i} of a big file, long enough to pass the two KiB head`);
   }
   fs.writeFileSync(path.join(ws, 'big.txt'), lines.join('\n') + '\n');
+}
+
+/**
+ * pen.path for the test: a script that records the daemon's pid (so the crash scenario can kill
+ * exactly this daemon) and runs the real binary.
+ */
+function penWrapper(): string {
+  const wrapper = path.join(tmp, 'pen');
+  fs.writeFileSync(wrapper, `#!/bin/sh\necho $$ >> '${path.join(tmp, 'pen.pids')}'\nexec '${PEN_BIN}' "$@"\n`, { mode: 0o755 });
+  return wrapper;
+}
+
+function daemonPids(): number[] {
+  const file = path.join(tmp, 'pen.pids');
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim().split('\n').map(Number) : [];
 }
 
 function writeSettings(baseUrl: string): void {
@@ -121,7 +138,7 @@ function writeSettings(baseUrl: string): void {
     'files.eol': 'auto',
     'files.autoSave': 'off',
     'files.hotExit': 'off',
-    'pen.path': PEN_BIN,
+    'pen.path': penWrapper(),
     'pen.provider': 'openai',
     'pen.model': 'fake',
     'pen.baseUrl': baseUrl,
@@ -225,6 +242,7 @@ function cleanup(): void {
     }
   }
   children.length = 0;
+  fs.rmSync(path.join(OUT_DIR, 'code-server.pgid'), { force: true });
 }
 process.on('exit', cleanup);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -275,9 +293,15 @@ async function ask(p: FrameLocator, text: string): Promise<number> {
 /** Run a command from the F1 palette by its exact title. */
 async function runCommand(page: Page, title: string): Promise<void> {
   await page.locator('.monaco-workbench').waitFor({ timeout: STARTUP_MS });
-  await page.keyboard.press('F1');
   const input = page.locator('.quick-input-widget input');
-  await input.waitFor();
+  // A workbench that is still starting may miss the key: press it again each second.
+  let polls = 0;
+  await waitUntil('the command palette', STARTUP_MS, async () => {
+    if (polls++ % 10 === 0) {
+      await page.keyboard.press('F1');
+    }
+    return input.isVisible();
+  });
   await input.fill(`>${title}`);
   await page
     .locator('.quick-input-list .monaco-list-row')
@@ -504,9 +528,6 @@ async function main(): Promise<void> {
       // restored it yet (clicking the activity bar tab would close a restored one).
       await runCommand(page, 'pen: Ask');
       await p.getByRole('textbox', { name: 'Ask pen' }).waitFor({ timeout: STARTUP_MS });
-      await waitUntil('the prompt box to have focus', UI_MS, () =>
-        p.getByRole('textbox', { name: 'Ask pen' }).evaluate((el) => el === el.ownerDocument.activeElement),
-      );
       // The session is re-rendered from pen/getTranscript.
       await p.locator('.notice.trim', { hasText: 'excerpted' }).first().waitFor({ timeout: TURN_MS });
       await p.getByText('Read five pages of big.txt.').waitFor();
@@ -523,6 +544,16 @@ async function main(): Promise<void> {
       await card(p, 'call_create').locator('.state', { hasText: 'not executed' }).waitFor();
       await p.locator('.notice.trim', { hasText: '1 tool result cut to a 2048-byte head' }).waitFor();
       await p.getByText('Edited line two.').waitFor();
+    });
+
+    await step(page, 'daemon-crash-restarted', async () => {
+      const pids = daemonPids();
+      process.kill(pids[pids.length - 1], 'SIGKILL');
+      await page.locator('.notification-toast', { hasText: 'pen serve stopped unexpectedly; restarting it in 1 s' }).waitFor();
+      await waitUntil('a new pen serve', TURN_MS, () => daemonPids().length > pids.length);
+      const ends = await ask(p, 'are you back');
+      await turnDone(p, ends);
+      await p.getByText('Back after the crash.').waitFor();
     });
 
     await step(page, 'api-key-from-secret-storage', async () => {
