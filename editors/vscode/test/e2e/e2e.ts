@@ -40,7 +40,7 @@ const children: ChildProcess[] = [];
 const CRLF_TEXT = 'line one\r\nline two\r\nline three\r\n';
 const replies: unknown[] = [
   // 1. A streamed answer.
-  { text: 'Hello from the **fake model**, streamed in pieces.\n\n```rust\nfn main() {}\n```\n' },
+  { text: 'Hello from the **fake model**, streamed in pieces.\n\n```rust\nfn main() {}\n```\n\nRaw <img src=x onerror="document.title=1"> stays text.\n' },
   // 2. An edit of the open, unsaved CRLF file, approved in the panel.
   { tool_calls: [{ id: 'call_read_a', name: 'pen_read', arguments: { path: 'a.txt' } }] },
   {
@@ -353,6 +353,16 @@ async function main(): Promise<void> {
   });
   const page = context.pages()[0] ?? (await context.newPage());
   page.setDefaultTimeout(UI_MS);
+  // The browser's console, kept for failures; a Content-Security-Policy violation fails the test.
+  const consoleLog = fs.createWriteStream(path.join(OUT_DIR, 'console.log'));
+  const violations: string[] = [];
+  page.on('console', (message) => {
+    const line = `[${message.type()}] ${message.location().url}: ${message.text()}`;
+    consoleLog.write(line + '\n');
+    if (/Content Security Policy|Refused to (load|execute|apply|connect)/i.test(message.text())) {
+      violations.push(line);
+    }
+  });
   const p = panel(page);
   try {
     await step(page, 'panel-open', async () => {
@@ -383,6 +393,11 @@ async function main(): Promise<void> {
       await turnDone(p, ends);
       await p.locator('.msg.answer pre code', { hasText: 'fn main() {}' }).waitFor();
       await p.locator('.msg.answer strong', { hasText: 'fake model' }).waitFor();
+      // The model's raw HTML is shown as text, never as markup.
+      await p.getByText('Raw <img src=x onerror="document.title=1"> stays text.').waitFor();
+      if ((await p.locator('.msg.answer img').count()) !== 0) {
+        throw new Error('raw HTML from the model became an element');
+      }
     });
 
     await step(page, 'crlf-file-unsaved', async () => {
@@ -585,6 +600,9 @@ async function main(): Promise<void> {
         .waitFor({ timeout: TURN_MS });
       await page.locator('.notification-toast').getByRole('button', { name: 'Open Settings' }).waitFor();
     });
+    if (violations.length > 0) {
+      throw new Error(`Content-Security-Policy violations:\n${violations.join('\n')}`);
+    }
   } catch (err) {
     await screenshot(page, 'failure').catch(() => undefined);
     throw err;
