@@ -251,11 +251,6 @@ export class Controller implements vscode.Disposable {
     this.settle(callId, { decision });
   }
 
-  /** Answer the (oldest) pending approval from a command. */
-  pending(): state.ToolItem | undefined {
-    return state.pendingApprovals(this.model)[0];
-  }
-
   async openDiff(callId: string): Promise<void> {
     const item = this.model.items.find((i): i is state.ToolItem => i.kind === 'tool' && i.callId === callId);
     await this.diffs.open(callId, item?.diff ?? null, item?.summary ?? callId);

@@ -601,11 +601,6 @@ function storedEvent(model: PanelModel, turnId: string | null, p: Record<string,
   }
 }
 
-/** The tool card waiting for the owner, if any (the panel shows its buttons). */
-export function pendingApprovals(model: PanelModel): ToolItem[] {
-  return model.items.filter((item): item is ToolItem => item.kind === 'tool' && item.pendingApproval);
-}
-
 /** Words for a stop reason, as the end of a turn shows them. */
 export function stopReasonLabel(stopReason: string): string {
   switch (stopReason) {

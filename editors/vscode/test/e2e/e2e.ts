@@ -561,6 +561,22 @@ async function main(): Promise<void> {
       await p.getByText('Edited line two.').waitFor();
     });
 
+    await step(page, 'hidden-and-shown', async () => {
+      // Hiding the side bar and showing it again keeps the conversation and the draft.
+      const box = p.getByRole('textbox', { name: 'Ask pen' });
+      await box.fill('a draft');
+      const tab = page.getByRole('tab', { name: 'pen', exact: true });
+      await tab.click();
+      await page.locator('.part.sidebar').waitFor({ state: 'hidden' });
+      await runCommand(page, 'pen: Ask');
+      await page.locator('.part.sidebar').waitFor();
+      await p.getByText('Edited line two.').waitFor();
+      if ((await box.inputValue()) !== 'a draft') {
+        throw new Error(`the draft after hiding the panel: ${await box.inputValue()}`);
+      }
+      await box.fill('');
+    });
+
     await step(page, 'daemon-crash-restarted', async () => {
       const pids = daemonPids();
       process.kill(pids[pids.length - 1], 'SIGKILL');
