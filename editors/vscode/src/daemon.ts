@@ -58,6 +58,8 @@ export function resolveBinary(name: string, env: NodeJS.ProcessEnv = process.env
 
 export class Daemon implements vscode.Disposable {
   client: LanguageClient | null = null;
+  /** True once something needed pen: a later change of `pen.path` starts it again. */
+  wanted = false;
   private starting: Promise<LanguageClient | null> | null = null;
   private crashes = 0;
   private startedAt = 0;
@@ -73,6 +75,7 @@ export class Daemon implements vscode.Disposable {
 
   /** The running client, started on first use; null (with a notification) when pen cannot start. */
   async ensure(): Promise<LanguageClient | null> {
+    this.wanted = true;
     if (this.starting !== null) {
       return this.starting;
     }
@@ -132,6 +135,7 @@ export class Daemon implements vscode.Disposable {
   private async startNew(): Promise<LanguageClient | null> {
     const configured = this.binary();
     const command = resolveBinary(configured);
+    this.output.appendLine(`starting pen serve: pen.path "${configured}" is ${command ?? 'not found'}`);
     if (command === null) {
       void this.explainMissing(configured);
       return null;

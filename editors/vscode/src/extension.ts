@@ -146,11 +146,19 @@ export function activate(context: vscode.ExtensionContext): void {
       }
     }),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
-      if (!e.affectsConfiguration('pen') || daemon.client === null) {
+      if (!e.affectsConfiguration('pen')) {
         return;
       }
+      output.appendLine(`pen settings changed (pen.path: ${e.affectsConfiguration('pen.path')})`);
+      // A new path is tried at once, also after a start that found no binary (in a browser
+      // the settings may arrive after the panel asked for pen).
       if (e.affectsConfiguration('pen.path')) {
-        await daemon.restart();
+        if (daemon.client !== null || daemon.wanted) {
+          await daemon.restart();
+        }
+        return;
+      }
+      if (daemon.client === null) {
         return;
       }
       const next = toPenConfig(readSettings(), hasKey);
