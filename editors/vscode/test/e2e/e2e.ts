@@ -112,10 +112,9 @@ function writeWorkspace(): void {
  * pen.path for the test: a script that records the daemon's pid (so the crash scenario can kill
  * exactly this daemon) and runs the real binary.
  */
-function penWrapper(): string {
+function writePenWrapper(): void {
   const wrapper = path.join(tmp, 'pen');
   fs.writeFileSync(wrapper, `#!/bin/sh\necho $$ >> '${path.join(tmp, 'pen.pids')}'\nexec '${PEN_BIN}' "$@"\n`, { mode: 0o755 });
-  return wrapper;
 }
 
 function daemonPids(): number[] {
@@ -123,7 +122,7 @@ function daemonPids(): number[] {
   return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim().split('\n').map(Number) : [];
 }
 
-function writeSettings(baseUrl: string): void {
+function writeUserSettings(): void {
   const user = path.join(cs, 'ud', 'User');
   fs.mkdirSync(user, { recursive: true });
   const settings = {
@@ -138,12 +137,24 @@ function writeSettings(baseUrl: string): void {
     'files.eol': 'auto',
     'files.autoSave': 'off',
     'files.hotExit': 'off',
-    'pen.path': penWrapper(),
+  };
+  fs.writeFileSync(path.join(user, 'settings.json'), JSON.stringify(settings, null, 2));
+}
+
+/**
+ * pen's settings, in the workspace's .vscode/settings.json: code-server reads the workspace's
+ * settings at every start, while its user settings were seen to be missing after a reload.
+ */
+function writePenSettings(baseUrl: string, extra: Record<string, unknown>): void {
+  fs.mkdirSync(path.join(ws, '.vscode'), { recursive: true });
+  const settings = {
+    'pen.path': path.join(tmp, 'pen'),
     'pen.provider': 'openai',
     'pen.model': 'fake',
     'pen.baseUrl': baseUrl,
+    ...extra,
   };
-  fs.writeFileSync(path.join(user, 'settings.json'), JSON.stringify(settings, null, 2));
+  fs.writeFileSync(path.join(ws, '.vscode', 'settings.json'), JSON.stringify(settings, null, 2));
 }
 
 /** Start the fake provider; resolves with its base URL once it printed its port. */
@@ -325,7 +336,9 @@ async function main(): Promise<void> {
   }
   writeWorkspace();
   const baseUrl = await startFake();
-  writeSettings(baseUrl);
+  writeUserSettings();
+  writePenWrapper();
+  writePenSettings(baseUrl, {});
   const port = await freePort();
   startCodeServer(port);
   const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`;
@@ -512,11 +525,7 @@ async function main(): Promise<void> {
     await step(page, 'trimmed-by-budget', async () => {
       // A small context window, through the workspace's settings (pen/setConfig on change), in a
       // new session.
-      fs.mkdirSync(path.join(ws, '.vscode'), { recursive: true });
-      fs.writeFileSync(
-        path.join(ws, '.vscode', 'settings.json'),
-        JSON.stringify({ 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256 }),
-      );
+      writePenSettings(baseUrl, { 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256 });
       await page.locator('.statusbar-item', { hasText: 'pen: settings applied' }).waitFor();
       await p.getByRole('button', { name: 'New session', exact: true }).click();
       await waitUntil('an empty panel', UI_MS, async () => (await p.locator('#log > *').count()) === 0);
@@ -607,10 +616,11 @@ async function main(): Promise<void> {
     });
 
     await step(page, 'missing-binary', async () => {
-      fs.writeFileSync(
-        path.join(ws, '.vscode', 'settings.json'),
-        JSON.stringify({ 'pen.contextWindowTokens': 8000, 'pen.maxOutputTokens': 256, 'pen.path': '/nonexistent/pen' }),
-      );
+      writePenSettings(baseUrl, {
+        'pen.contextWindowTokens': 8000,
+        'pen.maxOutputTokens': 256,
+        'pen.path': '/nonexistent/pen',
+      });
       await page
         .locator('.notification-toast', { hasText: 'the pen binary "/nonexistent/pen" was not found' })
         .waitFor({ timeout: TURN_MS });
