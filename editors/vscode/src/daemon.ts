@@ -193,6 +193,8 @@ export class Daemon implements vscode.Disposable {
     const attempt = this.crashes;
     this.crashes += 1;
     if (attempt >= RESTART_DELAYS_MS.length) {
+      // The next ensure() (a prompt, "Restart") starts a new client.
+      this.client = null;
       this.hooks.stopped('pen serve stopped');
       void this.explainCrash(
         `pen serve crashed ${this.crashes} times in a row and is not restarted any more.`,

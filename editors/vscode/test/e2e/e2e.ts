@@ -438,8 +438,9 @@ async function main(): Promise<void> {
       await edit.locator('pre.diff .add', { hasText: '+line two EDITED' }).waitFor();
       await card(p, 'call_read_a').locator('.state', { hasText: 'done' }).waitFor();
       await p.getByText('I will change line two.').waitFor();
-      // $/progress and the extension's own status item show the running turn.
-      await page.locator('.statusbar-item', { hasText: 'pen: waiting for approval' }).waitFor();
+      // $/progress (VS Code's window progress) and the extension's status item show the turn.
+      await page.locator('[id="status.progress"]', { hasText: 'pen: waiting for approval' }).waitFor();
+      await page.locator('[id="pen-dev.pen.pen.status"]', { hasText: 'pen: waiting for approval' }).waitFor();
     });
     // The README's picture (docs/vscode-panel.png): the panel mid-turn beside the edited file.
     await page.screenshot({ path: path.join(OUT_DIR, 'panel.png'), clip: { x: 0, y: 0, width: 900, height: 900 } });
@@ -621,10 +622,11 @@ async function main(): Promise<void> {
         'pen.maxOutputTokens': 256,
         'pen.path': '/nonexistent/pen',
       });
-      await page
+      const toast = page
         .locator('.notification-toast', { hasText: 'the pen binary "/nonexistent/pen" was not found' })
-        .waitFor({ timeout: TURN_MS });
-      await page.locator('.notification-toast').getByRole('button', { name: 'Open Settings' }).waitFor();
+        .first();
+      await toast.waitFor({ timeout: TURN_MS });
+      await toast.getByRole('button', { name: 'Open Settings' }).waitFor();
     });
     if (violations.length > 0) {
       throw new Error(`Content-Security-Policy violations:\n${violations.join('\n')}`);
