@@ -69,6 +69,8 @@ const replies: unknown[] = [
       { id: 'call_read_after', name: 'pen_read', arguments: { path: 'a.txt' } },
     ],
   },
+  // 4b. Stop while the provider is still answering.
+  { hang: true },
   // 5. Trimming after a context-window rejection (the first context_trimmed shape).
   { tool_calls: [{ id: 'call_big', name: 'pen_read', arguments: { path: 'big.txt' } }] },
   {
@@ -90,6 +92,8 @@ const replies: unknown[] = [
     tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: start, line_count: 40 } }],
   })),
   { text: 'Read five pages of big.txt.' },
+  // 6b. A page too large for the small window: the turn fails and says what to do.
+  { tool_calls: [{ id: 'call_too_big', name: 'pen_read', arguments: { path: 'big.txt', line_count: 200 } }] },
   // 7. After the daemon was killed and restarted.
   { text: 'Back after the crash.' },
   // 8. After "pen: Set API Key": the daemon runs with the stored key.
@@ -516,6 +520,15 @@ async function main(): Promise<void> {
       }
     });
 
+    await step(page, 'stop-while-streaming', async () => {
+      const before = requestsMade().length;
+      ends = await ask(p, 'wait forever');
+      await waitUntil('the hanging provider request', TURN_MS, () => requestsMade().length > before);
+      await p.getByRole('button', { name: 'Stop', exact: true }).click();
+      await turnDone(p, ends);
+      await p.locator('.turn-end.reason-cancelled').nth(1).waitFor();
+    });
+
     await step(page, 'trimmed-after-rejection', async () => {
       ends = await ask(p, 'read big.txt');
       await turnDone(p, ends);
@@ -544,6 +557,14 @@ async function main(): Promise<void> {
       if (!sent.some((body) => /"max_(completion_)?tokens": ?256/.test(body))) {
         throw new Error('the requests do not carry max_output_tokens = 256 from the settings');
       }
+    });
+
+    await step(page, 'failed-turn-says-what-to-do', async () => {
+      ends = await ask(p, 'read all of big.txt at once');
+      await turnDone(p, ends);
+      const failed = p.locator('.turn-end.reason-error').last();
+      await failed.locator('.last-error', { hasText: 'does not fit the prompt budget' }).waitFor();
+      await failed.getByRole('button', { name: 'Start a new session', exact: true }).waitFor();
     });
 
     await step(page, 'resumed-after-reload', async () => {
