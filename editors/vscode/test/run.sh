@@ -57,9 +57,9 @@ if [ ! -x "$cs_dir/node_modules/.bin/code-server" ]; then
   mkdir -p "$cs_dir.partial"
   echo '{"private": true}' >"$cs_dir.partial/package.json"
   # code-server's postinstall installs VS Code's own modules: it needs install scripts allowed
-  # (npm 11 blocks them by default) and unsafe-perm as root.
+  # (npm 11 blocks them by default), unsafe-perm as root, and yes for the node-gyp it npx-runs.
   (cd "$cs_dir.partial" && npm_config_unsafe_perm=true npm_config_dangerously_allow_all_scripts=true \
-    npm install --no-audit --no-fund --loglevel=error "code-server@$CODE_SERVER_VERSION")
+    npm_config_yes=true npm install --no-audit --no-fund --loglevel=error "code-server@$CODE_SERVER_VERSION")
   mv "$cs_dir.partial" "$cs_dir"
 fi
 code_server="$cs_dir/node_modules/.bin/code-server"
