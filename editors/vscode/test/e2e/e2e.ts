@@ -429,6 +429,10 @@ async function main(): Promise<void> {
       await page.keyboard.press('ArrowDown');
       await page.keyboard.press('End');
       await page.keyboard.type(' UNSAVED');
+      // Unsaved work outside the edit's span, which the edit must keep.
+      await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('End');
+      await page.keyboard.type(' KEPT');
       await page.locator('.tab.active.dirty', { hasText: 'a.txt' }).waitFor();
     });
 
@@ -464,7 +468,7 @@ async function main(): Promise<void> {
       await page.locator('.tab', { hasText: /^a\.txt/ }).first().click();
       await waitUntil('the edit in the editor', UI_MS, async () => (await editorText(page)).includes('line two EDITED'));
       const text = await editorText(page);
-      if (!text.includes('line one') || !text.includes('line three') || text.includes('UNSAVED')) {
+      if (!text.includes('line one') || !text.includes('line three KEPT') || text.includes('UNSAVED')) {
         throw new Error(`editor text after the edit: ${JSON.stringify(text)}`);
       }
       await page.locator('.tab.active.dirty', { hasText: 'a.txt' }).waitFor();
@@ -476,7 +480,16 @@ async function main(): Promise<void> {
       // The edit is one undo step in the editor.
       await page.locator('.editor-instance .monaco-editor .view-lines').first().click();
       await page.keyboard.press('Control+Z');
-      await waitUntil('undo to restore the unsaved text', UI_MS, async () => (await editorText(page)).includes('line two UNSAVED'));
+      await waitUntil('undo to restore the unsaved text', UI_MS, async () => {
+        const undone = await editorText(page);
+        return undone.includes('line two UNSAVED') && undone.includes('line three KEPT');
+      });
+      // Redo and save: the file on disk has the edit, the kept text and CRLF throughout.
+      await page.keyboard.press('Control+Shift+Z');
+      await waitUntil('redo to bring the edit back', UI_MS, async () => (await editorText(page)).includes('line two EDITED'));
+      await page.keyboard.press('Control+S');
+      const saved = 'line one\r\nline two EDITED\r\nline three KEPT\r\n';
+      await waitUntil('a.txt saved with CRLF', UI_MS, () => fs.readFileSync(path.join(ws, 'a.txt'), 'utf8') === saved);
     });
 
     await step(page, 'ask-about-selection', async () => {
@@ -487,7 +500,7 @@ async function main(): Promise<void> {
       const box = p.getByRole('textbox', { name: 'Ask pen' });
       await waitUntil('the prompt box prefilled with the selection', UI_MS, async () => {
         const value = await box.inputValue();
-        return value.includes('Selection from `a.txt` lines 1-2:') && value.includes('```plaintext\nline one\nline two UNSAVED\n```');
+        return value.includes('Selection from `a.txt` lines 1-2:') && value.includes('```plaintext\nline one\nline two EDITED\n```');
       });
       await box.fill('');
     });
