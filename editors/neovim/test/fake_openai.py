@@ -7,7 +7,8 @@ SCRIPT.json is a list of replies, used in order, one per POST /v1/chat/completio
   {"tool_calls": [{"id","name","arguments"}], "text"?: "..."}
   {"hang": true}                                   headers sent, then nothing until the client goes
   {"error": {"status": 400, "body": {...}}}        a JSON error answer (e.g. context_length_exceeded)
-Each request body is appended to SCRIPT.json + ".requests" (one JSON per line) for assertions.
+Each request body is appended to SCRIPT.json + ".requests" (one JSON per line) for assertions,
+and its Authorization header to SCRIPT.json + ".authorization" (one per line).
 Python stdlib only.
 """
 import json
@@ -45,6 +46,8 @@ class Handler(BaseHTTPRequestHandler):
             state["next"] += 1
             with open(script_path + ".requests", "a") as f:
                 f.write(body.decode("utf-8", "replace").replace("\n", " ") + "\n")
+            with open(script_path + ".authorization", "a") as f:
+                f.write(self.headers.get("Authorization", "") + "\n")
         reply = replies[i] if i < len(replies) else {"text": "(no more scripted replies)"}
         if "error" in reply:
             # An API error: {"error": {"status": 400, "body": {...}}}

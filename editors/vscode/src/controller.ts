@@ -1,0 +1,287 @@
+//! The controller: owns the panel's model, turns the owner's actions into pen requests and pen's
+//! events, approval requests and answers into model updates (through panelState's reducers).
+
+import * as vscode from 'vscode';
+import type { LanguageClient } from 'vscode-languageclient/node';
+import type { Daemon } from './daemon';
+import type { DiffViews } from './diffs';
+import type { PanelView } from './panel';
+import * as state from './panelState';
+import type {
+  ApprovalAnswer,
+  ApprovalParams,
+  Decision,
+  GetTranscriptResult,
+  ListSessionsResult,
+  PenEvent,
+  PromptResult,
+  SessionInfo,
+} from './protocol';
+
+const SESSION_KEY = 'pen.sessionId';
+/** Characters of the first prompt that become a new session's title. */
+const TITLE_CHARS = 60;
+/** How long an approval request waits for the events that create its card before it shows. */
+const EARLY_APPROVAL_MS = 1000;
+
+export class Controller implements vscode.Disposable {
+  private model: state.PanelModel = state.emptyModel();
+  /** Answers for the pending `pen/requestApproval` requests, by callId. */
+  private readonly approvals = new Map<string, (answer: ApprovalAnswer) => void>();
+  private readonly statusItem: vscode.StatusBarItem;
+  private restored = false;
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly daemon: Daemon,
+    private readonly panel: PanelView,
+    private readonly diffs: DiffViews,
+    private readonly output: vscode.OutputChannel,
+  ) {
+    this.statusItem = vscode.window.createStatusBarItem('pen.status', vscode.StatusBarAlignment.Left, 100);
+    this.statusItem.name = 'pen';
+    this.statusItem.command = 'pen.ask';
+  }
+
+  private set(model: state.PanelModel): void {
+    this.model = model;
+    this.panel.postModel(model);
+    if (model.running) {
+      this.statusItem.text = `$(loading~spin) pen: ${model.status || 'running'}`;
+      this.statusItem.tooltip = 'pen is working on your prompt; "pen: Stop" stops it';
+      this.statusItem.show();
+    } else {
+      this.statusItem.hide();
+    }
+  }
+
+  /** Register pen's notifications and requests on a (new) client. */
+  wire(client: LanguageClient): void {
+    client.onNotification('pen/event', (event: PenEvent) => {
+      this.set(state.applyEvent(this.model, event));
+      if (event.kind === 'approval_withdrawn') {
+        this.settle(String(event.data.callId), { decision: 'deny', reason: 'withdrawn' });
+      }
+    });
+    client.onRequest('pen/requestApproval', (params: ApprovalParams, token: vscode.CancellationToken) =>
+      this.askApproval(params, token),
+    );
+  }
+
+  /** The daemon is up: show the sessions and, once per window, resume the last session. */
+  async ready(): Promise<void> {
+    await this.refreshSessions();
+    if (!this.restored) {
+      this.restored = true;
+      const last = this.context.workspaceState.get<string>(SESSION_KEY);
+      if (last !== undefined && this.model.sessionId === null) {
+        await this.switchSession(last);
+      }
+    }
+  }
+
+  /** The daemon stopped: answer nothing more, end the turn in the panel. */
+  stopped(message: string): void {
+    for (const callId of [...this.approvals.keys()]) {
+      this.settle(callId, { decision: 'deny', reason: 'the daemon stopped' });
+    }
+    this.set(state.daemonStopped(this.model, message));
+  }
+
+  /** A message from the webview. */
+  handle(message: state.FromWebview): void {
+    switch (message.type) {
+      case 'ready':
+        this.panel.postModel(this.model);
+        void this.daemon.ensure();
+        break;
+      case 'send':
+        void this.send(message.text);
+        break;
+      case 'stop':
+        void this.stop();
+        break;
+      case 'approve':
+        this.answer(message.callId, message.decision);
+        break;
+      case 'newSession':
+        void this.newSession();
+        break;
+      case 'switchSession':
+        void this.switchSession(message.sessionId);
+        break;
+      case 'openDiff':
+        void this.openDiff(message.callId);
+        break;
+      case 'action':
+        void this.runAction(message.action);
+        break;
+    }
+  }
+
+  async send(text: string): Promise<void> {
+    if (text.trim() === '' || this.model.running) {
+      return;
+    }
+    const client = await this.daemon.ensure();
+    if (client === null) {
+      this.set(state.note(this.model, 'error', 'pen is not running: check "pen.path" and "pen: Show Log".'));
+      return;
+    }
+    let sessionId = this.model.sessionId;
+    if (sessionId === null) {
+      try {
+        const session = await client.sendRequest<SessionInfo>('pen/newSession', {
+          title: text.trim().split('\n')[0].slice(0, TITLE_CHARS),
+        });
+        sessionId = session.sessionId;
+        this.set({ ...this.model, sessionId, sessions: [session, ...this.model.sessions] });
+        await this.context.workspaceState.update(SESSION_KEY, sessionId);
+      } catch (err) {
+        this.set(state.note(this.model, 'error', `pen/newSession failed: ${errorText(err)}`));
+        return;
+      }
+    }
+    this.set(state.promptSent(this.model, text));
+    try {
+      const result = await client.sendRequest<PromptResult>('pen/prompt', { sessionId, text });
+      this.set(state.promptAnswered(this.model, result));
+      if (result.stopReason === 'error' && result.lastError) {
+        this.output.appendLine(`turn ${result.turnId} failed: ${result.lastError}`);
+      }
+    } catch (err) {
+      this.set(state.promptFailed(this.model, `The turn failed: ${errorText(err)}`));
+    }
+    void this.refreshSessions();
+  }
+
+  async stop(): Promise<void> {
+    const client = this.daemon.client;
+    if (!this.model.running || this.model.sessionId === null || client === null) {
+      return;
+    }
+    try {
+      await client.sendRequest('pen/stop', { sessionId: this.model.sessionId });
+    } catch (err) {
+      this.set(state.note(this.model, 'error', `pen/stop failed: ${errorText(err)}`));
+    }
+  }
+
+  /** Start over in a new session; it is created with the first prompt, titled after it. */
+  async newSession(): Promise<void> {
+    if (this.model.running) {
+      void vscode.window.showInformationMessage('pen: a turn is running; stop it before starting a new session.');
+      return;
+    }
+    this.set(state.switchSession(this.model, null));
+    await this.context.workspaceState.update(SESSION_KEY, undefined);
+    this.panel.post({ type: 'focus' });
+  }
+
+  async switchSession(sessionId: string): Promise<void> {
+    if (this.model.running) {
+      return;
+    }
+    const client = await this.daemon.ensure();
+    if (client === null) {
+      return;
+    }
+    let model = state.switchSession(this.model, sessionId);
+    let afterSeq: number | undefined;
+    try {
+      for (;;) {
+        const page: GetTranscriptResult = await client.sendRequest('pen/getTranscript', { sessionId, afterSeq });
+        model = state.appendEntries(model, page.entries);
+        if (page.nextAfterSeq === undefined || page.nextAfterSeq === null || page.entries.length === 0) {
+          break;
+        }
+        afterSeq = page.nextAfterSeq;
+      }
+    } catch (err) {
+      this.output.appendLine(`pen/getTranscript ${sessionId}: ${errorText(err)}`);
+      await this.context.workspaceState.update(SESSION_KEY, undefined);
+      this.set(state.note(state.switchSession(this.model, null), 'error', `Could not open the session: ${errorText(err)}`));
+      return;
+    }
+    this.set(model);
+    await this.context.workspaceState.update(SESSION_KEY, sessionId);
+  }
+
+  async refreshSessions(): Promise<void> {
+    const client = this.daemon.client;
+    if (client === null) {
+      return;
+    }
+    try {
+      const result = await client.sendRequest<ListSessionsResult>('pen/listSessions', { limit: 100 });
+      this.set(state.withSessions(this.model, result.sessions));
+    } catch (err) {
+      this.output.appendLine(`pen/listSessions: ${errorText(err)}`);
+    }
+  }
+
+  /** `pen/requestApproval`: show the card with its buttons and wait for the owner. */
+  private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalAnswer> {
+    this.set(state.approvalRequested(this.model, params));
+    // The card normally comes with the events that precede the request; never wait long for them.
+    setTimeout(() => this.set(state.showEarlyApproval(this.model, params.callId)), EARLY_APPROVAL_MS);
+    if (params.tool === 'pen_edit' && typeof params.diff === 'string') {
+      void this.diffs.remember(params.callId, params.arguments?.path, params.diff);
+    }
+    void this.panel.reveal(true);
+    return new Promise<ApprovalAnswer>((resolve) => {
+      this.approvals.set(params.callId, resolve);
+      token.onCancellationRequested(() => {
+        this.set(state.approvalAnswered(this.model, params.callId, 'withdrawn'));
+        this.settle(params.callId, { decision: 'deny', reason: 'withdrawn' });
+      });
+    });
+  }
+
+  private settle(callId: string, answer: ApprovalAnswer): void {
+    const resolve = this.approvals.get(callId);
+    if (resolve !== undefined) {
+      this.approvals.delete(callId);
+      resolve(answer);
+    }
+  }
+
+  answer(callId: string, decision: Decision): void {
+    this.set(state.approvalAnswered(this.model, callId, decision));
+    this.settle(callId, { decision });
+  }
+
+  async openDiff(callId: string): Promise<void> {
+    const item = this.model.items.find((i): i is state.ToolItem => i.kind === 'tool' && i.callId === callId);
+    await this.diffs.open(callId, item?.diff ?? null, item?.summary ?? callId);
+  }
+
+  private async runAction(action: state.TurnAction): Promise<void> {
+    switch (action) {
+      case 'setApiKey':
+        await vscode.commands.executeCommand('pen.setApiKey');
+        break;
+      case 'openSettings':
+        await vscode.commands.executeCommand('workbench.action.openSettings', '@ext:pen-dev.pen');
+        break;
+      case 'newSession':
+        await this.newSession();
+        break;
+      case 'showLog':
+        await vscode.commands.executeCommand('pen.showLog');
+        break;
+    }
+  }
+
+  prefill(text: string): void {
+    this.panel.post({ type: 'prefill', text });
+  }
+
+  dispose(): void {
+    this.statusItem.dispose();
+  }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,635 @@
+//! The panel's model and the pure functions that reduce pen's events, stored transcript
+//! entries and the owner's actions into it. The extension host owns the model and posts it to
+//! the webview, which only renders; the unit tests cover this module.
+//!
+//! Every function returns a new model and never mutates its argument: an item whose content
+//! changes is replaced by a copy with a higher `rev`, so the webview re-renders only those.
+
+import type {
+  ApprovalParams,
+  Decision,
+  PenEvent,
+  PromptResult,
+  SessionInfo,
+  TranscriptEntry,
+} from './protocol';
+
+/** The life of a tool call, as the card shows it. */
+export type ToolState =
+  | 'running'
+  | 'awaiting_approval'
+  | 'done'
+  | 'error'
+  | 'denied'
+  | 'stale_authority'
+  | 'not_executed'
+  | 'unknown';
+
+/** Something the owner can do about a turn that ended in error; the extension runs it. */
+export type TurnAction = 'setApiKey' | 'openSettings' | 'newSession' | 'showLog';
+
+interface ItemBase {
+  id: string;
+  rev: number;
+}
+
+export interface UserItem extends ItemBase {
+  kind: 'user';
+  text: string;
+}
+
+/** The model's answer text (markdown), streamed or stored. */
+export interface AnswerItem extends ItemBase {
+  kind: 'answer';
+  turnId: string | null;
+  text: string;
+}
+
+export interface ToolItem extends ItemBase {
+  kind: 'tool';
+  callId: string;
+  tool: string;
+  /** The key arguments in a line: path, command or query, with a range where one is given. */
+  summary: string;
+  state: ToolState;
+  isError: boolean;
+  /** The start of the result (or the error), for the expandable part of the card. */
+  excerpt: string | null;
+  /** For pen_edit: the unified diff pen showed when it asked. */
+  diff: string | null;
+  /** True while pen waits for the owner's answer. */
+  pendingApproval: boolean;
+  /** The owner's answer, once given; `withdrawn` when Stop came first. */
+  decision: Decision | 'withdrawn' | null;
+}
+
+/** A `context_trimmed` report: what was compacted and how many tokens it saved. */
+export interface TrimItem extends ItemBase {
+  kind: 'trim';
+  title: string;
+  detail: string;
+}
+
+export interface TurnEndItem extends ItemBase {
+  kind: 'turnEnd';
+  turnId: string | null;
+  stopReason: string;
+  lastError: string | null;
+  actions: TurnAction[];
+}
+
+/** A note from the extension itself (the daemon restarted, a request failed). */
+export interface NoteItem extends ItemBase {
+  kind: 'note';
+  level: 'info' | 'error';
+  text: string;
+}
+
+export type Item = UserItem | AnswerItem | ToolItem | TrimItem | TurnEndItem | NoteItem;
+
+export interface PanelModel {
+  sessionId: string | null;
+  sessions: SessionInfo[];
+  items: Item[];
+  /** True from the owner's prompt until pen answers `pen/prompt`. */
+  running: boolean;
+  /** What the running turn does now, for the panel's status line. */
+  status: string;
+  /** The turns whose end is rendered: `turn_ended` and the `pen/prompt` answer both report it. */
+  endedTurns: string[];
+  /**
+   * Approval requests whose card is not there yet: pen's `pen/requestApproval` can overtake the
+   * `pen/event` notifications sent before it (the rest of the answer, `tool_call_started`), so
+   * the card waits for them to keep the conversation in order.
+   */
+  earlyApprovals: ApprovalParams[];
+  nextId: number;
+}
+
+export function emptyModel(): PanelModel {
+  return {
+    sessionId: null,
+    sessions: [],
+    items: [],
+    running: false,
+    status: '',
+    endedTurns: [],
+    earlyApprovals: [],
+    nextId: 1,
+  };
+}
+
+/** Words for the states of `tool_call_finished` (and the stored `status` of a tool result). */
+export const STATE_LABELS: Record<ToolState, string> = {
+  running: 'running',
+  awaiting_approval: 'waiting for approval',
+  done: 'done',
+  error: 'error',
+  denied: 'denied by the owner',
+  stale_authority: 'approval no longer applies',
+  not_executed: 'not executed',
+  unknown: 'outcome unknown — inspect the state before retrying',
+};
+
+const FINISHED_STATES: ReadonlySet<string> = new Set([
+  'done',
+  'error',
+  'denied',
+  'stale_authority',
+  'not_executed',
+  'unknown',
+]);
+
+function asString(value: unknown): string | null {
+  return typeof value === 'string' ? value : null;
+}
+
+function asNumber(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+function asArray(value: unknown): unknown[] {
+  return Array.isArray(value) ? value : [];
+}
+
+function asRecord(value: unknown): Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : {};
+}
+
+/** The arguments worth a glance on a card: `a.txt lines 10–60`, `cargo test`, `"query" in src`. */
+export function keyArguments(args: unknown): string {
+  const a = asRecord(args);
+  const path = asString(a.path);
+  const command = asString(a.command);
+  const query = asString(a.query);
+  if (command !== null) {
+    return command;
+  }
+  if (query !== null) {
+    const where = [path, asString(a.glob)].filter((s): s is string => s !== null && s !== '');
+    return `"${query}"` + (where.length > 0 ? ` in ${where.join(' ')}` : '');
+  }
+  if (path !== null) {
+    const start = asNumber(a.start_line);
+    const count = asNumber(a.line_count);
+    if (start !== null && count !== null) {
+      return `${path} lines ${start}–${start + count - 1}`;
+    }
+    if (start !== null) {
+      return `${path} from line ${start}`;
+    }
+    const edits = asArray(a.edits).length;
+    if (edits > 1) {
+      return `${path} (${edits} edits)`;
+    }
+    return path;
+  }
+  return '';
+}
+
+function plural(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+function formatTokens(n: number): string {
+  return n.toLocaleString('en-US');
+}
+
+/**
+ * The notice for a `context_trimmed` report, in either of its two shapes: the recovery after a
+ * provider rejected the request as too long (`shrunkCallIds`, `headBytes`), and the prompt-budget
+ * planner (`excerptedCallIds`, `droppedExchanges`, `tokensBefore`/`tokensAfter`).
+ */
+export function trimNotice(data: Record<string, unknown>): { title: string; detail: string } {
+  const reason = asString(data.reason) ?? 'unknown';
+  const shrunk = asArray(data.shrunkCallIds);
+  const headBytes = asNumber(data.headBytes);
+  const excerpted = asArray(data.excerptedCallIds);
+  const dropped = asArray(data.droppedExchanges);
+  const before = asNumber(data.tokensBefore);
+  const after = asNumber(data.tokensAfter);
+  const budget = asNumber(data.budget);
+  const compacted: string[] = [];
+  if (shrunk.length > 0) {
+    compacted.push(
+      `${plural(shrunk.length, 'tool result', 'tool results')} cut to a ${headBytes ?? '?'}-byte head`,
+    );
+  }
+  if (excerpted.length > 0) {
+    compacted.push(`${plural(excerpted.length, 'tool result', 'tool results')} excerpted`);
+  }
+  if (dropped.length > 0) {
+    const entries = dropped.reduce<number>((sum, range) => {
+      const r = asArray(range);
+      const first = asNumber(r[0]);
+      const last = asNumber(r[1]);
+      return sum + (first !== null && last !== null && last >= first ? last - first + 1 : 0);
+    }, 0);
+    compacted.push(
+      `${plural(dropped.length, 'earlier exchange', 'earlier exchanges')} dropped` +
+        (entries > 0 ? ` (${plural(entries, 'entry', 'entries')})` : ''),
+    );
+  }
+  const what = compacted.length > 0 ? compacted.join(', ') : 'nothing cut';
+  const tokens =
+    before !== null && after !== null
+      ? `; ${formatTokens(before)} → ${formatTokens(after)} tokens` +
+        (budget !== null ? ` (budget ${formatTokens(budget)})` : '')
+      : '';
+  const providerMessage = asString(data.providerMessage);
+  const why =
+    reason === 'context_window_exceeded'
+      ? 'The provider rejected the request as too long' +
+        (providerMessage !== null ? ` (${providerMessage})` : '') +
+        '; pen trimmed it and retried'
+      : reason === 'budget'
+        ? 'The conversation outgrew the context window; pen compacted the request'
+        : `Context trimmed (${reason})`;
+  const ids = [...shrunk, ...excerpted].filter((id): id is string => typeof id === 'string');
+  return {
+    title: `Context trimmed: ${what}${tokens}`,
+    detail: why + (ids.length > 0 ? `. Calls: ${ids.join(', ')}` : '') + '. The stored transcript is unchanged.',
+  };
+}
+
+/** The actions to offer when a turn ends in error, from what its `lastError` says. */
+export function actionsFor(stopReason: string, lastError: string | null): TurnAction[] {
+  if (stopReason !== 'error' || lastError === null) {
+    return [];
+  }
+  const text = lastError.toLowerCase();
+  const actions: TurnAction[] = [];
+  if (/api key|api_key|unauthori[sz]ed|\b401\b|\b403\b|authentication/.test(text)) {
+    actions.push('setApiKey');
+  }
+  if (/provider|model|base_url|base url|connect|endpoint/.test(text)) {
+    actions.push('openSettings');
+  }
+  if (/new session|context window|too long/.test(text)) {
+    actions.push('newSession');
+  }
+  actions.push('showLog');
+  return actions;
+}
+
+function push(model: PanelModel, item: Omit<Item, 'id' | 'rev'>): PanelModel {
+  const full = { ...item, id: `i${model.nextId}`, rev: 1 } as Item;
+  return { ...model, items: [...model.items, full], nextId: model.nextId + 1 };
+}
+
+/** Replace the item at `index` with `changes` applied and a higher `rev`. */
+function update<T extends Item>(model: PanelModel, index: number, changes: Partial<T>): PanelModel {
+  const items = model.items.slice();
+  const old = items[index] as T;
+  items[index] = { ...old, ...changes, rev: old.rev + 1 };
+  return { ...model, items };
+}
+
+function findTool(model: PanelModel, callId: string): number {
+  for (let i = model.items.length - 1; i >= 0; i--) {
+    const item = model.items[i];
+    if (item.kind === 'tool' && item.callId === callId) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+/** Answer text: continues the last answer of the turn when nothing came in between. */
+function appendText(model: PanelModel, turnId: string | null, text: string): PanelModel {
+  if (text === '') {
+    return model;
+  }
+  const last = model.items[model.items.length - 1];
+  if (last !== undefined && last.kind === 'answer' && last.turnId === turnId) {
+    return update<AnswerItem>(model, model.items.length - 1, { text: last.text + text });
+  }
+  return push(model, { kind: 'answer', turnId, text } as AnswerItem);
+}
+
+function toolStarted(model: PanelModel, callId: string, tool: string, args: unknown): PanelModel {
+  if (findTool(model, callId) >= 0) {
+    return model;
+  }
+  return push(model, {
+    kind: 'tool',
+    callId,
+    tool,
+    summary: keyArguments(args),
+    state: 'running',
+    isError: false,
+    excerpt: null,
+    diff: null,
+    pendingApproval: false,
+    decision: null,
+  } as ToolItem);
+}
+
+function toolFinished(
+  model: PanelModel,
+  callId: string,
+  tool: string,
+  state: string,
+  isError: boolean,
+  excerpt: string | null,
+): PanelModel {
+  let m = model;
+  let index = findTool(m, callId);
+  if (index < 0) {
+    m = toolStarted(m, callId, tool, {});
+    index = m.items.length - 1;
+  }
+  const known = FINISHED_STATES.has(state) ? (state as ToolState) : 'unknown';
+  return update<ToolItem>(m, index, { state: known, isError, excerpt, pendingApproval: false });
+}
+
+/**
+ * An approval request from `pen/requestApproval`: shown on its card, or kept until the card
+ * comes (see `earlyApprovals`; `showEarlyApproval` shows it anyway when it waited too long).
+ */
+export function approvalRequested(model: PanelModel, params: ApprovalParams): PanelModel {
+  if (params.sessionId !== model.sessionId) {
+    return model;
+  }
+  if (findTool(model, params.callId) < 0) {
+    return { ...model, earlyApprovals: [...model.earlyApprovals, params] };
+  }
+  return markPending(model, params);
+}
+
+/** Show an early approval request even though its card's events have not come (yet). */
+export function showEarlyApproval(model: PanelModel, callId: string): PanelModel {
+  const early = model.earlyApprovals.find((a) => a.callId === callId);
+  if (early === undefined) {
+    return model;
+  }
+  return markPending(model, early);
+}
+
+/** The card of `params.callId` (created if need be) waits for the owner's answer. */
+function markPending(model: PanelModel, params: ApprovalParams): PanelModel {
+  let m = toolStarted(model, params.callId, params.tool, params.arguments);
+  m = { ...m, earlyApprovals: m.earlyApprovals.filter((a) => a.callId !== params.callId) };
+  const index = findTool(m, params.callId);
+  const tool = m.items[index] as ToolItem;
+  if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
+    return m;
+  }
+  if (tool.pendingApproval && tool.diff === (params.diff ?? null)) {
+    return m;
+  }
+  m = update<ToolItem>(m, index, {
+    state: 'awaiting_approval',
+    pendingApproval: true,
+    diff: params.diff ?? null,
+  });
+  return { ...m, status: 'waiting for approval' };
+}
+
+/** The owner answered in the panel (or the request was cancelled). */
+export function approvalAnswered(model: PanelModel, callId: string, decision: Decision | 'withdrawn'): PanelModel {
+  if (model.earlyApprovals.some((a) => a.callId === callId)) {
+    model = { ...model, earlyApprovals: model.earlyApprovals.filter((a) => a.callId !== callId) };
+  }
+  const index = findTool(model, callId);
+  if (index < 0) {
+    return model;
+  }
+  const tool = model.items[index] as ToolItem;
+  if (!tool.pendingApproval) {
+    return model;
+  }
+  const state: ToolState = tool.state === 'awaiting_approval' ? 'running' : tool.state;
+  const m = update<ToolItem>(model, index, { pendingApproval: false, decision, state });
+  return { ...m, status: m.running ? `running ${tool.tool}` : '' };
+}
+
+function turnEnded(
+  model: PanelModel,
+  turnId: string | null,
+  stopReason: string,
+  lastError: string | null,
+): PanelModel {
+  if (turnId !== null && model.endedTurns.includes(turnId)) {
+    return model;
+  }
+  const m = push(model, {
+    kind: 'turnEnd',
+    turnId,
+    stopReason,
+    lastError,
+    actions: actionsFor(stopReason, lastError),
+  } as TurnEndItem);
+  // A turn that ends leaves no approval pending and nothing running.
+  let out: PanelModel = {
+    ...m,
+    endedTurns: turnId !== null ? [...m.endedTurns, turnId] : m.endedTurns,
+    earlyApprovals: [],
+  };
+  out.items.forEach((item, index) => {
+    if (item.kind === 'tool' && (item.pendingApproval || item.state === 'running' || item.state === 'awaiting_approval')) {
+      out = update<ToolItem>(out, index, { pendingApproval: false, state: 'unknown' });
+    }
+  });
+  return out;
+}
+
+/** One live `pen/event` of the current session; events of other sessions are ignored. */
+export function applyEvent(model: PanelModel, event: PenEvent): PanelModel {
+  if (event.sessionId !== model.sessionId) {
+    return model;
+  }
+  const d = event.data ?? {};
+  const turnId = event.turnId ?? null;
+  switch (event.kind) {
+    case 'text_delta':
+      return appendText(model, turnId, asString(d.text) ?? '');
+    case 'tool_call_started': {
+      const tool = asString(d.tool) ?? '?';
+      const callId = asString(d.callId) ?? '?';
+      const m = toolStarted(model, callId, tool, d.arguments);
+      if (m === model) {
+        return m;
+      }
+      const running = model.running ? { ...m, status: `running ${tool}` } : m;
+      return showEarlyApproval(running, callId);
+    }
+    case 'approval_requested':
+      return markPending(model, { ...(d as unknown as ApprovalParams), sessionId: event.sessionId });
+    case 'approval_withdrawn':
+      return approvalAnswered(model, asString(d.callId) ?? '?', 'withdrawn');
+    case 'tool_call_finished':
+      return toolFinished(
+        model,
+        asString(d.callId) ?? '?',
+        asString(d.tool) ?? '?',
+        asString(d.state) ?? 'unknown',
+        d.isError === true,
+        asString(d.excerpt),
+      );
+    case 'context_trimmed':
+      return push(model, { kind: 'trim', ...trimNotice(d) } as TrimItem);
+    case 'turn_ended':
+      return turnEnded(model, turnId, asString(d.stopReason) ?? 'unknown', asString(d.lastError));
+    default:
+      return model;
+  }
+}
+
+/** The owner sent a prompt: it shows at once and the turn is running. */
+export function promptSent(model: PanelModel, text: string): PanelModel {
+  const m = push(model, { kind: 'user', text } as UserItem);
+  return { ...m, running: true, status: 'thinking' };
+}
+
+/** pen answered `pen/prompt`: the turn is over (its `turn_ended` may or may not be rendered). */
+export function promptAnswered(model: PanelModel, result: PromptResult): PanelModel {
+  let m = model;
+  if (result.sessionId === model.sessionId) {
+    m = turnEnded(m, result.turnId, result.stopReason, result.lastError ?? null);
+  }
+  return { ...m, running: false, status: '' };
+}
+
+/** `pen/prompt` failed as a request (the daemon went away, a turn was already running, …). */
+export function promptFailed(model: PanelModel, message: string): PanelModel {
+  const m = note(model, 'error', message);
+  return { ...m, running: false, status: '' };
+}
+
+export function note(model: PanelModel, level: 'info' | 'error', text: string): PanelModel {
+  return push(model, { kind: 'note', level, text } as NoteItem);
+}
+
+/** The daemon stopped: no turn runs any more and no approval can be answered. */
+export function daemonStopped(model: PanelModel, message: string): PanelModel {
+  let m = model;
+  m.items.forEach((item, index) => {
+    if (item.kind === 'tool' && (item.pendingApproval || item.state === 'running' || item.state === 'awaiting_approval')) {
+      m = update<ToolItem>(m, index, { pendingApproval: false, state: 'unknown' });
+    }
+  });
+  if (m.running) {
+    m = note(m, 'error', message);
+  }
+  return { ...m, running: false, status: '', earlyApprovals: [] };
+}
+
+export function withSessions(model: PanelModel, sessions: SessionInfo[]): PanelModel {
+  return { ...model, sessions };
+}
+
+/** Show another session (or a new, empty one): its items come from its transcript. */
+export function switchSession(model: PanelModel, sessionId: string | null): PanelModel {
+  return { ...emptyModel(), sessions: model.sessions, sessionId, nextId: model.nextId };
+}
+
+/**
+ * Render stored entries (one page of `pen/getTranscript`) after the ones already rendered.
+ * Stored payloads are snake_case; they become the same items the live events produce.
+ */
+export function appendEntries(model: PanelModel, entries: TranscriptEntry[]): PanelModel {
+  let m = model;
+  for (const entry of entries) {
+    const p = entry.payload ?? {};
+    const turnId = entry.turnId ?? null;
+    switch (entry.kind) {
+      case 'user_prompt':
+        m = push(m, { kind: 'user', text: asString(p.text) ?? '' } as UserItem);
+        break;
+      case 'assistant_message':
+        // Its tool calls are rendered from the tool_call entries that follow.
+        m = appendText(m, turnId, asString(p.text) ?? '');
+        break;
+      case 'tool_call':
+        m = toolStarted(m, asString(p.call_id) ?? `seq${entry.seq}`, asString(p.name) ?? '?', p.arguments);
+        break;
+      case 'tool_result':
+        m = toolFinished(
+          m,
+          asString(p.call_id) ?? `seq${entry.seq}`,
+          asString(p.name) ?? '?',
+          asString(p.status) ?? (p.is_error === true ? 'error' : 'done'),
+          p.is_error === true,
+          asString(p.content),
+        );
+        break;
+      case 'event':
+        m = storedEvent(m, turnId, p);
+        break;
+      default:
+        break;
+    }
+  }
+  return m;
+}
+
+function storedEvent(model: PanelModel, turnId: string | null, p: Record<string, unknown>): PanelModel {
+  switch (p.type) {
+    case 'turn_ended':
+      return turnEnded(model, turnId, asString(p.stop_reason) ?? 'unknown', asString(p.last_error));
+    case 'results_shrunk':
+      // The stored form of a context_trimmed report after a provider rejection; its `reason`
+      // is the provider's message.
+      return push(model, {
+        kind: 'trim',
+        ...trimNotice({
+          reason: 'context_window_exceeded',
+          shrunkCallIds: p.call_ids,
+          headBytes: p.head_bytes,
+          providerMessage: p.reason,
+        }),
+      } as TrimItem);
+    case 'context_trimmed':
+      // The stored form of the prompt-budget planner's report.
+      return push(model, {
+        kind: 'trim',
+        ...trimNotice({
+          reason: 'budget',
+          excerptedCallIds: p.excerpted_call_ids,
+          droppedExchanges: p.dropped_exchanges,
+          tokensBefore: p.tokens_before,
+          tokensAfter: p.tokens_after,
+          budget: p.budget,
+        }),
+      } as TrimItem);
+    default:
+      // Other events (approvals, stops) are reflected by the tool results they led to.
+      return model;
+  }
+}
+
+/** Words for a stop reason, as the end of a turn shows them. */
+export function stopReasonLabel(stopReason: string): string {
+  switch (stopReason) {
+    case 'end_turn':
+      return 'Turn complete';
+    case 'cancelled':
+      return 'Stopped';
+    case 'max_turn_requests':
+      return 'Stopped: the turn made its maximum number of model requests (max_turn_requests); ask pen to continue';
+    case 'error':
+      return 'The turn failed';
+    default:
+      return `Turn ended: ${stopReason}`;
+  }
+}
+
+/** Messages the webview sends to the extension. */
+export type FromWebview =
+  | { type: 'ready' }
+  | { type: 'send'; text: string }
+  | { type: 'stop' }
+  | { type: 'approve'; callId: string; decision: Decision }
+  | { type: 'newSession' }
+  | { type: 'switchSession'; sessionId: string }
+  | { type: 'openDiff'; callId: string }
+  | { type: 'action'; action: TurnAction };
+
+/** Messages the extension sends to the webview. */
+export type ToWebview =
+  | { type: 'model'; model: PanelModel }
+  | { type: 'prefill'; text: string }
+  | { type: 'focus' };

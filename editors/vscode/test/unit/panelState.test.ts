@@ -1,0 +1,300 @@
+//! The panel's model: live events, stored entries and the owner's actions reduce to the same
+//! items. Each test compares a one-line-per-item outline of the model with the expected one.
+
+import * as assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  actionsFor,
+  appendEntries,
+  applyEvent,
+  approvalAnswered,
+  approvalRequested,
+  daemonStopped,
+  emptyModel,
+  keyArguments,
+  type PanelModel,
+  promptAnswered,
+  promptFailed,
+  promptSent,
+  showEarlyApproval,
+  switchSession,
+  trimNotice,
+} from '../../src/panelState';
+import type { PenEvent, TranscriptEntry } from '../../src/protocol';
+
+const S = 's_1';
+const T = 't_1';
+
+function session(): PanelModel {
+  return switchSession(emptyModel(), S);
+}
+
+function ev(kind: string, data: Record<string, unknown>, turnId = T): PenEvent {
+  return { sessionId: S, turnId, kind, data };
+}
+
+/** One line per item: what the panel shows, without ids. */
+function outline(m: PanelModel): string[] {
+  return m.items.map((item) => {
+    switch (item.kind) {
+      case 'user':
+        return `user: ${item.text}`;
+      case 'answer':
+        return `answer: ${item.text}`;
+      case 'tool':
+        return (
+          `tool ${item.tool} [${item.summary}] ${item.state}` +
+          (item.pendingApproval ? ' ASKING' : '') +
+          (item.decision !== null ? ` decision=${item.decision}` : '') +
+          (item.diff !== null ? ' +diff' : '') +
+          (item.excerpt !== null ? ` excerpt=${item.excerpt}` : '')
+        );
+      case 'trim':
+        return `trim: ${item.title}`;
+      case 'turnEnd':
+        return `end ${item.stopReason}` + (item.lastError !== null ? `: ${item.lastError}` : '') +
+          (item.actions.length > 0 ? ` [${item.actions.join(',')}]` : '');
+      case 'note':
+        return `note ${item.level}: ${item.text}`;
+    }
+  });
+}
+
+function reduce(m: PanelModel, events: PenEvent[]): PanelModel {
+  return events.reduce(applyEvent, m);
+}
+
+describe('live events', () => {
+  test('streamed text joins one answer; a tool card splits it', () => {
+    let m = promptSent(session(), 'read a');
+    m = reduce(m, [
+      ev('text_delta', { text: 'Let me ' }),
+      ev('text_delta', { text: 'look.' }),
+      ev('tool_call_started', { callId: 'c1', tool: 'pen_read', arguments: { path: 'a.txt', start_line: 10, line_count: 20 } }),
+      ev('tool_call_finished', { callId: 'c1', tool: 'pen_read', state: 'done', isError: false, excerpt: '{"content":"x"}' }),
+      ev('text_delta', { text: 'It says x.' }),
+      ev('turn_ended', { stopReason: 'end_turn', lastError: null }),
+    ]);
+    assert.deepEqual(outline(m), [
+      'user: read a',
+      'answer: Let me look.',
+      'tool pen_read [a.txt lines 10–29] done excerpt={"content":"x"}',
+      'answer: It says x.',
+      'end end_turn',
+    ]);
+    assert.equal(m.running, true, 'running until pen answers pen/prompt');
+    m = promptAnswered(m, { sessionId: S, turnId: T, stopReason: 'end_turn' });
+    assert.equal(m.running, false);
+    assert.equal(outline(m).filter((l) => l.startsWith('end')).length, 1, 'the end is rendered once');
+  });
+
+  test('an approval: asked, allowed, done; the status follows', () => {
+    let m = promptSent(session(), 'edit');
+    m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt', edits: [{}] } })]);
+    assert.equal(m.status, 'running pen_edit');
+    m = approvalRequested(m, { sessionId: S, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
+    assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
+    assert.equal(m.status, 'waiting for approval');
+    m = approvalAnswered(m, 'c2', 'allow');
+    assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] running decision=allow +diff']);
+    m = applyEvent(m, ev('tool_call_finished', { callId: 'c2', tool: 'pen_edit', state: 'done', isError: false }));
+    assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] done decision=allow +diff']);
+  });
+
+  test('an approval request that overtakes its events waits for its card', () => {
+    let m = promptSent(session(), 'edit');
+    m = reduce(m, [ev('text_delta', { text: 'I will ch' })]);
+    m = approvalRequested(m, { sessionId: S, callId: 'c3', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: 'd' });
+    assert.deepEqual(outline(m), ['user: edit', 'answer: I will ch'], 'no card before the text that precedes it');
+    m = reduce(m, [
+      ev('text_delta', { text: 'ange it.' }),
+      ev('tool_call_started', { callId: 'c3', tool: 'pen_edit', arguments: { path: 'a.txt' } }),
+    ]);
+    assert.deepEqual(outline(m), ['user: edit', 'answer: I will change it.', 'tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
+    assert.equal(m.status, 'waiting for approval');
+    assert.deepEqual(m.earlyApprovals, []);
+  });
+
+  test('an early approval shows anyway after its wait', () => {
+    let m = promptSent(session(), 'edit');
+    m = approvalRequested(m, { sessionId: S, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
+    m = showEarlyApproval(m, 'c4');
+    assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
+    m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } }));
+    assert.equal(m.items.length, 2, 'no second card');
+  });
+
+  test('Deny and Stop: denied by the owner, withdrawn, not executed', () => {
+    let m = promptSent(session(), 'go');
+    m = reduce(m, [
+      ev('tool_call_started', { callId: 'c5', tool: 'pen_edit', arguments: { path: 'b.txt' } }),
+      ev('approval_requested', { callId: 'c5', tool: 'pen_edit', arguments: { path: 'b.txt' } }),
+    ]);
+    m = approvalAnswered(m, 'c5', 'deny');
+    m = reduce(m, [
+      ev('tool_call_finished', { callId: 'c5', tool: 'pen_edit', state: 'denied', isError: true, excerpt: 'denied by the owner' }),
+      ev('tool_call_started', { callId: 'c6', tool: 'pen_create', arguments: { path: 'n.txt' } }),
+      ev('approval_requested', { callId: 'c6', tool: 'pen_create', arguments: { path: 'n.txt' } }),
+      ev('approval_withdrawn', { callId: 'c6' }),
+      ev('tool_call_finished', { callId: 'c6', tool: 'pen_create', state: 'not_executed', isError: true, excerpt: 'not executed (stopped)' }),
+      ev('tool_call_finished', { callId: 'c7', tool: 'pen_read', state: 'not_executed', isError: true, excerpt: 'not executed (stopped)' }),
+      ev('turn_ended', { stopReason: 'cancelled', lastError: null }),
+    ]);
+    assert.deepEqual(outline(m).slice(1), [
+      'tool pen_edit [b.txt] denied decision=deny excerpt=denied by the owner',
+      'tool pen_create [n.txt] not_executed decision=withdrawn excerpt=not executed (stopped)',
+      'tool pen_read [] not_executed excerpt=not executed (stopped)',
+      'end cancelled',
+    ]);
+  });
+
+  test('events of another session are ignored', () => {
+    const m = session();
+    assert.equal(applyEvent(m, { ...ev('text_delta', { text: 'x' }), sessionId: 's_other' }), m);
+  });
+
+  test('a failed turn offers the actions its error names', () => {
+    let m = promptSent(session(), 'go');
+    m = promptAnswered(m, {
+      sessionId: S,
+      turnId: T,
+      stopReason: 'error',
+      lastError: 'The request does not fit the prompt budget: start a new session (pen/newSession)',
+    });
+    assert.deepEqual(outline(m).slice(1), [
+      'end error: The request does not fit the prompt budget: start a new session (pen/newSession) [newSession,showLog]',
+    ]);
+  });
+
+  test('the daemon stopping ends the turn and every pending approval', () => {
+    let m = promptSent(session(), 'go');
+    m = reduce(m, [
+      ev('tool_call_started', { callId: 'c8', tool: 'pen_command', arguments: { command: 'make' } }),
+      ev('approval_requested', { callId: 'c8', tool: 'pen_command', arguments: { command: 'make' } }),
+    ]);
+    m = daemonStopped(m, 'pen serve stopped unexpectedly; restarting in 1 s');
+    assert.equal(m.running, false);
+    assert.deepEqual(outline(m).slice(1), [
+      'tool pen_command [make] unknown',
+      'note error: pen serve stopped unexpectedly; restarting in 1 s',
+    ]);
+    m = promptFailed(m, 'The turn failed: connection closed');
+    assert.equal(m.running, false);
+  });
+});
+
+describe('context_trimmed notices', () => {
+  test('after a provider rejection', () => {
+    const n = trimNotice({ reason: 'context_window_exceeded', shrunkCallIds: ['c1', 'c2'], headBytes: 2048 });
+    assert.equal(n.title, 'Context trimmed: 2 tool results cut to a 2048-byte head');
+    assert.match(n.detail, /rejected the request as too long.*Calls: c1, c2/);
+  });
+
+  test('by the prompt budget: what was compacted and the tokens before and after', () => {
+    const n = trimNotice({
+      reason: 'budget',
+      policyVersion: 3,
+      excerptedCallIds: ['c1'],
+      droppedExchanges: [[1, 4], [5, 9]],
+      tokensBefore: 12345,
+      tokensAfter: 5000,
+      budget: 5184,
+    });
+    assert.equal(
+      n.title,
+      'Context trimmed: 1 tool result excerpted, 2 earlier exchanges dropped (9 entries); 12,345 → 5,000 tokens (budget 5,184)',
+    );
+  });
+});
+
+describe('stored transcripts', () => {
+  const entries: TranscriptEntry[] = [
+    { seq: 1, kind: 'user_prompt', turnId: T, payload: { text: 'edit a' } },
+    { seq: 2, kind: 'assistant_message', turnId: T, payload: { text: '', tool_calls: [{ id: 'c1' }] } },
+    { seq: 3, kind: 'tool_call', turnId: T, payload: { call_id: 'c1', name: 'pen_read', arguments: { path: 'a.txt' } } },
+    { seq: 4, kind: 'tool_result', turnId: T, payload: { call_id: 'c1', name: 'pen_read', content: 'x', is_error: false, status: 'done' } },
+    { seq: 5, kind: 'event', turnId: T, payload: { type: 'results_shrunk', call_ids: ['c1'], head_bytes: 2048, reason: 'HTTP 400: too long' } },
+    {
+      seq: 6,
+      kind: 'event',
+      turnId: T,
+      payload: {
+        type: 'context_trimmed',
+        policy_version: 3,
+        excerpted_call_ids: ['c1'],
+        dropped_exchanges: [],
+        tokens_before: 6247,
+        tokens_after: 4737,
+        budget: 5184,
+      },
+    },
+    { seq: 7, kind: 'tool_call', turnId: T, payload: { call_id: 'c2', name: 'pen_edit', arguments: { path: 'a.txt' } } },
+    { seq: 8, kind: 'tool_result', turnId: T, payload: { call_id: 'c2', name: 'pen_edit', content: 'denied by the owner', is_error: true, status: 'denied' } },
+    { seq: 9, kind: 'assistant_message', turnId: T, payload: { text: 'Done **editing**.' } },
+    { seq: 10, kind: 'event', turnId: T, payload: { type: 'approval_decided', call_id: 'c2' } },
+    { seq: 11, kind: 'event', turnId: T, payload: { type: 'turn_ended', stop_reason: 'end_turn', last_error: null } },
+  ];
+
+  test('entries become the items live events make', () => {
+    const m = appendEntries(session(), entries);
+    assert.deepEqual(outline(m), [
+      'user: edit a',
+      'tool pen_read [a.txt] done excerpt=x',
+      'trim: Context trimmed: 1 tool result cut to a 2048-byte head',
+      'trim: Context trimmed: 1 tool result excerpted; 6,247 → 4,737 tokens (budget 5,184)',
+      'tool pen_edit [a.txt] denied excerpt=denied by the owner',
+      'answer: Done **editing**.',
+      'end end_turn',
+    ]);
+    const shrunk = m.items[2];
+    assert.ok(shrunk.kind === 'trim' && shrunk.detail.includes('HTTP 400: too long'));
+  });
+
+  test('pages append: two pages render like one', () => {
+    const whole = outline(appendEntries(session(), entries));
+    const paged = outline(appendEntries(appendEntries(session(), entries.slice(0, 4)), entries.slice(4)));
+    assert.deepEqual(paged, whole);
+  });
+
+  test('switching sessions keeps the list and starts empty', () => {
+    let m = appendEntries(session(), entries);
+    m = { ...m, sessions: [{ sessionId: S, title: 'edit a', createdAt: 0, updatedAt: 0, entryCount: 11 }] };
+    const next = switchSession(m, null);
+    assert.equal(next.sessionId, null);
+    assert.equal(next.items.length, 0);
+    assert.equal(next.sessions.length, 1);
+    assert.ok(next.nextId >= m.nextId, 'ids are never reused, so the webview never confuses items');
+  });
+});
+
+describe('helpers', () => {
+  test('key arguments', () => {
+    const cases: [unknown, string][] = [
+      [{ path: 'src/a.rs' }, 'src/a.rs'],
+      [{ path: 'a', start_line: 5 }, 'a from line 5'],
+      [{ query: 'fn main', path: 'src', glob: '*.rs' }, '"fn main" in src *.rs'],
+      [{ command: 'cargo test' }, 'cargo test'],
+      [{ path: 'a', edits: [{}, {}] }, 'a (2 edits)'],
+      [null, ''],
+    ];
+    for (const [args, want] of cases) {
+      assert.equal(keyArguments(args), want);
+    }
+  });
+
+  test('actions for errors', () => {
+    assert.deepEqual(actionsFor('end_turn', null), []);
+    assert.deepEqual(actionsFor('error', 'HTTP 401 Unauthorized: invalid API key'), ['setApiKey', 'showLog']);
+    assert.deepEqual(actionsFor('error', 'no model provider is configured'), ['openSettings', 'showLog']);
+  });
+
+  test('the reducers never mutate their input', () => {
+    const m = promptSent(session(), 'x');
+    const frozen = JSON.stringify(m);
+    applyEvent(m, ev('text_delta', { text: 'y' }));
+    approvalRequested(m, { sessionId: S, callId: 'c', tool: 't' });
+    appendEntries(m, [{ seq: 1, kind: 'user_prompt', payload: { text: 'z' } }]);
+    assert.equal(JSON.stringify(m), frozen);
+  });
+});
