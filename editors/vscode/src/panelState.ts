@@ -200,13 +200,14 @@ function formatTokens(n: number): string {
 /**
  * The notice for a `context_trimmed` report, in either of its two shapes: the recovery after a
  * provider rejected the request as too long (`shrunkCallIds`, `headBytes`), and the prompt-budget
- * planner (`excerptedCallIds`, `droppedExchanges`, `tokensBefore`/`tokensAfter`).
+ * planner (`excerptedCallIds`, `omittedCallIds`, `droppedExchanges`, `tokensBefore`/`tokensAfter`).
  */
 export function trimNotice(data: Record<string, unknown>): { title: string; detail: string } {
   const reason = asString(data.reason) ?? 'unknown';
   const shrunk = asArray(data.shrunkCallIds);
   const headBytes = asNumber(data.headBytes);
   const excerpted = asArray(data.excerptedCallIds);
+  const omitted = asArray(data.omittedCallIds);
   const dropped = asArray(data.droppedExchanges);
   const before = asNumber(data.tokensBefore);
   const after = asNumber(data.tokensAfter);
@@ -219,6 +220,9 @@ export function trimNotice(data: Record<string, unknown>): { title: string; deta
   }
   if (excerpted.length > 0) {
     compacted.push(`${plural(excerpted.length, 'tool result', 'tool results')} excerpted`);
+  }
+  if (omitted.length > 0) {
+    compacted.push(`${omitted.length} of them left out`);
   }
   if (dropped.length > 0) {
     const entries = dropped.reduce<number>((sum, range) => {
@@ -589,6 +593,7 @@ function storedEvent(model: PanelModel, turnId: string | null, p: Record<string,
         ...trimNotice({
           reason: 'budget',
           excerptedCallIds: p.excerpted_call_ids,
+          omittedCallIds: p.omitted_call_ids,
           droppedExchanges: p.dropped_exchanges,
           tokensBefore: p.tokens_before,
           tokensAfter: p.tokens_after,

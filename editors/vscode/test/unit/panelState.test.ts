@@ -206,6 +206,22 @@ describe('context_trimmed notices', () => {
       'Context trimmed: 1 tool result excerpted, 2 earlier exchanges dropped (9 entries); 12,345 → 5,000 tokens (budget 5,184)',
     );
   });
+
+  test('by the prompt budget: excerpts that were left out too are counted', () => {
+    const n = trimNotice({
+      reason: 'budget',
+      excerptedCallIds: ['c1', 'c2', 'c3'],
+      omittedCallIds: ['c1', 'c2'],
+      droppedExchanges: [],
+      tokensBefore: 9000,
+      tokensAfter: 5100,
+      budget: 5184,
+    });
+    assert.equal(
+      n.title,
+      'Context trimmed: 3 tool results excerpted, 2 of them left out; 9,000 → 5,100 tokens (budget 5,184)',
+    );
+  });
 });
 
 describe('stored transcripts', () => {
