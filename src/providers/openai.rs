@@ -801,7 +801,7 @@ mod tests {
     }
 
     /// Real bodies, each with the status it came with (`None`: an error chunk in a stream).
-    const CLASSIFIED: &[(&str, Option<u16>, &str, ErrorKind)] = &[
+    const CLASSIFIED: &[wire::ClassifiedCase] = &[
         (
             "OpenAI context_length_exceeded",
             Some(400),
@@ -926,15 +926,7 @@ mod tests {
 
     #[test]
     fn errors_are_classified_from_real_bodies() {
-        for (case, status, body, kind) in CLASSIFIED {
-            let error = classify_error(*status, body);
-            assert_eq!(error.kind, *kind, "{case}: {}", error.message);
-            assert_eq!(
-                error.context_window_exceeded(),
-                *kind == ErrorKind::ContextWindowExceeded,
-                "{case}"
-            );
-        }
+        wire::check_classified(CLASSIFIED, classify_error);
     }
 
     #[test]

@@ -357,6 +357,29 @@ pub(crate) fn decode_in_pieces<D: StreamDecoder>(
     (result, deltas.into_inner().unwrap())
 }
 
+/// A recorded error body: what it is, its HTTP status (none for an error inside a stream), the
+/// body, and the kind it must be classified as. For the backends' tests.
+#[cfg(test)]
+pub(crate) type ClassifiedCase = (&'static str, Option<u16>, &'static str, ErrorKind);
+
+/// Checks a backend's classifier against recorded bodies: each gets its kind, and is flagged as
+/// a context-window rejection exactly when that is its kind.
+#[cfg(test)]
+pub(crate) fn check_classified(
+    cases: &[ClassifiedCase],
+    classify: impl Fn(Option<u16>, &str) -> ProviderError,
+) {
+    for (case, status, body, kind) in cases {
+        let error = classify(*status, body);
+        assert_eq!(error.kind, *kind, "{case}: {}", error.message);
+        assert_eq!(
+            error.context_window_exceeded(),
+            *kind == ErrorKind::ContextWindowExceeded,
+            "{case}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
