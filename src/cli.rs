@@ -162,15 +162,9 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
             return usage(&e.to_string());
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("pen: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(headless_turn(command, config))
 }
@@ -402,15 +396,9 @@ pub fn run_serve() -> ExitCode {
         tracing::warn!("{warning}");
     }
     let fallback_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("pen: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(server::serve(
         tokio::io::stdin(),
@@ -447,6 +435,18 @@ fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
 fn usage(message: &str) -> ExitCode {
     eprintln!("pen: {message}");
     ExitCode::from(2)
+}
+
+/// The multi-threaded runtime `pen run` and `pen serve` run on; a failure to start it is said
+/// on stderr and is the command's exit status.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("pen: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
 }
 
 /// One line for a `context_trimmed` event: what was cut from the request and the estimate.
