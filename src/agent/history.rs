@@ -1,22 +1,17 @@
-//! From the durable transcript to the messages of a provider request.
+//! What the loop reads back from the durable transcript besides the messages (which
+//! [`crate::budget::plan`] builds): the newest large results to cut after a rejection, the
+//! calibration of the estimate, the rejected sizes, and the last trimming report.
 //!
 //! The transcript is never rewritten: decisions that change what the model is sent (results cut
-//! after a context-window rejection) are event entries, applied here every time a request is
-//! built, so later requests keep them and the same transcript always gives the same messages.
+//! after a context-window rejection, a lower budget) are event entries, applied every time a
+//! request is planned, so later requests keep them and the same transcript always gives the same
+//! messages.
 
-use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids, transcript_messages};
-use crate::providers::Message;
+use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids};
 use crate::session::{Entry, EntryKind};
 use serde_json::{Value, json};
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
-
-/// The provider messages of a transcript. Fails, naming the entry, on a history no provider
-/// accepts: a result without its call, a call left without a result, or a duplicate call id.
-/// The checks and the `results_shrunk` cuts live in [`crate::budget`], which plans on top.
-pub fn build_messages(entries: &[Entry]) -> Result<Vec<Message>, String> {
-    transcript_messages(entries).map_err(|e| e.to_string())
-}
 
 /// The call ids of the newest group of tool results that has a result over
 /// [`SHRUNK_HEAD_BYTES`] not already cut, for the context-window recovery step.
@@ -126,6 +121,13 @@ pub fn is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::transcript_messages;
+    use crate::providers::Message;
+
+    /// The untouched messages, or the history error as text.
+    fn build_messages(entries: &[Entry]) -> Result<Vec<Message>, String> {
+        transcript_messages(entries).map_err(|e| e.to_string())
+    }
     use serde_json::{Value, json};
 
     fn entry(seq: u64, kind: EntryKind, payload: Value) -> Entry {

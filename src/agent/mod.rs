@@ -19,7 +19,7 @@ mod host;
 mod provider_choice;
 mod system_prompt;
 
-pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES, build_messages};
+pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
 pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;

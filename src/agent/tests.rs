@@ -485,7 +485,7 @@ async fn stop_during_the_providers_answer_keeps_the_answer_and_marks_its_calls_n
         ]
     );
     // The history stays valid for the next prompt.
-    assert!(build_messages(&fx.entries()).is_ok());
+    assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
 }
 
 #[tokio::test]
@@ -499,7 +499,7 @@ async fn stop_while_streaming_ends_cancelled_with_a_valid_history() {
         .run("look")
         .await;
     assert_eq!(outcome.stop_reason, StopReason::Cancelled);
-    assert!(build_messages(&fx.entries()).is_ok());
+    assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
 }
 
 #[tokio::test]
@@ -817,7 +817,7 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
         1,
         "no request after Stop"
     );
-    assert!(build_messages(&fx.entries()).is_ok());
+    assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
 }
 
 /// The uncalibrated estimate of a request with only the system prompt, the tools and `messages`.
