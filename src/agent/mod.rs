@@ -24,7 +24,7 @@ pub use host::LocalTools;
 pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;
 
-use crate::budget::{self, Budget, BudgetError, ProviderFamily, TokenEstimator};
+use crate::budget::{self, Budget, BudgetError, ProviderFamily};
 use crate::config::Config;
 use crate::providers::{
     ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
@@ -280,7 +280,7 @@ impl Turn {
         definitions: &[ToolDefinition],
         seq: &AtomicU64,
         rejection: Option<&ProviderError>,
-    ) -> Result<Planned, TurnError> {
+    ) -> Result<budget::Plan, TurnError> {
         let family = provider_family(&self.config);
         let estimator = history::estimator(entries, &self.model, family);
         let mut limit = Budget::new(
@@ -309,13 +309,7 @@ impl Turn {
             self.append(EntryKind::Event, history::trim_entry(report))?;
             self.emit(seq, "context_trimmed", history::trim_event(report));
         }
-        let uncalibrated_tokens =
-            TokenEstimator::new(family, 1.0).request(SYSTEM_PROMPT, definitions, &plan.messages);
-        Ok(Planned {
-            messages: plan.messages,
-            estimated_tokens: plan.estimated_tokens,
-            uncalibrated_tokens,
-        })
+        Ok(plan)
     }
 
     /// Runs one tool call: records it, asks for approval where needed, runs it, records the
@@ -530,15 +524,6 @@ fn tool_definitions() -> Vec<ToolDefinition> {
             input_schema: spec.input_schema,
         })
         .collect()
-}
-
-/// The messages of one planned request and its estimates.
-struct Planned {
-    messages: Vec<crate::providers::Message>,
-    /// Calibrated: what the budget compared.
-    estimated_tokens: u64,
-    /// With no calibration: what the provider's reported usage is compared with.
-    uncalibrated_tokens: u64,
 }
 
 /// The token-estimate family of the configured provider (an unset provider is OpenAI-style:

@@ -98,7 +98,7 @@ impl TokenEstimator {
         TokenEstimator::new(family, reported_tokens as f64 / estimated_tokens as f64)
     }
 
-    fn scale(&self, raw_quarter_tokens: u64) -> u64 {
+    pub(super) fn scale(&self, raw_quarter_tokens: u64) -> u64 {
         // Quarter tokens keep the byte arithmetic integral; the ratio is applied once, rounded
         // up, so an estimate never rounds a non-empty text down to nothing.
         (raw_quarter_tokens as f64 * self.ratio / 4.0).ceil() as u64
@@ -122,9 +122,15 @@ impl TokenEstimator {
 
     /// The estimated tokens of one message, with its framing.
     pub fn message(&self, message: &Message) -> u64 {
+        self.scale(self.quarters(message))
+    }
+
+    /// A message's size in quarter tokens before the ratio: one scan of its text, which
+    /// [`TokenEstimator::scale`] turns into tokens at any ratio.
+    pub(super) fn quarters(&self, message: &Message) -> u64 {
         match message {
-            Message::User { text } => self.scale(self.message_quarters(text)),
-            Message::Assistant { text, tool_calls } => self.assistant(
+            Message::User { text } => self.message_quarters(text),
+            Message::Assistant { text, tool_calls } => self.assistant_quarters(
                 text,
                 tool_calls
                     .iter()
@@ -132,7 +138,7 @@ impl TokenEstimator {
             ),
             Message::ToolResult {
                 call_id, content, ..
-            } => self.tool_result(call_id, content),
+            } => self.result_quarters(call_id, content),
         }
     }
 
@@ -147,6 +153,14 @@ impl TokenEstimator {
         text: &str,
         tool_calls: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
     ) -> u64 {
+        self.scale(self.assistant_quarters(text, tool_calls))
+    }
+
+    fn assistant_quarters<'a>(
+        &self,
+        text: &str,
+        tool_calls: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> u64 {
         let calls: u64 = tool_calls
             .into_iter()
             .map(|(id, name, arguments)| {
@@ -156,16 +170,18 @@ impl TokenEstimator {
                     + Self::quarter_tokens(arguments)
             })
             .sum();
-        self.scale(self.message_quarters(text) + calls)
+        self.message_quarters(text) + calls
     }
 
     /// A tool result, estimated from its parts.
     pub(super) fn tool_result(&self, call_id: &str, content: &str) -> u64 {
-        self.scale(
-            4 * self.family.tool_overhead()
-                + self.message_quarters(call_id)
-                + Self::quarter_tokens(content),
-        )
+        self.scale(self.result_quarters(call_id, content))
+    }
+
+    fn result_quarters(&self, call_id: &str, content: &str) -> u64 {
+        4 * self.family.tool_overhead()
+            + self.message_quarters(call_id)
+            + Self::quarter_tokens(content)
     }
 
     /// The estimated input tokens of a whole request, as [`crate::budget::plan`] counts them.

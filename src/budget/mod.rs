@@ -46,6 +46,8 @@ pub struct Plan {
     pub messages: Vec<Message>,
     /// Estimated input tokens of the planned request: system prompt, tool schemas, messages.
     pub estimated_tokens: u64,
+    /// The same estimate at a ratio of 1: what the provider's reported usage calibrates.
+    pub uncalibrated_tokens: u64,
     /// `None` when the transcript fit untouched.
     pub report: Option<TrimReport>,
 }
@@ -497,6 +499,7 @@ pub fn plan(
         return Ok(Plan {
             messages: Vec::new(),
             estimated_tokens: fixed,
+            uncalibrated_tokens: uncalibrated_fixed(estimator, system, tools),
             report: None,
         });
     };
@@ -605,7 +608,15 @@ pub fn plan(
     }
     merge_excerpts(newest_units, &mut messages);
     // Counted again on the final messages: joining excerpts saves a little per-message overhead.
-    let tokens_after = fixed + messages.iter().map(|m| estimator.message(m)).sum::<u64>();
+    // One scan of each message gives both the calibrated and the uncalibrated estimate.
+    let uncalibrated = TokenEstimator::new(estimator.family, 1.0);
+    let mut tokens_after = fixed;
+    let mut uncalibrated_tokens = uncalibrated_fixed(estimator, system, tools);
+    for message in &messages {
+        let quarters = estimator.quarters(message);
+        tokens_after += estimator.scale(quarters);
+        uncalibrated_tokens += uncalibrated.scale(quarters);
+    }
     let report = (!excerpted.is_empty() || !dropped_exchanges.is_empty()).then_some(TrimReport {
         policy_version: POLICY_VERSION,
         excerpted,
@@ -618,8 +629,15 @@ pub fn plan(
     Ok(Plan {
         messages,
         estimated_tokens: tokens_after,
+        uncalibrated_tokens,
         report,
     })
+}
+
+/// The system prompt and tool schemas at a ratio of 1.
+fn uncalibrated_fixed(estimator: &TokenEstimator, system: &str, tools: &[ToolDefinition]) -> u64 {
+    let uncalibrated = TokenEstimator::new(estimator.family, 1.0);
+    uncalibrated.text(system) + uncalibrated.tools(tools)
 }
 
 /// Appends the newest exchange's messages. Consecutive excerpts are joined into one assistant

@@ -545,6 +545,8 @@ proptest! {
                 prop_assert!(tokens <= max_input_tokens, "{tokens} > {max_input_tokens}");
                 prop_assert_eq!(plan.estimated_tokens, tokens);
                 prop_assert_eq!(estimator.request(SYSTEM, &tools, &plan.messages), tokens);
+                let uncalibrated = TokenEstimator::new(estimator.family, 1.0);
+                prop_assert_eq!(plan.uncalibrated_tokens, uncalibrated.request(SYSTEM, &tools, &plan.messages));
                 prop_assert!(provider_valid(&plan.messages));
                 let tail = protected_tail(&untouched);
                 prop_assert!(plan.messages.ends_with(tail));
