@@ -21,8 +21,6 @@ import type {
 const SESSION_KEY = 'pen.sessionId';
 /** Characters of the first prompt that become a new session's title. */
 const TITLE_CHARS = 60;
-/** How long an approval request waits for the events that create its card before it shows. */
-const EARLY_APPROVAL_MS = 1000;
 
 export class Controller implements vscode.Disposable {
   private model: state.PanelModel = state.emptyModel();
@@ -223,8 +221,6 @@ export class Controller implements vscode.Disposable {
   /** `pen/requestApproval`: show the card with its buttons and wait for the owner. */
   private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalAnswer> {
     this.set(state.approvalRequested(this.model, params));
-    // The card normally comes with the events that precede the request; never wait long for them.
-    setTimeout(() => this.set(state.showEarlyApproval(this.model, params.callId)), EARLY_APPROVAL_MS);
     if (params.tool === 'pen_edit' && typeof params.diff === 'string') {
       void this.diffs.remember(params.callId, params.arguments?.path, params.diff);
     }

@@ -97,12 +97,6 @@ export interface PanelModel {
   status: string;
   /** The turns whose end is rendered: `turn_ended` and the `pen/prompt` answer both report it. */
   endedTurns: string[];
-  /**
-   * Approval requests whose card is not there yet: pen's `pen/requestApproval` can overtake the
-   * `pen/event` notifications sent before it (the rest of the answer, `tool_call_started`), so
-   * the card waits for them to keep the conversation in order.
-   */
-  earlyApprovals: ApprovalParams[];
   nextId: number;
 }
 
@@ -114,7 +108,6 @@ export function emptyModel(): PanelModel {
     running: false,
     status: '',
     endedTurns: [],
-    earlyApprovals: [],
     nextId: 1,
   };
 }
@@ -350,32 +343,15 @@ function toolFinished(
 }
 
 /**
- * An approval request from `pen/requestApproval`: shown on its card, or kept until the card
- * comes (see `earlyApprovals`; `showEarlyApproval` shows it anyway when it waited too long).
+ * An approval request from `pen/requestApproval`: its card (created if need be) waits for the
+ * owner's answer. pen writes the request after the events that precede it, so the card and the
+ * text before it are normally there already.
  */
 export function approvalRequested(model: PanelModel, params: ApprovalParams): PanelModel {
   if (params.sessionId !== model.sessionId) {
     return model;
   }
-  if (findTool(model, params.callId) < 0) {
-    return { ...model, earlyApprovals: [...model.earlyApprovals, params] };
-  }
-  return markPending(model, params);
-}
-
-/** Show an early approval request even though its card's events have not come (yet). */
-export function showEarlyApproval(model: PanelModel, callId: string): PanelModel {
-  const early = model.earlyApprovals.find((a) => a.callId === callId);
-  if (early === undefined) {
-    return model;
-  }
-  return markPending(model, early);
-}
-
-/** The card of `params.callId` (created if need be) waits for the owner's answer. */
-function markPending(model: PanelModel, params: ApprovalParams): PanelModel {
   let m = toolStarted(model, params.callId, params.tool, params.arguments);
-  m = { ...m, earlyApprovals: m.earlyApprovals.filter((a) => a.callId !== params.callId) };
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
   if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
@@ -394,9 +370,6 @@ function markPending(model: PanelModel, params: ApprovalParams): PanelModel {
 
 /** The owner answered in the panel (or the request was cancelled). */
 export function approvalAnswered(model: PanelModel, callId: string, decision: Decision | 'withdrawn'): PanelModel {
-  if (model.earlyApprovals.some((a) => a.callId === callId)) {
-    model = { ...model, earlyApprovals: model.earlyApprovals.filter((a) => a.callId !== callId) };
-  }
   const index = findTool(model, callId);
   if (index < 0) {
     return model;
@@ -430,7 +403,6 @@ function turnEnded(
   let out: PanelModel = {
     ...m,
     endedTurns: turnId !== null ? [...m.endedTurns, turnId] : m.endedTurns,
-    earlyApprovals: [],
   };
   out.items.forEach((item, index) => {
     if (item.kind === 'tool' && (item.pendingApproval || item.state === 'running' || item.state === 'awaiting_approval')) {
@@ -457,11 +429,10 @@ export function applyEvent(model: PanelModel, event: PenEvent): PanelModel {
       if (m === model) {
         return m;
       }
-      const running = model.running ? { ...m, status: `running ${tool}` } : m;
-      return showEarlyApproval(running, callId);
+      return model.running ? { ...m, status: `running ${tool}` } : m;
     }
     case 'approval_requested':
-      return markPending(model, { ...(d as unknown as ApprovalParams), sessionId: event.sessionId });
+      return approvalRequested(model, { ...(d as unknown as ApprovalParams), sessionId: event.sessionId });
     case 'approval_withdrawn':
       return approvalAnswered(model, asString(d.callId) ?? '?', 'withdrawn');
     case 'tool_call_finished':
@@ -518,7 +489,7 @@ export function daemonStopped(model: PanelModel, message: string): PanelModel {
   if (m.running) {
     m = note(m, 'error', message);
   }
-  return { ...m, running: false, status: '', earlyApprovals: [] };
+  return { ...m, running: false, status: '' };
 }
 
 export function withSessions(model: PanelModel, sessions: SessionInfo[]): PanelModel {

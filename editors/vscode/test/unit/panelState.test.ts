@@ -16,7 +16,6 @@ import {
   promptAnswered,
   promptFailed,
   promptSent,
-  showEarlyApproval,
   switchSession,
   trimNotice,
 } from '../../src/panelState';
@@ -102,24 +101,9 @@ describe('live events', () => {
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] done decision=allow +diff']);
   });
 
-  test('an approval request that overtakes its events waits for its card', () => {
-    let m = promptSent(session(), 'edit');
-    m = reduce(m, [ev('text_delta', { text: 'I will ch' })]);
-    m = approvalRequested(m, { sessionId: S, callId: 'c3', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: 'd' });
-    assert.deepEqual(outline(m), ['user: edit', 'answer: I will ch'], 'no card before the text that precedes it');
-    m = reduce(m, [
-      ev('text_delta', { text: 'ange it.' }),
-      ev('tool_call_started', { callId: 'c3', tool: 'pen_edit', arguments: { path: 'a.txt' } }),
-    ]);
-    assert.deepEqual(outline(m), ['user: edit', 'answer: I will change it.', 'tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
-    assert.equal(m.status, 'waiting for approval');
-    assert.deepEqual(m.earlyApprovals, []);
-  });
-
-  test('an early approval shows anyway after its wait', () => {
+  test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
     m = approvalRequested(m, { sessionId: S, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
-    m = showEarlyApproval(m, 'c4');
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
