@@ -1,5 +1,6 @@
 //! Prompt-budget planning time for transcripts of 100 to 100,000 entries, and how it grows:
-//! the planner should be linear, and plan 10,000 entries in under 10 ms.
+//! the planner should be linear, and plan 10,000 entries in under 10 ms. Every run starts with
+//! the CPU caches evicted, so all sizes are measured the same way (from memory).
 //!
 //! Half of each transcript is older exchanges (some dropped), half the newest exchange (its
 //! old groups excerpted), so every step of the policy runs. `cargo bench --bench budget`.
@@ -59,6 +60,19 @@ fn transcript(entries: usize) -> Vec<Entry> {
     out
 }
 
+/// Bytes written between timed runs: several times any CPU cache, so every size is measured
+/// from memory. Otherwise a 10,000-entry transcript (10 MB) partly stays cached between the
+/// five repetitions and a 100,000-entry one (100 MB) never does, which reads as non-linear
+/// growth of the planner.
+const FLUSH_BYTES: usize = 256 * 1024 * 1024;
+
+fn evict_caches(buffer: &mut [u8]) {
+    for (i, byte) in buffer.iter_mut().enumerate().step_by(64) {
+        *byte = byte.wrapping_add(i as u8);
+    }
+    std::hint::black_box(&buffer);
+}
+
 fn main() {
     let tools = vec![ToolDefinition {
         name: "pen_read".into(),
@@ -92,7 +106,9 @@ fn main() {
         };
         let mut times = Vec::new();
         let mut report = None;
+        let mut flush = vec![0u8; FLUSH_BYTES];
         for _ in 0..5 {
+            evict_caches(&mut flush);
             let started = Instant::now();
             let planned = plan(&entries, "system", &tools, budget, &estimator);
             times.push(started.elapsed());
@@ -108,6 +124,7 @@ fn main() {
         // a steady ratio means the planner itself grows linearly.
         let mut reference_times = Vec::new();
         for _ in 0..5 {
+            evict_caches(&mut flush);
             let started = Instant::now();
             let bytes: usize = entries
                 .iter()
