@@ -220,7 +220,8 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         outcome,
         TurnOutcome {
             stop_reason: StopReason::EndTurn,
-            last_error: None
+            last_error: None,
+            error_kind: None,
         }
     );
     let kinds: Vec<EntryKind> = fx.entries().iter().map(|e| e.kind).collect();
@@ -714,7 +715,8 @@ async fn other_provider_errors_end_the_turn_with_their_message() {
         outcome,
         TurnOutcome {
             stop_reason: StopReason::Error,
-            last_error: Some("max_tokens: 64000 > 8192".into())
+            last_error: Some("max_tokens: 64000 > 8192".into()),
+            error_kind: None,
         }
     );
 }
