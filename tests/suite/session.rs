@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use pen::session::{Entry, EntryKind, NewEntry, SessionStore};
+use pen::session::{Entry, EntryKind, LeaseOwner, NewEntry, SessionStore};
 use serde_json::json;
 
 /// Set in the writer's environment to the data directory it writes to.
@@ -160,7 +160,10 @@ fn a_killed_writer_loses_no_committed_entry() {
 
     // At most the last call was cut off from its result; recovery answers it, once.
     let last_is_call = entries.last().map(|entry| entry.kind) == Some(EntryKind::ToolCall);
-    let recovered = store.recover_interrupted(&session).expect("recover");
+    // The writer is dead, so its session is free; recovery runs under the lease.
+    let owner = LeaseOwner::this_process();
+    store.acquire_lease(&session, owner).expect("lease");
+    let recovered = store.recover_interrupted(&session, owner).expect("recover");
     assert_eq!(recovered.len(), usize::from(last_is_call));
     if last_is_call {
         let page = store
@@ -175,7 +178,7 @@ fn a_killed_writer_loses_no_committed_entry() {
     }
     assert!(
         store
-            .recover_interrupted(&session)
+            .recover_interrupted(&session, owner)
             .expect("again")
             .is_empty()
     );
