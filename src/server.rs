@@ -325,7 +325,7 @@ impl Backend {
                         "a turn is already running in session {session_id}; wait for its pen/prompt answer or send pen/stop"
                     )
                     .into(),
-                    data: None,
+                    data: Some(serde_json::json!({"kind": "session_busy"})),
                 });
             }
             running.insert(session_id.clone(), cancel.clone());

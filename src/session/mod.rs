@@ -560,8 +560,8 @@ impl SessionStore {
 
     /// Answers every call of the session that has no result, so that every call ends with
     /// exactly one: each call of an assistant message (listed in `message_calls`, committed
-    /// with the message) with no later `tool_result` of its `call_id`, and each `tool_call`
-    /// entry outside any message with none. In call order, it appends a `tool_result` with the
+    /// with the message) with no later `tool_result` of its `call_id`. In call order, it
+    /// appends a `tool_result` with the
     /// call's turn id and payload `{call_id, status, content, is_error: true}`:
     /// [`INTERRUPTED_STATUS`] / [`INTERRUPTED_CONTENT`] when the call has a `tool_call` entry
     /// (it may have started), else [`NOT_STARTED_STATUS`] / [`NOT_STARTED_CONTENT`]. Returns the
@@ -861,19 +861,18 @@ fn insert_entries(
 }
 
 /// The calls of session `?1` without a result, in call order: each call of an assistant
-/// message with no `tool_result` of its `call_id` after the message, then (sorted in among
-/// them by seq) each `tool_call` entry that no message lists and no later result answers. A
-/// call "started" when a `tool_call` entry of its id follows its message. It reads the
-/// `message_calls` table and the `entries_by_call_id` index, never a payload (a unit test
-/// checks the query plan). `INDEXED BY` because without statistics SQLite would rather walk
-/// every entry of the session in seq order than look up the few calls it needs.
+/// message with no `tool_result` of its `call_id` after the message. A call "started" when a
+/// `tool_call` entry of its id follows its message. A `tool_call` entry that no message lists
+/// is not a call the model made (the planner ignores it), so it is not answered: a result for
+/// it would be a result without its call. It reads `message_calls` and the
+/// `entries_by_call_id` index, never a payload (a unit test checks the query plan). `INDEXED
+/// BY` because without statistics SQLite might rather walk every entry of the session.
 const UNANSWERED_CALLS_SQL: &str = "
     SELECT listed.call_id, message.turn_id,
            EXISTS (
                SELECT 1 FROM entries AS started INDEXED BY entries_by_call_id
                WHERE started.session_id = listed.session_id AND started.kind = 'tool_call'
-                 AND started.call_id = listed.call_id AND started.seq > listed.message_seq),
-           listed.message_seq AS at_seq, listed.position AS at_position
+                 AND started.call_id = listed.call_id AND started.seq > listed.message_seq)
     FROM message_calls AS listed
     JOIN entries AS message
       ON message.session_id = listed.session_id AND message.seq = listed.message_seq
@@ -882,19 +881,7 @@ const UNANSWERED_CALLS_SQL: &str = "
           SELECT 1 FROM entries AS result INDEXED BY entries_by_call_id
           WHERE result.session_id = listed.session_id AND result.kind = 'tool_result'
             AND result.call_id = listed.call_id AND result.seq > listed.message_seq)
-    UNION ALL
-    SELECT call.call_id, call.turn_id, 1, call.seq, 0
-    FROM entries AS call INDEXED BY entries_by_call_id
-    WHERE call.session_id = ?1 AND call.call_id IS NOT NULL AND call.kind = 'tool_call'
-      AND NOT EXISTS (
-          SELECT 1 FROM entries AS result INDEXED BY entries_by_call_id
-          WHERE result.session_id = call.session_id AND result.call_id = call.call_id
-            AND result.kind = 'tool_result' AND result.seq > call.seq)
-      AND NOT EXISTS (
-          SELECT 1 FROM message_calls AS listed INDEXED BY message_calls_by_call_id
-          WHERE listed.session_id = call.session_id AND listed.call_id = call.call_id
-            AND listed.message_seq < call.seq)
-    ORDER BY at_seq, at_position";
+    ORDER BY listed.message_seq, listed.position";
 
 /// A call without a result, as [`UNANSWERED_CALLS_SQL`] finds it.
 struct UnansweredCall {
