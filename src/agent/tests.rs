@@ -994,6 +994,9 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
     assert_eq!(provider.requests.lock().unwrap().len(), 2);
 }
 
+/// Entries as [`seed`] appends them.
+type Seeded = Vec<(EntryKind, Value)>;
+
 /// Appends raw entries to the fixture's session, as an older pen (or a hand edit) left them.
 fn seed(fx: &Fixture, entries: &[(EntryKind, Value)]) {
     let entries: Vec<NewEntry> = entries
@@ -1098,7 +1101,7 @@ async fn a_session_bricked_by_a_kill_during_the_first_of_two_calls_recovers() {
 async fn inconsistent_histories_are_repaired_or_refused_with_a_new_session_offer() {
     let read = |id: &str| json!({"text": "", "tool_calls": [{"id": id, "name": "pen_read", "arguments": "{}"}]});
     let result = |id: &str| json!({"call_id": id, "content": "ok", "status": "done"});
-    let repairable: Vec<(&str, Vec<(EntryKind, Value)>)> = vec![
+    let repairable: Vec<(&str, Seeded)> = vec![
         (
             "the last message's calls never started",
             vec![(EntryKind::AssistantMessage, two_calls("a", "b"))],
@@ -1142,7 +1145,7 @@ async fn inconsistent_histories_are_repaired_or_refused_with_a_new_session_offer
             "{what}"
         );
     }
-    let unrepairable: Vec<(&str, Vec<(EntryKind, Value)>, &str)> = vec![
+    let unrepairable: Vec<(&str, Seeded, &str)> = vec![
         (
             "a repeated call id",
             vec![
