@@ -1252,3 +1252,40 @@ async fn a_turn_in_a_session_another_pen_is_running_writes_nothing() {
         .acquire_lease(&fx.session, &other)
         .expect("released at the turn's end");
 }
+
+/// The heartbeat runs while a turn does: when it finds the lease taken over (this process was
+/// frozen past the expiry and another pen took the session), the turn stops, and its end does
+/// not release the other pen's lease. Real time: one heartbeat.
+#[tokio::test]
+async fn a_turn_whose_lease_was_taken_over_stops_at_the_next_heartbeat() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::HangUntilStop]);
+    let other = crate::session::LeaseOwner {
+        pid: 1,
+        token: "another pen".into(),
+    };
+    let store = Arc::clone(&fx.store);
+    let session = fx.session.clone();
+    let thief = other.clone();
+    // Once the turn is waiting on the provider, the other pen takes the lease over.
+    *provider.on_request.lock().unwrap() = Some(Box::new(move || {
+        store
+            .release_lease(&session, LeaseOwner::this_process())
+            .unwrap();
+        store.acquire_lease(&session, &thief).unwrap();
+    }));
+    let outcome = tokio::time::timeout(
+        crate::limits::SESSION_LEASE_HEARTBEAT * 5,
+        fx.turn(provider, owner(vec![]), Config::default())
+            .run("hi"),
+    )
+    .await
+    .expect("the turn stops at the next heartbeat");
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    let held = fx
+        .store
+        .acquire_lease(&fx.session, LeaseOwner::this_process())
+        .expect_err("the other pen keeps its lease");
+    assert!(matches!(held, SessionError::LeaseHeld { pid: 1, .. }));
+    fx.store.release_lease(&fx.session, &other).unwrap();
+}
