@@ -2,9 +2,10 @@
 //! (commands, reads, edits, a create) against the fake provider and dies at a seeded random
 //! point: right after its N-th committed append (the `PEN_TEST_HOOKS` crash point, which
 //! aborts the process as abruptly as `kill -9`), or by a real SIGKILL while a `sleep` runs.
-//! After each, a restarted `pen run --session` prompts again, and the test checks that the
-//! turn ends `end_turn`, that every entry committed before the kill is still there, and that
-//! every call of every message has exactly one result. It prints the figures.
+//! After each (and, for one in four, after the recovering run is itself killed within its first
+//! appends), a restarted `pen run --session` prompts again, and the test checks that the turn
+//! ends `end_turn`, that every entry committed before the kill is still there, and that every
+//! call of every message has exactly one result. It prints the figures.
 //!
 //! `PEN_DURABILITY_KILL_POINTS` (default 100) and `PEN_DURABILITY_SEED` (default 11) change
 //! the count and the seed; `scripts/durability.sh` runs it at 1,000.
@@ -158,9 +159,14 @@ impl Run {
 
     /// Prompts the session again in a new `pen run`; whether the turn ended `end_turn`.
     fn restart(&self, session: &str) -> Result<(), String> {
+        self.restart_with(session, None)
+    }
+
+    /// [`Run::restart`] with test hooks (a crash point in the recovering run itself).
+    fn restart_with(&self, session: &str, hooks: Option<String>) -> Result<(), String> {
         let fake = FakeProvider::start();
         fake.push([frames("Recovered.", &[])]);
-        let output = self.pen_run(&fake, Some(session), None).output().unwrap();
+        let output = self.pen_run(&fake, Some(session), hooks).output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         let outcome: Option<Value> = stdout
             .lines()
@@ -244,8 +250,10 @@ impl Figures {
     }
 }
 
-/// One crash at the `append`-th committed append of the turn.
-fn crash_point(figures: &mut Figures, append: u64) {
+/// One crash at the `append`-th committed append of the turn; with `again`, the first
+/// recovering run crashes too, at its `again`-th append (the recovery's own batch, its prompt,
+/// its answer), before the restart that must end `end_turn`.
+fn crash_point(figures: &mut Figures, append: u64, again: Option<u64>) {
     let run = Run::new();
     let fake = FakeProvider::start();
     fake.push(turn_script());
@@ -253,7 +261,10 @@ fn crash_point(figures: &mut Figures, append: u64) {
         .pen_run(&fake, None, Some(format!("crash_after_appends={append}")))
         .output()
         .unwrap();
-    let what = format!("crash after append {append}");
+    let what = match again {
+        Some(again) => format!("crash after append {append}, then after {again} while recovering"),
+        None => format!("crash after append {append}"),
+    };
     use std::os::unix::process::ExitStatusExt;
     if output.status.signal() != Some(libc::SIGABRT) {
         figures.failures.push(format!(
@@ -269,6 +280,10 @@ fn crash_point(figures: &mut Figures, append: u64) {
         figures
             .failures
             .push(format!("{what}: {} entries after the crash", before.len()));
+    }
+    if let Some(again) = again {
+        // Whether it got as far as ending its turn or not, it leaves nothing to repair by hand.
+        let _ = run.restart_with(&session, Some(format!("crash_after_appends={again}")));
     }
     figures.check(&what, &run, &before, &session);
 }
@@ -341,7 +356,10 @@ fn no_kill_point_bricks_a_session_or_loses_an_entry() {
     }
     let crash_points = kill_points.saturating_sub(SIGKILL_RUNS as u64);
     for _ in 0..crash_points {
-        crash_point(&mut figures, rng.u64(1..=CLEAN_RUN_APPENDS));
+        let append = rng.u64(1..=CLEAN_RUN_APPENDS);
+        // One in four recoveries is itself killed, within its first few appends.
+        let again = (rng.u8(0..4) == 0).then(|| rng.u64(1..=3));
+        crash_point(&mut figures, append, again);
     }
     println!(
         "kill points: {}, bricked: {}, lost entries: {}, calls with != 1 result: {} (seed {seed})",
