@@ -233,6 +233,17 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             _ => {}
         }
     };
+    // One turn per session across processes: a session a daemon (or another `pen run`) is
+    // running a turn in is refused, before anything is written.
+    let lease = match crate::agent::TurnLease::acquire(store.clone(), &session_id).await {
+        Ok(lease) => lease,
+        Err(e @ session::SessionError::LeaseHeld { .. }) => {
+            return fail(format!(
+                "{e}; wait for that turn to end (or stop it there) and run this again"
+            ));
+        }
+        Err(e) => return fail(e.to_string()),
+    };
     eprintln!("pen: session {session_id}");
     let turn = Turn {
         store,
@@ -252,7 +263,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         on_event: std::sync::Arc::new(on_event),
         cancel,
     };
-    let outcome = turn.run(&command.prompt).await;
+    let outcome = turn.run_leased(lease, &command.prompt).await;
     if json {
         println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
     } else {

@@ -210,6 +210,14 @@ pub const SQLITE_BUSY_RETRIES: u32 = 4;
 /// The pause before retry `n` of a busy operation is `n` times this: 25 ms, 50 ms, 75 ms…
 pub const SQLITE_BUSY_BACKOFF: Duration = Duration::from_millis(25);
 
+/// How often a process running a turn renews its session lease (the heartbeat): 2 s.
+pub const SESSION_LEASE_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// A session lease whose heartbeat is older than this is expired even when a process with its
+/// pid is alive (a recycled pid, a process frozen for that long): 30 s, fifteen missed
+/// heartbeats, so a busy machine never expires a live turn's lease.
+pub const SESSION_LEASE_EXPIRY: Duration = Duration::from_secs(30);
+
 /// The most directories the disk watcher watches (one inotify watch each); past it, changes in
 /// the rest go unnoticed until a read or edit looks at the file itself.
 pub const MAX_WATCHED_DIRS: usize = 4_096;

@@ -194,6 +194,9 @@ pub struct PromptResponse {
     pub stop_reason: crate::agent::StopReason,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// `history_unrepairable` when the session can never run a turn again (offer a new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::agent::TurnErrorKind>,
 }
 
 /// `pen/stop` params.

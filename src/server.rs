@@ -325,7 +325,7 @@ impl Backend {
                         "a turn is already running in session {session_id}; wait for its pen/prompt answer or send pen/stop"
                     )
                     .into(),
-                    data: None,
+                    data: Some(serde_json::json!({"kind": "session_busy"})),
                 });
             }
             running.insert(session_id.clone(), cancel.clone());
@@ -333,6 +333,25 @@ impl Backend {
         let _running = RunningTurn {
             state: Arc::clone(&self.state),
             session_id: session_id.clone(),
+        };
+        // One turn per session across every pen sharing the database (SPEC §4): the lease is
+        // taken before anything of the turn runs, and released when the turn ends (or, on an
+        // early return, when it is dropped).
+        let lease = match agent::TurnLease::acquire(Arc::clone(&store), &session_id).await {
+            Ok(lease) => lease,
+            Err(SessionError::LeaseHeld { pid, .. }) => {
+                return Err(jsonrpc::Error {
+                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+                    message: format!("session is running a turn in another pen (pid {pid})").into(),
+                    data: Some(serde_json::json!({"kind": "session_busy", "pid": pid})),
+                });
+            }
+            Err(SessionError::NotFound(_)) => {
+                return Err(jsonrpc::Error::invalid_params(format!(
+                    "no session has the id {session_id:?}"
+                )));
+            }
+            Err(other) => return Err(internal(&other.to_string())),
         };
         let turn_id = format!("t_{}", uuid::Uuid::now_v7().simple());
         let config = read(&self.state.config).clone();
@@ -344,6 +363,7 @@ impl Backend {
                     turn_id,
                     stop_reason: StopReason::Error,
                     last_error: Some(message),
+                    error_kind: None,
                 });
             }
         };
@@ -385,7 +405,7 @@ impl Backend {
             }),
             cancel,
         };
-        let outcome = turn.run(&params.text).await;
+        let outcome = turn.run_leased(lease, &params.text).await;
         // Every event of the turn reaches the client before the answer does.
         let _ = forwarder.await;
         Ok(PromptResponse {
@@ -393,6 +413,7 @@ impl Backend {
             turn_id,
             stop_reason: outcome.stop_reason,
             last_error: outcome.last_error,
+            error_kind: outcome.error_kind,
         })
     }
 

@@ -5,6 +5,14 @@
 //! - Every entry is committed to the session store before the next provider request.
 //! - Every tool call in the transcript gets exactly one result: its outcome, "denied by the
 //!   owner", "approval no longer applies", "not executed (stopped)", or "outcome unknown".
+//!   Calls a crash cut off are answered at the next turn's start by the store's recovery,
+//!   driven by each assistant message's call list ("interrupted; outcome unknown" when the
+//!   call may have started, "not executed" when it cannot have).
+//! - A turn runs under its session's lease ([`TurnLease`]): one running turn per session across
+//!   processes, and recovery only under the lease. The lease is released when the turn ends,
+//!   whatever ends it.
+//! - A history the planner refuses after that recovery cannot be repaired by appending: the
+//!   turn ends `error` with kind `history_unrepairable`, naming the entry.
 //! - Every request is planned by [`crate::budget`] under `context_window_tokens −
 //!   max_output_tokens − budget_margin_tokens`, estimated with a ratio calibrated from the
 //!   provider's reported usage; a plan that cuts something new is an event entry and a
@@ -16,11 +24,13 @@
 
 mod history;
 mod host;
+mod lease;
 mod provider_choice;
 mod system_prompt;
 
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
+pub use lease::TurnLease;
 pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;
 
@@ -29,7 +39,7 @@ use crate::config::Config;
 use crate::providers::{
     ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
 };
-use crate::session::{EntryKind, NewEntry, SessionError, SessionStore};
+use crate::session::{EntryKind, LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::{self, ToolError};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -64,7 +74,26 @@ pub struct TurnOutcome {
     pub stop_reason: StopReason,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// What kind of failure `last_error` is, when a client should act on it rather than show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<TurnErrorKind>,
 }
+
+/// A failure a client acts on (the editors offer a new session for both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnErrorKind {
+    /// The session's history is inconsistent in a way that answering its unanswered calls
+    /// cannot repair (a repeated call id, a result without its call): it can never run a turn
+    /// again, and the owner should start a new session.
+    HistoryUnrepairable,
+    /// Another pen is running a turn in the session.
+    SessionBusy,
+}
+
+/// The end of `last_error` for a history that cannot be repaired.
+pub const HISTORY_UNREPAIRABLE_ADVICE: &str = "pen cannot repair this by answering the calls left without a result, so no turn can \
+     run in this session again: start a new session (pen/newSession) and carry over what matters";
 
 /// The owner's answer to an approval request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,34 +179,81 @@ enum TurnError {
     Provider(ProviderError),
     #[error("{0}")]
     Message(String),
+    /// The history is inconsistent beyond what recovery repairs.
+    #[error("{0}; {HISTORY_UNREPAIRABLE_ADVICE}")]
+    Unrepairable(BudgetError),
+}
+
+impl TurnError {
+    fn kind(&self) -> Option<TurnErrorKind> {
+        match self {
+            TurnError::Unrepairable(_) => Some(TurnErrorKind::HistoryUnrepairable),
+            _ => None,
+        }
+    }
 }
 
 impl Turn {
-    /// Runs the turn for `prompt` to its end.
+    /// Runs the turn for `prompt` to its end under the session's lease, which it takes first:
+    /// while another pen runs a turn in the session, it ends at once with `error` (kind
+    /// `session_busy`) and writes nothing.
     pub async fn run(self, prompt: &str) -> TurnOutcome {
+        match TurnLease::acquire(Arc::clone(&self.store), &self.session_id).await {
+            Ok(lease) => self.run_leased(lease, prompt).await,
+            Err(err) => TurnOutcome {
+                stop_reason: StopReason::Error,
+                error_kind: matches!(err, SessionError::LeaseHeld { .. })
+                    .then_some(TurnErrorKind::SessionBusy),
+                last_error: Some(err.to_string()),
+            },
+        }
+    }
+
+    /// Runs the turn for `prompt` to its end under `lease` (this session's, taken by the
+    /// caller), and releases the lease when the turn has ended, however it ends. A lease lost
+    /// while the turn runs stops the turn.
+    pub async fn run_leased(self, lease: TurnLease, prompt: &str) -> TurnOutcome {
+        let lost = lease.lost();
+        let cancel = self.cancel.clone();
+        let stopper = tokio::spawn(async move {
+            lost.cancelled().await;
+            cancel.cancel();
+        });
+        let outcome = self.run_to_end(prompt).await;
+        stopper.abort();
+        lease.release().await;
+        outcome
+    }
+
+    async fn run_to_end(&self, prompt: &str) -> TurnOutcome {
         let seq = AtomicU64::new(0);
         let outcome = match self.run_inner(prompt, &seq).await {
             Ok(reason) => TurnOutcome {
                 stop_reason: reason,
                 last_error: None,
+                error_kind: None,
             },
             Err(err) => TurnOutcome {
                 stop_reason: StopReason::Error,
+                error_kind: err.kind(),
                 last_error: Some(err.to_string()),
             },
         };
-        let _ = self.append(EntryKind::Event, json!({"type": "turn_ended", "stop_reason": outcome.stop_reason, "last_error": outcome.last_error}));
+        let _ = self.append(EntryKind::Event, json!({"type": "turn_ended", "stop_reason": outcome.stop_reason, "last_error": outcome.last_error, "error_kind": outcome.error_kind}));
         self.emit(
             &seq,
             "turn_ended",
-            json!({"stopReason": outcome.stop_reason, "lastError": outcome.last_error}),
+            json!({"stopReason": outcome.stop_reason, "lastError": outcome.last_error, "errorKind": outcome.error_kind}),
         );
         outcome
     }
 
     async fn run_inner(&self, prompt: &str, seq: &AtomicU64) -> Result<StopReason, TurnError> {
-        // A call a crashed daemon left without a result is answered before anything else.
-        self.store.recover_interrupted(&self.session_id)?;
+        // Every call a crashed pen left without a result is answered before anything else
+        // (under the lease, so no live process is running any of them). This is also the repair
+        // of an inconsistent history: the planner takes these late answers into their groups.
+        self.store
+            .recover_interrupted(&self.session_id, LeaseOwner::this_process())?;
         self.append(EntryKind::UserPrompt, json!({"text": prompt}))?;
         let definitions = tool_definitions();
         let mut requests = 0u64;
@@ -300,7 +376,7 @@ impl Turn {
                 (_, err @ BudgetError::TooLarge { .. }) => {
                     TurnError::Message(format!("The request does not fit the prompt budget: {err}."))
                 }
-                (_, err) => TurnError::Message(err.to_string()),
+                (_, err @ BudgetError::InvalidHistory { .. }) => TurnError::Unrepairable(err),
             },
         )?;
         if let Some(report) = &plan.report

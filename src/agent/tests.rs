@@ -220,7 +220,8 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         outcome,
         TurnOutcome {
             stop_reason: StopReason::EndTurn,
-            last_error: None
+            last_error: None,
+            error_kind: None,
         }
     );
     let kinds: Vec<EntryKind> = fx.entries().iter().map(|e| e.kind).collect();
@@ -714,7 +715,8 @@ async fn other_provider_errors_end_the_turn_with_their_message() {
         outcome,
         TurnOutcome {
             stop_reason: StopReason::Error,
-            last_error: Some("max_tokens: 64000 > 8192".into())
+            last_error: Some("max_tokens: 64000 > 8192".into()),
+            error_kind: None,
         }
     );
 }
@@ -990,4 +992,300 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
         "{error}"
     );
     assert_eq!(provider.requests.lock().unwrap().len(), 2);
+}
+
+/// Entries as [`seed`] appends them.
+type Seeded = Vec<(EntryKind, Value)>;
+
+/// Appends raw entries to the fixture's session, as an older pen (or a hand edit) left them.
+fn seed(fx: &Fixture, entries: &[(EntryKind, Value)]) {
+    let entries: Vec<NewEntry> = entries
+        .iter()
+        .map(|(kind, payload)| NewEntry {
+            kind: *kind,
+            turn_id: Some("t0".into()),
+            payload: payload.clone(),
+        })
+        .collect();
+    fx.store.append_many(&fx.session, &entries).unwrap();
+}
+
+fn two_calls(first: &str, second: &str) -> Value {
+    json!({"text": "", "tool_calls": [
+        {"id": first, "name": "pen_command", "arguments": "{\"command\":\"sleep 5\"}"},
+        {"id": second, "name": "pen_read", "arguments": "{\"path\":\"a.txt\"}"},
+    ]})
+}
+
+/// Every call id of every assistant message, with the number of results it has.
+fn result_counts(entries: &[Entry]) -> Vec<(String, usize)> {
+    entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::AssistantMessage)
+        .flat_map(|e| {
+            e.payload["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|call| {
+            let id = call["id"].as_str().unwrap().to_string();
+            let count = entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::ToolResult && e.payload["call_id"] == id.as_str())
+                .count();
+            (id, count)
+        })
+        .collect()
+}
+
+/// Issue 11, item 1: today's pen answered only the call with its own `tool_call` entry, so a
+/// session killed during the first of two calls failed every later prompt. Such a session, as
+/// today's pen wrote it (the interrupted answer to the first call, then a prompt that failed),
+/// recovers at its next turn by appending the missing answer, and nothing is rewritten.
+#[tokio::test]
+async fn a_session_bricked_by_a_kill_during_the_first_of_two_calls_recovers() {
+    let fx = Fixture::new();
+    seed(
+        &fx,
+        &[
+            (EntryKind::UserPrompt, json!({"text": "go"})),
+            (EntryKind::AssistantMessage, two_calls("cmd", "read")),
+            (
+                EntryKind::ToolCall,
+                json!({"call_id": "cmd", "name": "pen_command"}),
+            ),
+            (
+                EntryKind::ToolResult,
+                json!({"call_id": "cmd", "status": "interrupted", "content": crate::session::INTERRUPTED_CONTENT}),
+            ),
+            (EntryKind::UserPrompt, json!({"text": "again"})),
+            (
+                EntryKind::Event,
+                json!({"type": "turn_ended", "stop_reason": "error", "last_error": "entry 5 follows tool call read (entry 2) that has no result; the session history is inconsistent"}),
+            ),
+        ],
+    );
+    let before = fx.entries();
+    let provider = Scripted::new(vec![Step::Answer(answer("Recovered.", &[]))]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("and now?")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn, "{outcome:?}");
+    let after = fx.entries();
+    assert_eq!(&after[..before.len()], &before[..], "no entry rewritten");
+    assert_eq!(after[before.len()].payload["call_id"], "read");
+    assert_eq!(after[before.len()].payload["status"], "not_executed");
+    assert_eq!(
+        result_counts(&after),
+        vec![("cmd".to_string(), 1), ("read".to_string(), 1)]
+    );
+    // The model sees both calls answered, in order, the late answer in its group.
+    let request = &provider.requests.lock().unwrap()[0];
+    let results: Vec<&str> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, ["cmd", "read"]);
+}
+
+/// Issue 11, item 3: each kind of inconsistency, written by hand. The repairable ones (calls
+/// left without a result, wherever) continue; the others end with an error that names the
+/// entry, says to start a new session, and carries the kind the editors act on.
+#[tokio::test]
+async fn inconsistent_histories_are_repaired_or_refused_with_a_new_session_offer() {
+    let read = |id: &str| json!({"text": "", "tool_calls": [{"id": id, "name": "pen_read", "arguments": "{}"}]});
+    let result = |id: &str| json!({"call_id": id, "content": "ok", "status": "done"});
+    let repairable: Vec<(&str, Seeded)> = vec![
+        (
+            "the last message's calls never started",
+            vec![(EntryKind::AssistantMessage, two_calls("a", "b"))],
+        ),
+        (
+            "a call without a result before a later prompt",
+            vec![
+                (EntryKind::AssistantMessage, read("a")),
+                (EntryKind::UserPrompt, json!({"text": "next"})),
+            ],
+        ),
+        (
+            "calls missing in two groups",
+            vec![
+                (EntryKind::AssistantMessage, two_calls("a", "b")),
+                (EntryKind::ToolResult, result("a")),
+                (EntryKind::AssistantMessage, read("c")),
+                (EntryKind::ToolCall, json!({"call_id": "c"})),
+                (
+                    EntryKind::AssistantMessage,
+                    json!({"text": "done", "tool_calls": []}),
+                ),
+            ],
+        ),
+    ];
+    for (what, entries) in repairable {
+        let fx = Fixture::new();
+        seed(&fx, &entries);
+        let provider = Scripted::new(vec![Step::Answer(answer("ok", &[]))]);
+        let outcome = fx
+            .turn(provider, owner(vec![]), Config::default())
+            .run("continue")
+            .await;
+        assert_eq!(
+            outcome.stop_reason,
+            StopReason::EndTurn,
+            "{what}: {outcome:?}"
+        );
+        assert!(
+            result_counts(&fx.entries()).iter().all(|(_, n)| *n == 1),
+            "{what}"
+        );
+    }
+    let unrepairable: Vec<(&str, Seeded, &str)> = vec![
+        (
+            "a repeated call id",
+            vec![
+                (EntryKind::AssistantMessage, read("a")),
+                (EntryKind::ToolResult, result("a")),
+                (EntryKind::AssistantMessage, read("a")),
+                (EntryKind::ToolResult, result("a")),
+            ],
+            "entry 3 repeats tool call id a",
+        ),
+        (
+            "a result without its call",
+            vec![(EntryKind::ToolResult, result("ghost"))],
+            "entry 1 is a result for tool call ghost",
+        ),
+        (
+            "two results for one call",
+            vec![
+                (EntryKind::AssistantMessage, read("a")),
+                (EntryKind::ToolResult, result("a")),
+                (EntryKind::ToolResult, result("a")),
+            ],
+            "entry 3 is a result for tool call a",
+        ),
+        (
+            "results out of call order",
+            vec![
+                (EntryKind::AssistantMessage, two_calls("a", "b")),
+                (EntryKind::ToolResult, result("b")),
+                (EntryKind::ToolResult, result("a")),
+            ],
+            "entry 2 is a result for tool call b",
+        ),
+    ];
+    for (what, entries, names) in unrepairable {
+        let fx = Fixture::new();
+        seed(&fx, &entries);
+        let provider = Scripted::new(vec![]);
+        let outcome = fx
+            .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+            .run("continue")
+            .await;
+        assert_eq!(outcome.stop_reason, StopReason::Error, "{what}");
+        assert_eq!(
+            outcome.error_kind,
+            Some(TurnErrorKind::HistoryUnrepairable),
+            "{what}"
+        );
+        let error = outcome.last_error.unwrap_or_default();
+        assert!(error.starts_with(names), "{what}: {error}");
+        assert!(error.contains("start a new session"), "{what}: {error}");
+        assert!(provider.requests.lock().unwrap().is_empty(), "{what}");
+        let ended = fx.entries().pop().unwrap();
+        assert_eq!(
+            ended.payload["error_kind"], "history_unrepairable",
+            "{what}"
+        );
+    }
+}
+
+/// Issue 11, item 2, in one process: a turn under another live process's lease ends at once,
+/// writes nothing and answers none of that process's calls.
+#[tokio::test]
+async fn a_turn_in_a_session_another_pen_is_running_writes_nothing() {
+    let fx = Fixture::new();
+    seed(
+        &fx,
+        &[
+            (EntryKind::AssistantMessage, two_calls("a", "b")),
+            (EntryKind::ToolCall, json!({"call_id": "a"})),
+        ],
+    );
+    let other = crate::session::LeaseOwner {
+        pid: 1,
+        token: "another pen".into(),
+    };
+    fx.store.acquire_lease(&fx.session, &other).unwrap();
+    let before = fx.entries();
+    let outcome = fx
+        .turn(Scripted::new(vec![]), owner(vec![]), Config::default())
+        .run("hi")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::Error);
+    assert_eq!(outcome.error_kind, Some(TurnErrorKind::SessionBusy));
+    assert!(
+        outcome
+            .last_error
+            .unwrap_or_default()
+            .contains("is running a turn in another pen (pid 1)")
+    );
+    assert_eq!(fx.entries(), before);
+    // Once released, the next turn takes the lease, recovers and releases it again.
+    fx.store.release_lease(&fx.session, &other).unwrap();
+    let outcome = fx
+        .turn(
+            Scripted::new(vec![Step::Answer(answer("ok", &[]))]),
+            owner(vec![]),
+            Config::default(),
+        )
+        .run("hi")
+        .await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    fx.store
+        .acquire_lease(&fx.session, &other)
+        .expect("released at the turn's end");
+}
+
+/// The heartbeat runs while a turn does: when it finds the lease taken over (this process was
+/// frozen past the expiry and another pen took the session), the turn stops, and its end does
+/// not release the other pen's lease. Real time: one heartbeat.
+#[tokio::test]
+async fn a_turn_whose_lease_was_taken_over_stops_at_the_next_heartbeat() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![Step::HangUntilStop]);
+    let other = crate::session::LeaseOwner {
+        pid: 1,
+        token: "another pen".into(),
+    };
+    let store = Arc::clone(&fx.store);
+    let session = fx.session.clone();
+    let thief = other.clone();
+    // Once the turn is waiting on the provider, the other pen takes the lease over.
+    *provider.on_request.lock().unwrap() = Some(Box::new(move || {
+        store
+            .release_lease(&session, LeaseOwner::this_process())
+            .unwrap();
+        store.acquire_lease(&session, &thief).unwrap();
+    }));
+    let outcome = tokio::time::timeout(
+        crate::limits::SESSION_LEASE_HEARTBEAT * 5,
+        fx.turn(provider, owner(vec![]), Config::default())
+            .run("hi"),
+    )
+    .await
+    .expect("the turn stops at the next heartbeat");
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    let held = fx
+        .store
+        .acquire_lease(&fx.session, LeaseOwner::this_process())
+        .expect_err("the other pen keeps its lease");
+    assert!(matches!(held, SessionError::LeaseHeld { pid: 1, .. }));
+    fx.store.release_lease(&fx.session, &other).unwrap();
 }

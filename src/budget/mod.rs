@@ -10,6 +10,9 @@
 //! - Same entries, fixed parts, budget and estimator ⇒ byte-identical plan.
 //! - An inconsistent history (a call without a result, a result without its call, a repeated
 //!   call id, results out of call order) is refused before any compaction, naming the entry.
+//!   A late answer is not an inconsistency: a result for a call whose group ended without it
+//!   (crash recovery appends these, since the transcript is never rewritten) completes that
+//!   group, wherever it comes later in the transcript.
 //! - The latest two tool groups of the newest exchange are sent whole; a retained call keeps its
 //!   id and arguments byte for byte; every retained call is followed by its result.
 //! - An excerpted group is plain assistant text quoted as historical data, so no provider sees
@@ -27,7 +30,7 @@ pub use estimate::{Budget, ProviderFamily, TokenEstimator};
 use crate::providers::{Message, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};
 use crate::tools::floor_char_boundary;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -281,6 +284,9 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
     seen.reserve(entries.len() / 2);
     // The group whose results are still arriving, its entry seq, and how many it has.
     let mut open: Option<(Group, u64, usize)> = None;
+    // Calls of groups that ended without all their results, by call id: where their slot is
+    // (exchange, unit, call) and which entries to name if no late answer ever comes.
+    let mut late: FxHashMap<&str, LateSlot> = FxHashMap::default();
     for entry in entries {
         if entry.kind == EntryKind::Event || entry.kind == EntryKind::ToolCall {
             if let Some(last) = exchanges.last_mut() {
@@ -290,16 +296,26 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
         }
         if entry.kind != EntryKind::ToolResult {
             if let Some((group, seq, answered)) = open.take() {
-                if answered < group.calls.len() {
-                    return Err(invalid(
-                        entry.seq,
-                        format!(
-                            "follows tool call {} (entry {seq}) that has no result",
-                            group.calls[answered].call.id
-                        ),
-                    ));
-                }
+                let missing: Vec<&str> = group.calls[answered..]
+                    .iter()
+                    .map(|slot| slot.call.id)
+                    .collect();
                 push_unit(&mut exchanges, Unit::Group(group), entry.seq);
+                // The group waits for late answers (appended by crash recovery) to its calls.
+                let exchange = exchanges.len() - 1;
+                let unit = exchanges[exchange].units.len() - 1;
+                for (offset, call_id) in missing.into_iter().enumerate() {
+                    late.insert(
+                        call_id,
+                        LateSlot {
+                            exchange,
+                            unit,
+                            call: answered + offset,
+                            message_seq: seq,
+                            followed_by: entry.seq,
+                        },
+                    );
+                }
             }
         }
         match entry.kind {
@@ -347,15 +363,29 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                         group.calls.get_mut(*answered).map(|slot| (slot, answered))
                     })
                     .filter(|(slot, _)| slot.call.id == call_id);
-                let Some((slot, answered)) = slot else {
-                    return Err(invalid(
-                        entry.seq,
-                        format!(
-                            "is a result for tool call {call_id}, which is not the next call waiting for one"
-                        ),
-                    ));
+                let slot = match slot {
+                    Some((slot, answered)) => {
+                        *answered += 1;
+                        slot
+                    }
+                    None => {
+                        let found = late.remove(call_id).and_then(|at| {
+                            match exchanges.get_mut(at.exchange)?.units.get_mut(at.unit)? {
+                                Unit::Group(group) => group.calls.get_mut(at.call),
+                                _ => None,
+                            }
+                        });
+                        let Some(slot) = found else {
+                            return Err(invalid(
+                                entry.seq,
+                                format!(
+                                    "is a result for tool call {call_id}, which is not the next call waiting for one"
+                                ),
+                            ));
+                        };
+                        slot
+                    }
                 };
-                *answered += 1;
                 slot.content = if !shrunk.is_empty() && shrunk.contains(call_id) {
                     Cow::Owned(shrink(content))
                 } else {
@@ -382,7 +412,29 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
         }
         push_unit(&mut exchanges, Unit::Group(group), seq);
     }
+    // The first call, in transcript order, that never got its late answer.
+    if let Some((call_id, at)) = late.iter().min_by_key(|(_, at)| (at.message_seq, at.call)) {
+        return Err(invalid(
+            at.followed_by,
+            format!(
+                "follows tool call {call_id} (entry {}) that has no result",
+                at.message_seq
+            ),
+        ));
+    }
     Ok(exchanges)
+}
+
+/// Where the result of a call goes that its group ended without: a late answer (appended
+/// after the group by crash recovery) fills it.
+struct LateSlot {
+    exchange: usize,
+    unit: usize,
+    call: usize,
+    /// The assistant entry that made the call.
+    message_seq: u64,
+    /// The entry that ended the group without the call's result.
+    followed_by: u64,
 }
 
 /// Adds a unit to the current exchange, opening a prompt-less one at the transcript's start.

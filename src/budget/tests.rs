@@ -394,6 +394,56 @@ fn inconsistent_histories_are_refused_before_planning() {
     );
 }
 
+/// Crash recovery appends the answers a group ended without (the transcript is never
+/// rewritten): such a late answer completes its group wherever it comes, so the request shows
+/// every call followed by its result, in call order.
+#[test]
+fn late_answers_complete_the_group_they_belong_to() {
+    let transcript = Transcript::default()
+        .user("go")
+        .calls("", &[("a", "pen_read", "{}"), ("b", "pen_read", "{}")])
+        .result("a", "A", false, "done")
+        .user("again")
+        .calls("", &[("c", "pen_read", "{}")])
+        .result("b", "late B", true, "not_executed")
+        .result("c", "C", false, "done");
+    let messages = transcript_messages(&transcript.entries).expect("repaired");
+    let order: Vec<String> = messages
+        .iter()
+        .map(|message| match message {
+            Message::User { text } => format!("user {text}"),
+            Message::Assistant { tool_calls, .. } => format!("calls {}", tool_calls.len()),
+            Message::ToolResult {
+                call_id, content, ..
+            } => format!("{call_id}={content}"),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "user go",
+            "calls 2",
+            "a=A",
+            "b=late B",
+            "user again",
+            "calls 1",
+            "c=C"
+        ]
+    );
+    // Without its late answer the group is still refused, naming the entry after it.
+    let unanswered = Transcript::default()
+        .user("go")
+        .calls("", &[("a", "pen_read", "{}"), ("b", "pen_read", "{}")])
+        .result("a", "A", false, "done")
+        .user("again");
+    assert_eq!(
+        transcript_messages(&unanswered.entries)
+            .expect_err("b has no result")
+            .to_string(),
+        "entry 6 follows tool call b (entry 2) that has no result; the session history is inconsistent"
+    );
+}
+
 #[test]
 fn results_shrunk_cuts_apply_before_the_budget() {
     let transcript = Transcript::default()

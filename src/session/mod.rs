@@ -11,9 +11,24 @@
 //! transaction committed, so an entry it numbered survives the process being killed. Sequence
 //! numbers in a session run 1, 2, 3… without gaps, which makes `entry_count` the last seq.
 //!
+//! **Every call is answered exactly once.** The calls of an assistant message are committed
+//! with it (a schema trigger lists them in `message_calls` in the inserting transaction), so
+//! whatever moment the process dies at, [`SessionStore::recover_interrupted`] finds every call
+//! of every message that has no result and appends one: "interrupted; outcome unknown" when
+//! a `tool_call` entry says it may have started, "not executed" when it cannot have. It only
+//! appends, so it also repairs sessions written before this list existed.
+//!
+//! **One running turn per session across processes.** A turn runs under the session's lease
+//! (`session_leases`: owner pid, a token unique to the process start, a heartbeat), taken in one
+//! IMMEDIATE transaction and refused with [`SessionError::LeaseHeld`] while another live
+//! process holds it. A lease expires when its heartbeat is older than
+//! [`SESSION_LEASE_EXPIRY`] or its process is gone. Recovery runs only under the lease, so it
+//! never answers a call a live process is running.
+//!
 //! **API boundary.** Plain Rust: no JSON-RPC, provider or async types. Every call blocks on
 //! SQLite, so a caller on an async runtime runs it on a blocking thread. Payloads are
-//! free-form JSON owned by the caller; the store only reads a payload's `call_id`.
+//! free-form JSON owned by the caller; the store only reads a payload's `call_id` and, of an
+//! assistant message, the `id` of each element of its `tool_calls` array.
 //!
 //! **Secrets.** Never put API keys or other credentials in a title or payload: the database is
 //! a plain file under the data directory, and an entry can never be removed.
@@ -25,7 +40,8 @@ mod tests;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, Transaction, TransactionBehavior};
@@ -36,8 +52,8 @@ use thiserror::Error;
 use uuid::Uuid;
 
 use crate::limits::{
-    MAX_SESSION_PAGE, MAX_TRANSCRIPT_PAGE_BYTES, MAX_TRANSCRIPT_PAGE_ENTRIES, SQLITE_BUSY_BACKOFF,
-    SQLITE_BUSY_RETRIES,
+    MAX_SESSION_PAGE, MAX_TRANSCRIPT_PAGE_BYTES, MAX_TRANSCRIPT_PAGE_ENTRIES, SESSION_LEASE_EXPIRY,
+    SQLITE_BUSY_BACKOFF, SQLITE_BUSY_RETRIES,
 };
 
 /// The environment variable that overrides the data directory.
@@ -55,6 +71,19 @@ pub const INTERRUPTED_STATUS: &str = "interrupted";
 /// The `content` of the result recorded for a tool call that a crash interrupted (SPEC §4).
 pub const INTERRUPTED_CONTENT: &str =
     "interrupted; outcome unknown — inspect the state before retrying";
+
+/// The `status` of the result recorded for a call of an assistant message that a crash left
+/// before the call started (it has no `tool_call` entry, so it cannot have run).
+pub const NOT_STARTED_STATUS: &str = "not_executed";
+
+/// The `content` of the result recorded for a call that a crash left before it started.
+pub const NOT_STARTED_CONTENT: &str = "not executed: pen stopped (a crash or a kill) before this call started, so it did not run; \
+     run it again if it is still needed";
+
+/// The environment variable of test hooks: `crash_after_appends=N` makes the process abort
+/// (as abruptly as `kill -9`) right after its N-th committed write to the transcript, so the
+/// durability tests can stop pen at every point of a turn. Nothing else reads it.
+pub const TEST_HOOKS_ENV: &str = "PEN_TEST_HOOKS";
 
 /// The data directory: `$PEN_DATA_DIR` when set and not empty, else `pen` in the platform's
 /// data directory (`~/.local/share/pen` on Linux).
@@ -218,6 +247,15 @@ pub enum SessionError {
         "invalid session cursor {0:?}: pass back the next_cursor of the previous page as it was"
     )]
     InvalidCursor(String),
+    /// Another live process holds the session's lease: it is running a turn there.
+    #[error("session {session_id} is running a turn in another pen (pid {pid})")]
+    LeaseHeld { session_id: String, pid: u32 },
+    /// An operation that needs the session's lease was called without holding it.
+    #[error(
+        "this pen does not hold the lease of session {0}: another pen took it over (its turn here \
+         stopped renewing it for too long)"
+    )]
+    LeaseNotHeld(String),
     #[error("entry {seq} of session {session_id} is unreadable: {reason}")]
     CorruptEntry {
         session_id: String,
@@ -293,6 +331,9 @@ pub struct SessionStore {
     /// The clock that stamps sessions and entries, in Unix milliseconds. Tests replace it to
     /// make every write land in a new millisecond.
     now_ms: Box<dyn Fn() -> i64 + Send + Sync>,
+    /// The test hook `crash_after_appends`: the committed writes left before the process
+    /// aborts; `None` (always, outside the durability tests) disables it.
+    crash_after: Option<AtomicU64>,
 }
 
 impl fmt::Debug for SessionStore {
@@ -329,6 +370,7 @@ impl SessionStore {
             path,
             conn: Mutex::new(conn),
             now_ms,
+            crash_after: crash_after_appends_hook().map(AtomicU64::new),
         })
     }
 
@@ -443,9 +485,11 @@ impl SessionStore {
 
     /// Appends one entry and returns its seq once the transaction committed.
     pub fn append(&self, session_id: &str, entry: &NewEntry) -> Result<u64, SessionError> {
-        self.transaction(TransactionBehavior::Immediate, "appending an entry", |tx| {
+        let seq = self.transaction(TransactionBehavior::Immediate, "appending an entry", |tx| {
             insert_entries(tx, session_id, std::slice::from_ref(entry), (self.now_ms)())
-        })
+        })?;
+        self.committed_append();
+        Ok(seq)
     }
 
     /// Appends entries in one transaction, all or none, and returns their seqs (consecutive).
@@ -458,6 +502,9 @@ impl SessionStore {
             self.transaction(TransactionBehavior::Immediate, "appending entries", |tx| {
                 insert_entries(tx, session_id, entries, (self.now_ms)())
             })?;
+        if !entries.is_empty() {
+            self.committed_append();
+        }
         Ok((first..).take(entries.len()).collect())
     }
 
@@ -511,35 +558,154 @@ impl SessionStore {
         )
     }
 
-    /// Records every tool call of the session that has no later result with its `call_id` as
-    /// interrupted: appends, in call order, a `tool_result` with payload `{call_id, status:
-    /// "interrupted", content: INTERRUPTED_CONTENT}` and the call's turn id. Returns the new
-    /// seqs; running it again appends nothing.
+    /// Answers every call of the session that has no result, so that every call ends with
+    /// exactly one: each call of an assistant message (listed in `message_calls`, committed
+    /// with the message) with no later `tool_result` of its `call_id`. In call order, it
+    /// appends a `tool_result` with the
+    /// call's turn id and payload `{call_id, status, content, is_error: true}`:
+    /// [`INTERRUPTED_STATUS`] / [`INTERRUPTED_CONTENT`] when the call has a `tool_call` entry
+    /// (it may have started), else [`NOT_STARTED_STATUS`] / [`NOT_STARTED_CONTENT`]. Returns the
+    /// new seqs; running it again appends nothing.
     ///
-    /// Call it before resuming a session, when no process is running a turn in it: a call
-    /// another daemon is executing right now has no result yet either, and would be recorded
-    /// as interrupted. That is why the store does not do this for every session when it opens.
-    pub fn recover_interrupted(&self, session_id: &str) -> Result<Vec<u64>, SessionError> {
-        self.transaction(
+    /// `owner` must hold the session's lease ([`SessionStore::acquire_lease`]), checked in the
+    /// same transaction, else [`SessionError::LeaseNotHeld`]: a call another process is running
+    /// right now has no result yet either, and only the lease says nobody is running one.
+    pub fn recover_interrupted(
+        &self,
+        session_id: &str,
+        owner: &LeaseOwner,
+    ) -> Result<Vec<u64>, SessionError> {
+        let seqs = self.transaction(
             TransactionBehavior::Immediate,
             "recording interrupted tool calls",
             |tx| {
+                // An unknown session is NotFound, whoever asks.
+                insert_entries(tx, session_id, &[], (self.now_ms)())?;
+                let holder: Option<String> = tx
+                    .prepare_cached("SELECT owner_token FROM session_leases WHERE session_id = ?1")?
+                    .query_row(params![session_id], |row| row.get(0))
+                    .optional()?;
+                if holder.as_deref() != Some(owner.token.as_str()) {
+                    return Err(SessionError::LeaseNotHeld(session_id.to_owned()).into());
+                }
                 let results: Vec<NewEntry> = unanswered_calls(tx, session_id)?
                     .into_iter()
-                    .map(|(call_id, turn_id)| NewEntry {
-                        kind: EntryKind::ToolResult,
-                        turn_id,
-                        payload: json!({
-                            "call_id": call_id,
-                            "status": INTERRUPTED_STATUS,
-                            "content": INTERRUPTED_CONTENT,
-                        }),
+                    .map(|call| {
+                        let (status, content) = if call.started {
+                            (INTERRUPTED_STATUS, INTERRUPTED_CONTENT)
+                        } else {
+                            (NOT_STARTED_STATUS, NOT_STARTED_CONTENT)
+                        };
+                        NewEntry {
+                            kind: EntryKind::ToolResult,
+                            turn_id: call.turn_id,
+                            payload: json!({
+                                "call_id": call.call_id,
+                                "status": status,
+                                "content": content,
+                                "is_error": true,
+                            }),
+                        }
                     })
                     .collect();
                 let first = insert_entries(tx, session_id, &results, (self.now_ms)())?;
-                Ok((first..).take(results.len()).collect())
+                Ok((first..).take(results.len()).collect::<Vec<u64>>())
+            },
+        )?;
+        if !seqs.is_empty() {
+            self.committed_append();
+        }
+        Ok(seqs)
+    }
+
+    /// Takes the session's lease for `owner`, in one IMMEDIATE transaction: one turn at a time
+    /// per session across every process sharing the database. Fails with
+    /// [`SessionError::LeaseHeld`] while another owner's lease is live: its heartbeat is newer
+    /// than [`SESSION_LEASE_EXPIRY`] and its process is alive. A lease `owner` already holds is
+    /// taken again (its heartbeat renewed).
+    pub fn acquire_lease(&self, session_id: &str, owner: &LeaseOwner) -> Result<(), SessionError> {
+        self.transaction(
+            TransactionBehavior::Immediate,
+            "taking a session lease",
+            |tx| {
+                let exists = tx
+                    .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
+                    .exists(params![session_id])?;
+                if !exists {
+                    return Err(SessionError::NotFound(session_id.to_owned()).into());
+                }
+                let now = (self.now_ms)();
+                let holder: Option<(i64, String, i64)> = tx
+                    .prepare_cached(
+                        "SELECT owner_pid, owner_token, heartbeat_at FROM session_leases
+                         WHERE session_id = ?1",
+                    )?
+                    .query_row(params![session_id], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
+                    .optional()?;
+                if let Some((pid, token, heartbeat_at)) = holder
+                    && token != owner.token
+                    && lease_is_live(pid, &token, heartbeat_at, now)
+                {
+                    return Err(SessionError::LeaseHeld {
+                        session_id: session_id.to_owned(),
+                        pid: u32::try_from(pid).unwrap_or_default(),
+                    }
+                    .into());
+                }
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO session_leases
+                         (session_id, owner_pid, owner_token, acquired_at, heartbeat_at)
+                     VALUES (?1, ?2, ?3, ?4, ?4)",
+                )?
+                .execute(params![session_id, owner.pid, owner.token, now])?;
+                Ok(())
             },
         )
+    }
+
+    /// Renews the heartbeat of `owner`'s lease on the session. `false` when `owner` no longer
+    /// holds it (it expired and another process took it).
+    pub fn renew_lease(&self, session_id: &str, owner: &LeaseOwner) -> Result<bool, SessionError> {
+        self.transaction(
+            TransactionBehavior::Immediate,
+            "renewing a session lease",
+            |tx| {
+                let renewed = tx
+                    .prepare_cached(
+                        "UPDATE session_leases SET heartbeat_at = ?3
+                         WHERE session_id = ?1 AND owner_token = ?2",
+                    )?
+                    .execute(params![session_id, owner.token, (self.now_ms)()])?;
+                Ok(renewed == 1)
+            },
+        )
+    }
+
+    /// Gives up `owner`'s lease on the session; a lease held by another owner is left alone.
+    pub fn release_lease(&self, session_id: &str, owner: &LeaseOwner) -> Result<(), SessionError> {
+        self.transaction(
+            TransactionBehavior::Immediate,
+            "releasing a session lease",
+            |tx| {
+                tx.prepare_cached(
+                    "DELETE FROM session_leases WHERE session_id = ?1 AND owner_token = ?2",
+                )?
+                .execute(params![session_id, owner.token])?;
+                Ok(())
+            },
+        )
+    }
+
+    /// The test hook: aborts the process once the configured number of writes committed.
+    fn committed_append(&self) {
+        if let Some(left) = &self.crash_after
+            && left.fetch_sub(1, AtomicOrdering::SeqCst) == 1
+        {
+            // As abrupt as `kill -9`: no destructor runs and SQLite is not closed.
+            std::process::abort();
+        }
     }
 
     /// Runs `op` in a transaction and commits it, retrying from the start while the database
@@ -694,28 +860,114 @@ fn insert_entries(
     Ok(first)
 }
 
-/// The `call_id` and turn id of each tool call in session `?1` with no later tool result of
-/// the same `call_id`, in call order. It reads the `entries_by_call_id` index and the rows of
-/// the calls it returns, never a payload (a unit test checks the query plan). `INDEXED BY`
-/// because without statistics SQLite would rather walk every entry of the session in seq order
-/// than sort the few unanswered calls.
+/// The calls of session `?1` without a result, in call order: each call of an assistant
+/// message with no `tool_result` of its `call_id` after the message. A call "started" when a
+/// `tool_call` entry of its id follows its message. A `tool_call` entry that no message lists
+/// is not a call the model made (the planner ignores it), so it is not answered: a result for
+/// it would be a result without its call. It reads `message_calls` and the
+/// `entries_by_call_id` index, never a payload (a unit test checks the query plan). `INDEXED
+/// BY` because without statistics SQLite might rather walk every entry of the session.
 const UNANSWERED_CALLS_SQL: &str = "
-    SELECT call.call_id, call.turn_id FROM entries AS call INDEXED BY entries_by_call_id
-    WHERE call.session_id = ?1 AND call.call_id IS NOT NULL AND call.kind = 'tool_call'
+    SELECT listed.call_id, message.turn_id,
+           EXISTS (
+               SELECT 1 FROM entries AS started INDEXED BY entries_by_call_id
+               WHERE started.session_id = listed.session_id AND started.kind = 'tool_call'
+                 AND started.call_id = listed.call_id AND started.seq > listed.message_seq)
+    FROM message_calls AS listed
+    JOIN entries AS message
+      ON message.session_id = listed.session_id AND message.seq = listed.message_seq
+    WHERE listed.session_id = ?1
       AND NOT EXISTS (
-          SELECT 1 FROM entries AS result
-          WHERE result.session_id = call.session_id AND result.call_id = call.call_id
-            AND result.kind = 'tool_result' AND result.seq > call.seq)
-    ORDER BY call.seq";
+          SELECT 1 FROM entries AS result INDEXED BY entries_by_call_id
+          WHERE result.session_id = listed.session_id AND result.kind = 'tool_result'
+            AND result.call_id = listed.call_id AND result.seq > listed.message_seq)
+    ORDER BY listed.message_seq, listed.position";
+
+/// A call without a result, as [`UNANSWERED_CALLS_SQL`] finds it.
+struct UnansweredCall {
+    call_id: String,
+    turn_id: Option<String>,
+    /// Whether a `tool_call` entry says it may have started.
+    started: bool,
+}
 
 fn unanswered_calls(
     tx: &Transaction<'_>,
     session_id: &str,
-) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+) -> rusqlite::Result<Vec<UnansweredCall>> {
     let mut statement = tx.prepare_cached(UNANSWERED_CALLS_SQL)?;
     statement
-        .query_map(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .query_map(params![session_id], |row| {
+            Ok(UnansweredCall {
+                call_id: row.get(0)?,
+                turn_id: row.get(1)?,
+                started: row.get(2)?,
+            })
+        })?
         .collect()
+}
+
+/// Who may hold a session lease: a process, by its pid and a token unique to its start (a
+/// later process that reuses the pid has another token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOwner {
+    pub pid: u32,
+    pub token: String,
+}
+
+impl LeaseOwner {
+    /// This process: its pid and a token made once, at the first call.
+    pub fn this_process() -> &'static LeaseOwner {
+        static OWNER: OnceLock<LeaseOwner> = OnceLock::new();
+        OWNER.get_or_init(|| LeaseOwner {
+            pid: std::process::id(),
+            token: Uuid::now_v7().simple().to_string(),
+        })
+    }
+}
+
+/// Whether a lease held by (`pid`, `token`) with the given heartbeat still stands at `now`:
+/// the heartbeat is recent and the process is alive. A lease with this process's pid and
+/// another token was left by an earlier process with the same pid, which is gone.
+fn lease_is_live(pid: i64, token: &str, heartbeat_at: i64, now: i64) -> bool {
+    let expiry = i64::try_from(SESSION_LEASE_EXPIRY.as_millis()).unwrap_or(i64::MAX);
+    if now.saturating_sub(heartbeat_at) > expiry {
+        return false;
+    }
+    let this = LeaseOwner::this_process();
+    if pid == i64::from(this.pid) {
+        return token == this.token;
+    }
+    process_is_alive(pid)
+}
+
+/// Whether a process with this pid exists on this host (`kill(pid, 0)`; a process of another
+/// user answers EPERM and is alive). Pids that name no single process (0, negative, too large)
+/// are not alive.
+fn process_is_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled; nothing is
+    // sent.
+    let answer = unsafe { libc::kill(pid, 0) };
+    answer == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The `crash_after_appends=N` test hook from [`TEST_HOOKS_ENV`], when set.
+fn crash_after_appends_hook() -> Option<u64> {
+    parse_crash_hook(&std::env::var(TEST_HOOKS_ENV).ok()?)
+}
+
+fn parse_crash_hook(hooks: &str) -> Option<u64> {
+    hooks
+        .split(',')
+        .find_map(|hook| hook.trim().strip_prefix("crash_after_appends="))
+        .and_then(|count| count.parse().ok())
+        .filter(|count| *count > 0)
 }
 
 /// Creates the data directory and its missing parents, readable only by the owner on Unix:

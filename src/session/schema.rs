@@ -22,7 +22,19 @@ use crate::limits::SQLITE_BUSY_TIMEOUT;
 ///   store on insert and indexed, so finding unanswered tool calls never reads a payload. (A
 ///   generated column would keep SQLite from using the index as a covering index.)
 /// - Triggers refuse to update or delete an entry: the transcript is append-only.
-pub(super) const MIGRATIONS: &[&str] = &["
+///
+/// Version 2:
+/// - `message_calls` lists the calls of every assistant message, one row per element of its
+///   payload's `tool_calls` array that has a string `id`, in order (`position`). A trigger fills
+///   it in the transaction that inserts the message, whoever inserts it (pen, or a hand edit
+///   with the sqlite3 shell), so the calls of a message are committed with it and crash
+///   recovery can answer every one of them without reading a payload. The migration fills it
+///   for the messages written before version 2.
+/// - `session_leases` holds at most one lease per session: the process running a turn in it
+///   (pid and a token unique to that process start) and its heartbeat. Leases are not part of
+///   the transcript and may be deleted.
+pub(super) const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE store_clock (tick INTEGER NOT NULL) STRICT;
     INSERT INTO store_clock (tick) VALUES (0);
 
@@ -54,7 +66,44 @@ pub(super) const MIGRATIONS: &[&str] = &["
 
     CREATE TRIGGER entries_are_never_deleted BEFORE DELETE ON entries
     BEGIN SELECT RAISE(ABORT, 'session entries are append-only'); END;
-"];
+",
+    "
+    CREATE TABLE message_calls (
+        session_id TEXT NOT NULL,
+        message_seq INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        PRIMARY KEY (session_id, message_seq, position),
+        FOREIGN KEY (session_id, message_seq) REFERENCES entries (session_id, seq)
+    ) STRICT;
+
+    CREATE INDEX message_calls_by_call_id ON message_calls (session_id, call_id, message_seq);
+
+    CREATE TRIGGER assistant_messages_list_their_calls AFTER INSERT ON entries
+    WHEN NEW.kind = 'assistant_message' AND json_type(NEW.payload, '$.tool_calls') = 'array'
+    BEGIN
+        INSERT INTO message_calls (session_id, message_seq, position, call_id)
+        SELECT NEW.session_id, NEW.seq, CAST(item.key AS INTEGER), item.value ->> '$.id'
+        FROM json_each(NEW.payload, '$.tool_calls') AS item
+        WHERE json_type(item.value, '$.id') = 'text';
+    END;
+
+    INSERT INTO message_calls (session_id, message_seq, position, call_id)
+    SELECT entry.session_id, entry.seq, CAST(item.key AS INTEGER), item.value ->> '$.id'
+    FROM entries AS entry, json_each(entry.payload, '$.tool_calls') AS item
+    WHERE entry.kind = 'assistant_message'
+      AND json_type(entry.payload, '$.tool_calls') = 'array'
+      AND json_type(item.value, '$.id') = 'text';
+
+    CREATE TABLE session_leases (
+        session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id),
+        owner_pid INTEGER NOT NULL,
+        owner_token TEXT NOT NULL,
+        acquired_at INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+    ) STRICT;
+",
+];
 
 /// The schema version this build writes and understands.
 pub(super) fn supported_version() -> i64 {

@@ -1,6 +1,7 @@
 //! Unit tests of the session store on real SQLite files in temporary directories.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use proptest::prelude::*;
@@ -429,6 +430,48 @@ fn a_malformed_cursor_is_refused() {
     }
 }
 
+fn message(turn_id: &str, call_ids: &[&str]) -> NewEntry {
+    let calls: Vec<Value> = call_ids
+        .iter()
+        .map(|id| json!({"id": id, "name": "pen_read", "arguments": "{}"}))
+        .collect();
+    NewEntry {
+        kind: EntryKind::AssistantMessage,
+        turn_id: Some(turn_id.to_owned()),
+        payload: json!({"text": "", "tool_calls": calls}),
+    }
+}
+
+fn interrupted(call_id: &str) -> Value {
+    json!({
+        "call_id": call_id,
+        "status": "interrupted",
+        "content": "interrupted; outcome unknown — inspect the state before retrying",
+        "is_error": true,
+    })
+}
+
+fn not_started(call_id: &str) -> Value {
+    json!({
+        "call_id": call_id,
+        "status": "not_executed",
+        "content": NOT_STARTED_CONTENT,
+        "is_error": true,
+    })
+}
+
+fn me() -> &'static LeaseOwner {
+    LeaseOwner::this_process()
+}
+
+/// Another process that is alive for as long as any test runs: init, pid 1.
+fn other_live_process() -> LeaseOwner {
+    LeaseOwner {
+        pid: 1,
+        token: "other".to_owned(),
+    }
+}
+
 #[test]
 fn recover_interrupted_answers_each_unanswered_call_once() {
     let dir = TempDir::new().expect("temp dir");
@@ -438,62 +481,263 @@ fn recover_interrupted_answers_each_unanswered_call_once() {
         .append_many(
             &session,
             &[
+                message("t1", &["answered", "lost"]),
                 call("answered", "t1"),
                 result("answered"),
                 call("lost", "t1"),
-                result("never-called"),
-                // A result before its call does not answer it.
+                // A result before its message does not answer its call.
                 result("early"),
+                message("t2", &["early", "mid-turn"]),
                 call("early", "t2"),
-                entry(EntryKind::ToolCall, json!({"name": "no call id"})),
-                entry(EntryKind::ToolCall, json!({"call_id": 7})),
-                call("mid-turn", "t2"),
                 // An event naming a call id is not its result.
                 entry(
                     EntryKind::Event,
                     json!({"call_id": "mid-turn", "type": "approval"}),
                 ),
+                // A `tool_call` entry no message lists is no call the model made: a result
+                // for it would be a result without its call.
+                call("bare", "t2"),
+                entry(EntryKind::ToolCall, json!({"call_id": 7})),
+                // A message whose first call ran, whose second was running when the process
+                // died, and whose third never started: the later calls have no entry of their
+                // own, only the message lists them.
+                message("t3", &["done", "running", "never"]),
+                call("done", "t3"),
+                result("done"),
+                call("running", "t3"),
             ],
         )
         .expect("append");
 
-    let recovered = store.recover_interrupted(&session).expect("recover");
-    assert_eq!(recovered, vec![11, 12, 13]);
+    store.acquire_lease(&session, me()).expect("lease");
+    let recovered = store.recover_interrupted(&session, me()).expect("recover");
+    assert_eq!(recovered, vec![15, 16, 17, 18, 19]);
     let entries = all_entries(&store, &session);
-    let added: Vec<(EntryKind, Option<&str>, &Value)> = entries[10..]
+    let added: Vec<(EntryKind, Option<&str>, &Value)> = entries[14..]
         .iter()
         .map(|entry| (entry.kind, entry.turn_id.as_deref(), &entry.payload))
         .collect();
-    let interrupted = |call_id: &str| {
-        json!({
-            "call_id": call_id,
-            "status": "interrupted",
-            "content": "interrupted; outcome unknown — inspect the state before retrying",
-        })
-    };
     assert_eq!(
         added,
         vec![
             (EntryKind::ToolResult, Some("t1"), &interrupted("lost")),
             (EntryKind::ToolResult, Some("t2"), &interrupted("early")),
-            (EntryKind::ToolResult, Some("t2"), &interrupted("mid-turn")),
+            (EntryKind::ToolResult, Some("t2"), &not_started("mid-turn")),
+            (EntryKind::ToolResult, Some("t3"), &interrupted("running")),
+            (EntryKind::ToolResult, Some("t3"), &not_started("never")),
         ]
     );
 
     assert_eq!(
-        store.recover_interrupted(&session).expect("again"),
+        store.recover_interrupted(&session, me()).expect("again"),
         Vec::<u64>::new()
     );
-    assert_eq!(all_entries(&store, &session).len(), 13);
+    assert_eq!(all_entries(&store, &session).len(), 19);
     let clean = store.new_session(None).expect("session").id;
+    store.acquire_lease(&clean, me()).expect("lease");
     assert_eq!(
-        store.recover_interrupted(&clean).expect("empty"),
+        store.recover_interrupted(&clean, me()).expect("empty"),
         Vec::<u64>::new()
     );
 }
 
 #[test]
-fn finding_unanswered_calls_reads_the_call_id_index() {
+fn a_message_left_with_no_call_started_gets_not_executed_for_each() {
+    let dir = TempDir::new().expect("temp dir");
+    let store = open(&dir);
+    let session = store.new_session(None).expect("session").id;
+    store
+        .append_many(
+            &session,
+            &[
+                entry(EntryKind::UserPrompt, json!({"text": "go"})),
+                message("t1", &["a", "b"]),
+            ],
+        )
+        .expect("append");
+    store.acquire_lease(&session, me()).expect("lease");
+    store.recover_interrupted(&session, me()).expect("recover");
+    let payloads: Vec<Value> = all_entries(&store, &session)[2..]
+        .iter()
+        .map(|entry| entry.payload.clone())
+        .collect();
+    assert_eq!(payloads, vec![not_started("a"), not_started("b")]);
+}
+
+#[test]
+fn recovery_runs_only_under_the_lease() {
+    let dir = TempDir::new().expect("temp dir");
+    let store = open(&dir);
+    let session = store.new_session(None).expect("session").id;
+    store
+        .append_many(&session, &[message("t1", &["a"]), call("a", "t1")])
+        .expect("append");
+    let not_held = |error: SessionError| matches!(error, SessionError::LeaseNotHeld(_));
+    assert!(not_held(
+        store
+            .recover_interrupted(&session, me())
+            .expect_err("no lease")
+    ));
+    // A live process runs a turn: its call is not this process's to answer.
+    store
+        .acquire_lease(&session, &other_live_process())
+        .expect("the other takes it");
+    let held = store.acquire_lease(&session, me()).expect_err("busy");
+    assert!(
+        matches!(&held, SessionError::LeaseHeld { pid: 1, .. }),
+        "{held:?}"
+    );
+    assert_eq!(
+        held.to_string(),
+        format!("session {session} is running a turn in another pen (pid 1)")
+    );
+    assert!(not_held(
+        store
+            .recover_interrupted(&session, me())
+            .expect_err("theirs")
+    ));
+    assert_eq!(all_entries(&store, &session).len(), 2, "nothing appended");
+    // Released, it is anyone's; a release by another owner leaves a lease alone.
+    store
+        .release_lease(&session, me())
+        .expect("release of a lease not held is a no-op");
+    assert!(store.acquire_lease(&session, me()).is_err());
+    store
+        .release_lease(&session, &other_live_process())
+        .expect("release");
+    store.acquire_lease(&session, me()).expect("free now");
+    store
+        .acquire_lease(&session, me())
+        .expect("taken again by its owner");
+    assert!(store.renew_lease(&session, me()).expect("renew"));
+    assert!(
+        !store
+            .renew_lease(&session, &other_live_process())
+            .expect("renew")
+    );
+    assert_eq!(
+        store.recover_interrupted(&session, me()).expect("recover"),
+        vec![3]
+    );
+}
+
+#[test]
+fn a_lease_expires_when_its_process_is_gone_or_its_heartbeat_is_old() {
+    let dir = TempDir::new().expect("temp dir");
+    let now = Arc::new(AtomicI64::new(1_000_000));
+    let clock = Arc::clone(&now);
+    let store =
+        SessionStore::open_with_clock(dir.path(), Box::new(move || clock.load(Ordering::Relaxed)))
+            .expect("open");
+    let session = store.new_session(None).expect("session").id;
+
+    // A process that has exited (reaped, so its pid names nothing until reused).
+    let mut child = std::process::Command::new("true").spawn().expect("spawn");
+    let dead_pid = child.id();
+    child.wait().expect("reap");
+    let dead = LeaseOwner {
+        pid: dead_pid,
+        token: "dead".to_owned(),
+    };
+    store.acquire_lease(&session, &dead).expect("dead takes it");
+    store
+        .acquire_lease(&session, me())
+        .expect("a dead owner's lease is expired");
+    // The other one then finds it gone.
+    assert!(!store.renew_lease(&session, &dead).expect("renew"));
+
+    // A live process whose heartbeat stopped (frozen, or a recycled pid) holds it until the
+    // expiry, and not a millisecond longer.
+    store.release_lease(&session, me()).expect("release");
+    store
+        .acquire_lease(&session, &other_live_process())
+        .expect("take");
+    let expiry = i64::try_from(SESSION_LEASE_EXPIRY.as_millis()).expect("fits");
+    now.fetch_add(expiry, Ordering::Relaxed);
+    assert!(store.acquire_lease(&session, me()).is_err(), "still live");
+    now.fetch_add(1, Ordering::Relaxed);
+    store.acquire_lease(&session, me()).expect("expired");
+
+    // An earlier process with this very pid is gone, whatever its heartbeat says.
+    store.release_lease(&session, me()).expect("release");
+    let earlier = LeaseOwner {
+        pid: std::process::id(),
+        token: "an earlier process".to_owned(),
+    };
+    store.acquire_lease(&session, &earlier).expect("take");
+    store.acquire_lease(&session, me()).expect("recycled pid");
+}
+
+#[test]
+fn a_version_1_database_gets_the_call_lists_of_its_messages() {
+    let dir = TempDir::new().expect("temp dir");
+    {
+        // What today's main writes: version 1, a session bricked by a kill during the first
+        // of two calls, and a later prompt that failed on it.
+        let conn = raw_connection(&dir);
+        conn.execute_batch(schema::MIGRATIONS[0]).expect("v1");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version");
+        conn.execute_batch(
+            r#"INSERT INTO sessions VALUES ('s_old', NULL, 1, 5, 1);
+               INSERT INTO entries VALUES
+                 ('s_old', 1, 'user_prompt', 't1', 1, 1, NULL, '{"text":"go"}'),
+                 ('s_old', 2, 'assistant_message', 't1', 1, 2, NULL,
+                  '{"text":"","tool_calls":[{"id":"a","name":"pen_command","arguments":"{}"},{"id":"b","name":"pen_read","arguments":"{}"},{"name":"no id"}]}'),
+                 ('s_old', 3, 'tool_call', 't1', 1, 3, 'a', '{"call_id":"a"}'),
+                 ('s_old', 4, 'tool_result', 't2', 1, 4, 'a', '{"call_id":"a","status":"interrupted"}'),
+                 ('s_old', 5, 'user_prompt', 't2', 1, 5, NULL, '{"text":"again"}'),
+                 ('s_old', 6, 'assistant_message', 't2', 1, 5, NULL, '{"text":"odd","tool_calls":{"id":"x"}}');"#,
+        )
+        .expect("v1 rows");
+    }
+    let store = open(&dir);
+    assert_eq!(
+        user_version(&raw_connection(&dir)),
+        schema::supported_version()
+    );
+    store.acquire_lease("s_old", me()).expect("lease");
+    assert_eq!(
+        store.recover_interrupted("s_old", me()).expect("recover"),
+        vec![7]
+    );
+    let entries = all_entries(&store, "s_old");
+    assert_eq!(entries[6].payload, not_started("b"));
+    assert_eq!(entries[6].turn_id.as_deref(), Some("t1"));
+    assert_eq!(entries.len(), 7, "nothing rewritten, one answer appended");
+}
+
+#[test]
+fn a_message_inserted_by_hand_lists_its_calls_too() {
+    let dir = TempDir::new().expect("temp dir");
+    let store = open(&dir);
+    let session = store.new_session(None).expect("session").id;
+    raw_connection(&dir)
+        .execute(
+            r#"INSERT INTO entries VALUES (?1, 1, 'assistant_message', NULL, 1, 1, NULL,
+                 '{"tool_calls":[{"id":"h","name":"pen_read","arguments":"{}"}]}')"#,
+            [&session],
+        )
+        .expect("hand edit");
+    store.acquire_lease(&session, me()).expect("lease");
+    assert_eq!(
+        store.recover_interrupted(&session, me()).expect("recover"),
+        vec![2]
+    );
+}
+
+#[test]
+fn the_crash_hook_reads_its_count() {
+    // Only the parsing: the abort itself is what the durability suite exercises.
+    assert_eq!(parse_crash_hook("crash_after_appends=3"), Some(3));
+    assert_eq!(parse_crash_hook("other, crash_after_appends=12"), Some(12));
+    assert_eq!(parse_crash_hook("crash_after_appends=0"), None);
+    assert_eq!(parse_crash_hook("crash_after_appends=x"), None);
+    assert_eq!(parse_crash_hook(""), None);
+}
+
+#[test]
+fn finding_unanswered_calls_reads_indexes_not_payloads() {
     let dir = TempDir::new().expect("temp dir");
     drop(open(&dir));
     let conn = raw_connection(&dir);
@@ -505,14 +749,16 @@ fn finding_unanswered_calls_reads_the_call_id_index() {
         .collect::<Result<_, _>>()
         .expect("plan rows");
     let plan = plan.join("\n");
-    assert!(
-        plan.contains("SEARCH call USING INDEX entries_by_call_id"),
-        "{plan}"
-    );
+    assert!(plan.contains("SEARCH listed USING"), "{plan}");
     assert!(
         plan.contains("SEARCH result USING COVERING INDEX entries_by_call_id"),
         "{plan}"
     );
+    assert!(
+        plan.contains("SEARCH started USING COVERING INDEX entries_by_call_id"),
+        "{plan}"
+    );
+    assert!(!plan.contains("SCAN"), "no table is walked: {plan}");
 }
 
 #[test]
@@ -534,7 +780,12 @@ fn an_unknown_session_is_not_found() {
         store.transcript(missing, None, 10).expect_err("transcript")
     ));
     assert!(is_not_found(
-        store.recover_interrupted(missing).expect_err("recover")
+        store
+            .recover_interrupted(missing, me())
+            .expect_err("recover")
+    ));
+    assert!(is_not_found(
+        store.acquire_lease(missing, me()).expect_err("lease")
     ));
     assert_eq!(
         SessionError::NotFound(missing.to_owned()).to_string(),

@@ -1,7 +1,9 @@
 //! Sessions through `pen serve` and the CLI: create, list, page, export, and survive crashes
 //! and a second daemon on the same data dir.
 
+use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use super::lsp_client::LspClient;
+use pen::providers::{ToolCall, Usage};
 use pen::session::{EntryKind, NewEntry, SessionStore};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -183,4 +185,226 @@ fn two_daemons_on_one_data_dir_work_at_once() {
     let (code, lines, _) = pen_cli(data.path(), &["sessions"]);
     assert_eq!(code, 0);
     assert_eq!(lines.len(), 200);
+}
+
+/// A `pen serve` whose provider is `fake` and which allows every approval.
+fn agent_daemon(data: &Path, root: &Path, fake: &FakeProvider) -> LspClient {
+    let base = format!("{}/v1", fake.url());
+    let mut client = LspClient::spawn(
+        data,
+        root,
+        &[
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", &base),
+            ("PEN_MODEL", "fake-model"),
+        ],
+    );
+    client.on_request(|method, _| match method {
+        "pen/requestApproval" => json!({"decision": "allow"}),
+        _ => Value::Null,
+    });
+    client.initialize(root, &["utf-16"]);
+    client
+}
+
+fn reply(text: &str, calls: &[ToolCall]) -> Reply {
+    let usage = Usage {
+        input_tokens: 100,
+        output_tokens: 10,
+    };
+    Reply::Stream(openai_frames(&[text], calls, usage))
+}
+
+/// A command that runs until `file` exists in the workspace, then a read.
+fn waiting_calls(prefix: &str, file: &str) -> Vec<ToolCall> {
+    vec![
+        ToolCall {
+            id: format!("{prefix}-wait"),
+            name: "pen_command".into(),
+            arguments: json!({"command": format!("while [ ! -e {file} ]; do sleep 0.02; done")})
+                .to_string(),
+        },
+        ToolCall {
+            id: format!("{prefix}-read"),
+            name: "pen_read".into(),
+            arguments: json!({"path": "a.txt"}).to_string(),
+        },
+    ]
+}
+
+/// Sends `pen/prompt` and handles messages until the given call has started.
+fn prompt_until_started(client: &mut LspClient, session: &str, call_id: &str) -> Value {
+    let id = client.send_request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "wait for it"}),
+    );
+    client.wait_for(|message| {
+        message["method"] == "pen/event"
+            && message["params"]["kind"] == "tool_call_started"
+            && message["params"]["data"]["callId"] == call_id
+    });
+    id
+}
+
+/// Every call id of the session's messages with its number of results.
+fn result_counts(entries: &[Value]) -> Vec<(String, usize)> {
+    entries
+        .iter()
+        .filter(|e| e["kind"] == "assistant_message")
+        .flat_map(|e| {
+            e["payload"]["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|call| {
+            let id = call["id"].as_str().unwrap_or_default().to_string();
+            let count = entries
+                .iter()
+                .filter(|e| e["kind"] == "tool_result" && e["payload"]["call_id"] == id.as_str())
+                .count();
+            (id, count)
+        })
+        .collect()
+}
+
+fn transcript(client: &mut LspClient, session: &str) -> Vec<Value> {
+    client.request(
+        "pen/getTranscript",
+        json!({"sessionId": session, "limit": 500}),
+    )["entries"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Issue 11, item 2: two real daemons on one database prompting one session. While the first
+/// runs a turn, the second answers -32001 naming the first's pid and touches nothing (today
+/// it answered the running call "interrupted", which then got a second result). Once the
+/// first ends, or dies, the second runs its turn.
+#[test]
+fn a_second_daemon_never_runs_a_turn_in_a_session_the_first_is_running() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
+    let (fake_a, fake_b) = (FakeProvider::start(), FakeProvider::start());
+    let mut a = agent_daemon(data.path(), root.path(), &fake_a);
+    let mut b = agent_daemon(data.path(), root.path(), &fake_b);
+    let session = a.request("pen/newSession", json!({}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    fake_a.push([
+        reply("Waiting.", &waiting_calls("one", "go1")),
+        reply("Done.", &[]),
+    ]);
+    let running = prompt_until_started(&mut a, &session, "one-wait");
+    let busy = b.request_raw(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "me too"}),
+    );
+    let pid_a = a.pid().unwrap();
+    assert_eq!(busy["error"]["code"], -32001, "{busy}");
+    assert_eq!(
+        busy["error"]["message"],
+        format!("session is running a turn in another pen (pid {pid_a})")
+    );
+    assert_eq!(busy["error"]["data"]["kind"], "session_busy");
+    assert_eq!(busy["error"]["data"]["pid"], pid_a);
+    assert!(
+        fake_b.requests().is_empty(),
+        "the second daemon asked no model"
+    );
+    let entries = transcript(&mut b, &session);
+    assert!(
+        !entries.iter().any(|e| e["kind"] == "tool_result"),
+        "the running call was not answered by the second daemon: {entries:?}"
+    );
+
+    std::fs::write(root.path().join("go1"), "").unwrap();
+    let answer = a.wait_for_response(&running);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+
+    // The first turn ended and released its lease: the second daemon runs one now.
+    fake_b.push([reply("Mine now.", &[])]);
+    let mine = b.request("pen/prompt", json!({"sessionId": session, "text": "now?"}));
+    assert_eq!(mine["stopReason"], "end_turn", "{mine}");
+
+    // The first dies (SIGKILL) in the middle of a call: its lease dies with it, and the
+    // second daemon answers the cut-off calls once and runs its turn.
+    fake_a.push([reply("Waiting.", &waiting_calls("two", "go2"))]);
+    prompt_until_started(&mut a, &session, "two-wait");
+    a.kill();
+    fake_b.push([reply("Recovered.", &[])]);
+    let recovered = b.request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "still there?"}),
+    );
+    // The orphaned command of the killed daemon may stop now.
+    std::fs::write(root.path().join("go2"), "").unwrap();
+    assert_eq!(recovered["stopReason"], "end_turn", "{recovered}");
+    let entries = transcript(&mut b, &session);
+    let counts = result_counts(&entries);
+    assert_eq!(counts.len(), 4);
+    assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
+    let status = |id: &str| {
+        entries
+            .iter()
+            .find(|e| e["kind"] == "tool_result" && e["payload"]["call_id"] == id)
+            .map(|e| e["payload"]["status"].clone())
+    };
+    assert_eq!(status("two-wait"), Some(json!("interrupted")));
+    assert_eq!(status("two-read"), Some(json!("not_executed")));
+}
+
+/// `pen run --session` respects the lease too: a clear message and exit 1, nothing written.
+#[test]
+fn pen_run_refuses_a_session_a_daemon_is_running() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
+    let fake = FakeProvider::start();
+    let mut daemon = agent_daemon(data.path(), root.path(), &fake);
+    let session = daemon.request("pen/newSession", json!({}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fake.push([
+        reply("Waiting.", &waiting_calls("one", "go")),
+        reply("Done.", &[]),
+    ]);
+    let running = prompt_until_started(&mut daemon, &session, "one-wait");
+    let before = transcript(&mut daemon, &session).len();
+    let output = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args(["run", "--session", &session, "hi", "--provider", "openai"])
+        .args(["--model", "fake-model", "--base-url"])
+        .arg(format!("{}/v1", fake.url()))
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    std::fs::write(root.path().join("go"), "").unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "is running a turn in another pen (pid {})",
+            daemon.pid().unwrap()
+        )),
+        "{stderr}"
+    );
+    let answer = daemon.wait_for_response(&running);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // Nothing of pen run's reached the transcript: the daemon's turn added its own entries
+    // only (its results, its final answer, turn_ended), no prompt "hi".
+    let entries = transcript(&mut daemon, &session);
+    assert!(entries.len() > before);
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e["kind"] == "user_prompt" && e["payload"]["text"] == "hi")
+    );
 }

@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod daemon_sessions;
 mod documents;
+mod durability;
 mod fake_provider;
 mod list;
 mod lsp_client;

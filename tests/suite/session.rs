@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use pen::session::{Entry, EntryKind, NewEntry, SessionStore};
+use pen::session::{Entry, EntryKind, LeaseOwner, NewEntry, SessionStore};
 use serde_json::json;
 
 /// Set in the writer's environment to the data directory it writes to.
@@ -38,11 +38,20 @@ fn session_writer_process() {
     let mut stdout = std::io::stdout().lock();
     for i in 0..WRITER_MAX_CALLS {
         let call_id = format!("call-{i}");
-        for kind in [EntryKind::ToolCall, EntryKind::ToolResult] {
+        let message = json!({"text": "", "tool_calls": [{"id": call_id, "name": "pen_read", "arguments": "{}"}]});
+        for kind in [
+            EntryKind::AssistantMessage,
+            EntryKind::ToolCall,
+            EntryKind::ToolResult,
+        ] {
+            let payload = match kind {
+                EntryKind::AssistantMessage => message.clone(),
+                _ => json!({"call_id": call_id, "i": i}),
+            };
             let entry = NewEntry {
                 kind,
                 turn_id: Some(format!("turn-{}", i / 10)),
-                payload: json!({"call_id": call_id, "i": i}),
+                payload,
             };
             let seq = store.append(&session, &entry).expect("append");
             // A closed pipe means the parent is gone: stop quietly.
@@ -153,29 +162,44 @@ fn a_killed_writer_loses_no_committed_entry() {
         let found = Committed {
             seq: stored.seq,
             kind: stored.kind.as_str().to_owned(),
-            call_id: stored.payload["call_id"].as_str().unwrap_or("").to_owned(),
+            call_id: stored.payload["call_id"]
+                .as_str()
+                .or(stored.payload["tool_calls"][0]["id"].as_str())
+                .unwrap_or("")
+                .to_owned(),
         };
         assert_eq!(&found, printed);
     }
 
     // At most the last call was cut off from its result; recovery answers it, once.
-    let last_is_call = entries.last().map(|entry| entry.kind) == Some(EntryKind::ToolCall);
-    let recovered = store.recover_interrupted(&session).expect("recover");
+    // (Its message, or its message and its `tool_call` entry, without the result.)
+    let last_is_call = matches!(
+        entries.last().map(|entry| entry.kind),
+        Some(EntryKind::ToolCall | EntryKind::AssistantMessage)
+    );
+    // The writer is dead, so its session is free; recovery runs under the lease.
+    let owner = LeaseOwner::this_process();
+    store.acquire_lease(&session, owner).expect("lease");
+    let recovered = store.recover_interrupted(&session, owner).expect("recover");
     assert_eq!(recovered.len(), usize::from(last_is_call));
     if last_is_call {
         let page = store
             .transcript(&session, Some(entries.len() as u64), 10)
             .expect("the recorded result");
         assert_eq!(page.entries.len(), 1);
-        assert_eq!(page.entries[0].payload["status"], "interrupted");
-        assert_eq!(
-            page.entries[0].payload["call_id"],
-            entries[entries.len() - 1].payload["call_id"]
-        );
+        let last = &entries[entries.len() - 1];
+        // A call whose `tool_call` entry committed may have started; one with only its
+        // message cannot have.
+        let (status, call_id) = match last.kind {
+            EntryKind::ToolCall => ("interrupted", &last.payload["call_id"]),
+            _ => ("not_executed", &last.payload["tool_calls"][0]["id"]),
+        };
+        assert_eq!(page.entries[0].payload["status"], status);
+        assert_eq!(&page.entries[0].payload["call_id"], call_id);
     }
     assert!(
         store
-            .recover_interrupted(&session)
+            .recover_interrupted(&session, owner)
             .expect("again")
             .is_empty()
     );

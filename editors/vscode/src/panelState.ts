@@ -251,8 +251,20 @@ export function trimNotice(data: Record<string, unknown>): { title: string; deta
   };
 }
 
-/** The actions to offer when a turn ends in error, from what its `lastError` says. */
-export function actionsFor(stopReason: string, lastError: string | null): TurnAction[] {
+/** What pen's `errorKind` says of a session whose history it cannot repair: no turn can run
+ * in it again, so a new session is the one way on. */
+export const HISTORY_UNREPAIRABLE = 'history_unrepairable';
+
+/** The actions to offer when a turn ends in error: from its `errorKind` when pen gave one (a
+ * machine-readable kind), else from what its `lastError` says. */
+export function actionsFor(
+  stopReason: string,
+  lastError: string | null,
+  errorKind: string | null = null,
+): TurnAction[] {
+  if (errorKind === HISTORY_UNREPAIRABLE) {
+    return ['newSession', 'showLog'];
+  }
   if (stopReason !== 'error' || lastError === null) {
     return [];
   }
@@ -388,6 +400,7 @@ function turnEnded(
   turnId: string | null,
   stopReason: string,
   lastError: string | null,
+  errorKind: string | null = null,
 ): PanelModel {
   if (turnId !== null && model.endedTurns.includes(turnId)) {
     return model;
@@ -397,7 +410,7 @@ function turnEnded(
     turnId,
     stopReason,
     lastError,
-    actions: actionsFor(stopReason, lastError),
+    actions: actionsFor(stopReason, lastError, errorKind),
   } as TurnEndItem);
   // A turn that ends leaves no approval pending and nothing running.
   let out: PanelModel = {
@@ -447,7 +460,13 @@ export function applyEvent(model: PanelModel, event: PenEvent): PanelModel {
     case 'context_trimmed':
       return push(model, { kind: 'trim', ...trimNotice(d) } as TrimItem);
     case 'turn_ended':
-      return turnEnded(model, turnId, asString(d.stopReason) ?? 'unknown', asString(d.lastError));
+      return turnEnded(
+        model,
+        turnId,
+        asString(d.stopReason) ?? 'unknown',
+        asString(d.lastError),
+        asString(d.errorKind),
+      );
     default:
       return model;
   }
@@ -463,7 +482,7 @@ export function promptSent(model: PanelModel, text: string): PanelModel {
 export function promptAnswered(model: PanelModel, result: PromptResult): PanelModel {
   let m = model;
   if (result.sessionId === model.sessionId) {
-    m = turnEnded(m, result.turnId, result.stopReason, result.lastError ?? null);
+    m = turnEnded(m, result.turnId, result.stopReason, result.lastError ?? null, result.errorKind ?? null);
   }
   return { ...m, running: false, status: '' };
 }
@@ -544,7 +563,13 @@ export function appendEntries(model: PanelModel, entries: TranscriptEntry[]): Pa
 function storedEvent(model: PanelModel, turnId: string | null, p: Record<string, unknown>): PanelModel {
   switch (p.type) {
     case 'turn_ended':
-      return turnEnded(model, turnId, asString(p.stop_reason) ?? 'unknown', asString(p.last_error));
+      return turnEnded(
+        model,
+        turnId,
+        asString(p.stop_reason) ?? 'unknown',
+        asString(p.last_error),
+        asString(p.error_kind),
+      );
     case 'results_shrunk':
       // The stored form of a context_trimmed report after a provider rejection; its `reason`
       // is the provider's message.

@@ -35,6 +35,8 @@ export interface PromptResult {
   turnId: string;
   stopReason: string;
   lastError?: string | null;
+  /** `history_unrepairable` when the session can never run a turn again: offer a new one. */
+  errorKind?: string | null;
 }
 
 /** A `pen/event` notification. */

@@ -231,8 +231,31 @@ function M.prompt(text, range)
       if result.stopReason == 'error' and result.lastError then
         notify(tostring(result.lastError), vim.log.levels.ERROR)
       end
+      if result.errorKind == M.HISTORY_UNREPAIRABLE then
+        M.offer_new_session(session)
+      end
     end
     vim.cmd('redrawstatus')
+  end)
+end
+
+--- What pen's `errorKind` says of a session whose history it cannot repair.
+M.HISTORY_UNREPAIRABLE = 'history_unrepairable'
+
+--- No turn can run in `session` again: say so in its transcript and offer a new session (with
+--- a choice when there is a UI to ask; `:PenNew` in any case).
+function M.offer_new_session(session)
+  transcript.lines(session, { '> this session cannot continue: :PenNew starts a new one' })
+  if #vim.api.nvim_list_uis() == 0 then
+    return
+  end
+  vim.schedule(function()
+    vim.ui.select({ 'Start a new session', 'Keep this one' },
+      { prompt = 'pen cannot repair this session' }, function(choice)
+        if choice == 'Start a new session' then
+          M.new_session('')
+        end
+      end)
   end)
 end
 

@@ -287,6 +287,39 @@ describe('helpers', () => {
     assert.deepEqual(actionsFor('end_turn', null), []);
     assert.deepEqual(actionsFor('error', 'HTTP 401 Unauthorized: invalid API key'), ['setApiKey', 'showLog']);
     assert.deepEqual(actionsFor('error', 'no model provider is configured'), ['openSettings', 'showLog']);
+    // The machine-readable kind decides, whatever the prose says.
+    assert.deepEqual(
+      actionsFor('error', 'entry 3 repeats tool call id a; the model provider said', 'history_unrepairable'),
+      ['newSession', 'showLog'],
+    );
+  });
+
+  test('a history pen cannot repair offers a new session, live and from the transcript', () => {
+    const error = 'entry 3 repeats tool call id a; the session history is inconsistent';
+    const live = applyEvent(
+      promptSent(session(), 'go'),
+      ev('turn_ended', { stopReason: 'error', lastError: error, errorKind: 'history_unrepairable' }),
+    );
+    const answered = promptAnswered(promptSent(session(), 'go'), {
+      sessionId: S,
+      turnId: 't9',
+      stopReason: 'error',
+      lastError: error,
+      errorKind: 'history_unrepairable',
+    });
+    const stored = appendEntries(session(), [
+      {
+        seq: 1,
+        kind: 'event',
+        turnId: 't8',
+        payload: { type: 'turn_ended', stop_reason: 'error', last_error: error, error_kind: 'history_unrepairable' },
+      },
+    ]);
+    for (const model of [live, answered, stored]) {
+      const end = model.items.find((item) => item.kind === 'turnEnd');
+      assert.ok(end !== undefined && end.kind === 'turnEnd');
+      assert.deepEqual(end.actions, ['newSession', 'showLog']);
+    }
   });
 
   test('the reducers never mutate their input', () => {
