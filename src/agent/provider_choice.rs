@@ -233,9 +233,13 @@ mod tests {
     #[test]
     fn a_missing_key_is_reported_with_the_variable_it_is_read_from() {
         let mut openai = Config::default();
-        openai.set("provider", &serde_json::json!("openai")).unwrap();
+        openai
+            .set("provider", &serde_json::json!("openai"))
+            .unwrap();
         let s = settings(&openai, &with_env(&[]), None).unwrap();
-        let error = build(&s, key_variable(&openai, s.kind).as_deref()).err().unwrap();
+        let error = build(&s, key_variable(&openai, s.kind).as_deref())
+            .err()
+            .unwrap();
         assert!(
             error.contains("needs an API key")
                 && error.contains("set OPENAI_API_KEY")
@@ -252,7 +256,9 @@ mod tests {
             .set("api_key_env", &serde_json::json!("MY_ANTHROPIC_KEY"))
             .unwrap();
         let s = settings(&anthropic, &with_env(&[]), None).unwrap();
-        let error = build(&s, key_variable(&anthropic, s.kind).as_deref()).err().unwrap();
+        let error = build(&s, key_variable(&anthropic, s.kind).as_deref())
+            .err()
+            .unwrap();
         assert!(error.contains("set MY_ANTHROPIC_KEY"), "{error}");
 
         // Other refusals keep their own words: here a base URL that is not http(s).

@@ -157,4 +157,3 @@ fn pen_run_with_openai_and_no_key_names_the_variable() {
         "{stderr}"
     );
 }
-
