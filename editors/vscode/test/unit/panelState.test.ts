@@ -147,7 +147,7 @@ describe('live events', () => {
       lastError: 'The request does not fit the prompt budget: start a new session (pen/newSession)',
     });
     assert.deepEqual(outline(m).slice(1), [
-      'end error: The request does not fit the prompt budget: start a new session (pen/newSession) [newSession,showLog]',
+      'end error: The request does not fit the prompt budget: start a new session [newSession,showLog]',
     ]);
   });
 
