@@ -75,9 +75,17 @@ fn build(
     } else {
         ""
     };
+    // Whether the variable is the provider's usual one or the one `api_key_env` names, the
+    // user must learn that `api_key_env` is the key that chooses it.
+    let chosen_by = if settings.kind == ProviderKind::Openai && variable == "OPENAI_API_KEY"
+        || settings.kind == ProviderKind::Anthropic && variable == "ANTHROPIC_API_KEY"
+    {
+        "api_key_env names a different variable to read it from"
+    } else {
+        "the variable api_key_env names"
+    };
     Err(format!(
-        "{what}: set {variable} in the environment (api_key_env names a different variable \
-         to read it from){local}"
+        "{what}: set {variable} in the environment ({chosen_by}){local}"
     ))
 }
 
@@ -259,7 +267,12 @@ mod tests {
         let error = build(&s, key_variable(&anthropic, s.kind).as_deref())
             .err()
             .unwrap();
-        assert!(error.contains("set MY_ANTHROPIC_KEY"), "{error}");
+        assert!(
+            error.contains(
+                "set MY_ANTHROPIC_KEY in the environment (the variable api_key_env names)"
+            ),
+            "{error}"
+        );
 
         // Other refusals keep their own words: here a base URL that is not http(s).
         let mut s = settings(&openai, &with_env(&[]), None).unwrap();
