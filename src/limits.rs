@@ -100,7 +100,7 @@ pub const MAX_TURN_REQUESTS: Bounds = Bounds {
     max: 1_000,
 };
 
-/// The limits of pen_search (SPEC §2, ADR-0069).
+/// The limits of pen_search (SPEC §2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchLimits {
     /// Directory entries the walk may visit. Default 10,000.

@@ -16,11 +16,14 @@ const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
 const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
-/// The message for a user with no provider at all: the three ways to configure one.
+/// The message for a user with no provider at all: the three ways to configure one, as
+/// environment variables, as `pen run` flags and as config keys.
 pub const NO_PROVIDER: &str = "no model provider is configured. Configure one of:\n\
   1. OpenAI or any OpenAI-compatible API: set OPENAI_API_KEY (and PEN_MODEL to choose the model).\n\
   2. Anthropic: set PEN_PROVIDER=anthropic and ANTHROPIC_API_KEY (or Bedrock: PEN_PROVIDER=bedrock, PEN_MODEL and the AWS_* variables).\n\
-  3. A local server: run Ollama on 127.0.0.1:11434, or set PEN_BASE_URL to a llama.cpp, vLLM or LM Studio endpoint (e.g. http://127.0.0.1:8080/v1).\n\
+  3. A local server: run Ollama on 127.0.0.1:11434, or set PEN_BASE_URL and PEN_MODEL to a llama.cpp, vLLM or LM Studio endpoint and its model (e.g. http://127.0.0.1:8080/v1).\n\
+For one `pen run`, the flags --provider, --model and --base-url do the same \
+(e.g. pen run \"...\" --provider openai --model smollm2 --base-url http://127.0.0.1:8080/v1).\n\
 The same keys (provider, model, base_url, api_key_env) go in ~/.config/pen/config.toml or the editor's settings.";
 
 /// The provider and model for `config`, reading keys from the environment.
@@ -31,8 +34,59 @@ pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>,
         None
     };
     let settings = settings(config, &env, local_model)?;
-    let provider = providers::build(&settings).map_err(|e| e.message)?;
+    let provider = build(&settings, key_variable(config, settings.kind).as_deref())?;
     Ok((Arc::from(provider), settings.model))
+}
+
+/// The environment variable the key of a `kind` provider is read from: `api_key_env` when the
+/// config names one, else the provider's usual variable; `None` for Bedrock, whose credentials
+/// are AWS's own.
+fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
+    config.api_key_env.clone().or_else(|| match kind {
+        ProviderKind::Openai => Some("OPENAI_API_KEY".to_string()),
+        ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
+        ProviderKind::Bedrock => None,
+    })
+}
+
+/// Builds the provider. When it is refused for want of a key, the error names the variable the
+/// key is read from and `api_key_env`, which the providers, knowing only the key, cannot say.
+fn build(
+    settings: &ProviderSettings,
+    key_variable: Option<&str>,
+) -> Result<Box<dyn Provider>, String> {
+    let error = match providers::build(settings) {
+        Ok(provider) => return Ok(provider),
+        Err(error) => error,
+    };
+    let Some(variable) = key_variable else {
+        return Err(error.message);
+    };
+    // The refusal was about the key exactly when the same settings with a key are accepted.
+    let mut with_key = settings.clone();
+    with_key.api_key = Some("placeholder".to_string());
+    if settings.api_key.is_some() || providers::build(&with_key).is_err() {
+        return Err(error.message);
+    }
+    let what = error.message.split(';').next().unwrap_or(&error.message);
+    let local = if settings.kind == ProviderKind::Openai {
+        ", or point base_url (--base-url, PEN_BASE_URL) at a local server such as Ollama or \
+         llama-server"
+    } else {
+        ""
+    };
+    // Whether the variable is the provider's usual one or the one `api_key_env` names, the
+    // user must learn that `api_key_env` is the key that chooses it.
+    let chosen_by = if settings.kind == ProviderKind::Openai && variable == "OPENAI_API_KEY"
+        || settings.kind == ProviderKind::Anthropic && variable == "ANTHROPIC_API_KEY"
+    {
+        "api_key_env names a different variable to read it from"
+    } else {
+        "the variable api_key_env names"
+    };
+    Err(format!(
+        "{what}: set {variable} in the environment ({chosen_by}){local}"
+    ))
 }
 
 fn env(name: &str) -> Option<String> {
@@ -97,11 +151,7 @@ fn settings(
         "no model is configured: set the model key (PEN_MODEL, --model or the editor setting)"
             .to_string()
     })?;
-    let key_name = config.api_key_env.clone().or_else(|| match kind {
-        ProviderKind::Openai => Some("OPENAI_API_KEY".to_string()),
-        ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
-        ProviderKind::Bedrock => None,
-    });
+    let key_name = key_variable(config, kind);
     let mut settings = ProviderSettings::new(kind, model);
     settings.base_url = base_url;
     settings.api_key = key_name.as_deref().and_then(env);
@@ -144,6 +194,10 @@ mod tests {
                 && none.contains("Ollama"),
             "{none}"
         );
+        assert!(
+            none.contains("--provider") && none.contains("--model") && none.contains("--base-url"),
+            "{none}"
+        );
         assert!(needs_probe(&config, &with_env(&[])));
         assert!(!needs_probe(&config, &with_env(&[("OPENAI_API_KEY", "k")])));
     }
@@ -182,5 +236,51 @@ mod tests {
             (s.kind, s.base_url.as_deref(), s.api_key),
             (ProviderKind::Openai, Some("http://127.0.0.1:8080/v1"), None)
         );
+    }
+
+    #[test]
+    fn a_missing_key_is_reported_with_the_variable_it_is_read_from() {
+        let mut openai = Config::default();
+        openai
+            .set("provider", &serde_json::json!("openai"))
+            .unwrap();
+        let s = settings(&openai, &with_env(&[]), None).unwrap();
+        let error = build(&s, key_variable(&openai, s.kind).as_deref())
+            .err()
+            .unwrap();
+        assert!(
+            error.contains("needs an API key")
+                && error.contains("set OPENAI_API_KEY")
+                && error.contains("api_key_env")
+                && error.contains("--base-url"),
+            "{error}"
+        );
+
+        let mut anthropic = Config::default();
+        anthropic
+            .set("provider", &serde_json::json!("anthropic"))
+            .unwrap();
+        anthropic
+            .set("api_key_env", &serde_json::json!("MY_ANTHROPIC_KEY"))
+            .unwrap();
+        let s = settings(&anthropic, &with_env(&[]), None).unwrap();
+        let error = build(&s, key_variable(&anthropic, s.kind).as_deref())
+            .err()
+            .unwrap();
+        assert!(
+            error.contains(
+                "set MY_ANTHROPIC_KEY in the environment (the variable api_key_env names)"
+            ),
+            "{error}"
+        );
+
+        // Other refusals keep their own words: here a base URL that is not http(s).
+        let mut s = settings(&openai, &with_env(&[]), None).unwrap();
+        s.base_url = Some("localhost:11434".into());
+        let error = build(&s, key_variable(&openai, s.kind).as_deref())
+            .err()
+            .unwrap();
+        assert!(error.contains("is not an http"), "{error}");
+        assert!(!error.contains("OPENAI_API_KEY"), "{error}");
     }
 }

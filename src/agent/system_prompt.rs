@@ -1,5 +1,5 @@
 //! The system prompt, sent once per request (top-level `system` for Anthropic and Bedrock, one
-//! system message for OpenAI-style APIs). It follows the tool catalog (SPEC §5, ADR-0069).
+//! system message for OpenAI-style APIs). It follows the tool catalog (SPEC §5).
 
 /// The system prompt of every request.
 pub const SYSTEM_PROMPT: &str = "\

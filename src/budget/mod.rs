@@ -1,4 +1,4 @@
-//! The prompt budget, policy version 3 (SPEC §6, ADR-0069): from the durable transcript to the
+//! The prompt budget, policy version 3 (SPEC §6): from the durable transcript to the
 //! messages of one provider request that fit the model's input budget.
 //!
 //! **API boundary.** Plain Rust, no I/O, no clock: [`plan`] takes the session's entries, the

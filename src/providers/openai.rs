@@ -3,7 +3,7 @@
 //!
 //! Requests stream (`stream: true` with `stream_options.include_usage`); the answer is assembled
 //! from `chat.completion.chunk` events up to `data: [DONE]`. Local servers differ from OpenAI in
-//! ways this module absorbs rather than reports (see `../shared/LOCAL-MODEL.md`):
+//! ways this module absorbs rather than reports (each seen on a real server):
 //! - llama-cpp-python answers HTTP 500 to an assistant message whose `content` is null, so an
 //!   assistant message with tool calls carries `content: ""`;
 //! - llama-cpp-python repeats a tool call's `id` and `name` in every chunk and adds a legacy

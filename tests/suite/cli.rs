@@ -117,3 +117,43 @@ fn the_cap_comes_from_the_config_file_then_the_environment_then_the_flag() {
     assert_eq!(kept, from_file);
     assert!(stderr.contains("between 1024 and 1048576"), "{stderr}");
 }
+
+/// `pen run` for a new user, with no key and no model anywhere: the messages say which variable,
+/// flag or key to set, not just "configure one".
+fn pen_run_unconfigured(flags: &[&str]) -> (Option<i32>, String) {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pen"));
+    command
+        .args(["run", "hi"])
+        .args(flags)
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .stdin(std::process::Stdio::null());
+    for name in [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "PEN_PROVIDER",
+        "PEN_MODEL",
+        "PEN_BASE_URL",
+        "PEN_API_KEY_ENV",
+    ] {
+        command.env_remove(name);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn pen_run_with_openai_and_no_key_names_the_variable() {
+    let (code, stderr) = pen_run_unconfigured(&["--provider", "openai"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("set OPENAI_API_KEY") && stderr.contains("api_key_env"),
+        "{stderr}"
+    );
+}

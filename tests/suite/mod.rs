@@ -12,6 +12,7 @@ mod list;
 mod lsp_client;
 mod providers;
 mod read;
+mod repo;
 mod search;
 mod serve;
 mod session;

@@ -12,4 +12,6 @@ require('pen').setup({ cmd = { '/nonexistent/pen', 'serve' } })
 vim.cmd('checkhealth pen')
 text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
 H.check(text:find('ERROR', 1, true), 'missing binary reported:\n' .. text)
+-- With the install command the README gives.
+H.check(text:find('cargo install --locked --path .', 1, true), 'install command shown:\n' .. text)
 H.done()

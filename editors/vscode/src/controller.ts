@@ -136,7 +136,7 @@ export class Controller implements vscode.Disposable {
         this.set({ ...this.model, sessionId, sessions: [session, ...this.model.sessions] });
         await this.context.workspaceState.update(SESSION_KEY, sessionId);
       } catch (err) {
-        this.set(state.note(this.model, 'error', `pen/newSession failed: ${errorText(err)}`));
+        this.set(state.note(this.model, 'error', `Could not start a new session: ${errorText(err)}`));
         return;
       }
     }
@@ -161,7 +161,7 @@ export class Controller implements vscode.Disposable {
     try {
       await client.sendRequest('pen/stop', { sessionId: this.model.sessionId });
     } catch (err) {
-      this.set(state.note(this.model, 'error', `pen/stop failed: ${errorText(err)}`));
+      this.set(state.note(this.model, 'error', `Stop failed: ${errorText(err)}`));
     }
   }
 

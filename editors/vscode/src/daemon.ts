@@ -224,7 +224,8 @@ export class Daemon implements vscode.Disposable {
     const choice = await vscode.window.showErrorMessage(
       `pen: the pen binary "${configured}" was not found` +
         (configured.includes('/') ? '.' : ' on PATH.') +
-        ' Install pen (cargo install --path . in the pen repository) or set "pen.path" to the full path of the binary.',
+        ' Install it: in a clone of the pen repository run `cargo install --locked --path .`, which puts pen' +
+        ' in ~/.cargo/bin (have that on PATH, then reload the window); or set "pen.path" to the full path of the binary.',
       'Open Settings',
     );
     if (choice === 'Open Settings') {

@@ -251,6 +251,15 @@ export function trimNotice(data: Record<string, unknown>): { title: string; deta
   };
 }
 
+/**
+ * Text for the owner. pen's errors are written for every client and may name a protocol method,
+ * "start a new session (pen/newSession)", which means nothing in the panel: the method goes, and
+ * the words stay beside the button that does it (see `actionsFor`).
+ */
+export function forUser(text: string): string {
+  return text.replace(/\s*\(pen\/[A-Za-z]+\)/g, '').replace(/\bpen\/newSession\b/g, 'a new session');
+}
+
 /** What pen's `errorKind` says of a session whose history it cannot repair: no turn can run
  * in it again, so a new session is the one way on. */
 export const HISTORY_UNREPAIRABLE = 'history_unrepairable';
@@ -409,7 +418,7 @@ function turnEnded(
     kind: 'turnEnd',
     turnId,
     stopReason,
-    lastError,
+    lastError: lastError === null ? null : forUser(lastError),
     actions: actionsFor(stopReason, lastError, errorKind),
   } as TurnEndItem);
   // A turn that ends leaves no approval pending and nothing running.
@@ -494,7 +503,7 @@ export function promptFailed(model: PanelModel, message: string): PanelModel {
 }
 
 export function note(model: PanelModel, level: 'info' | 'error', text: string): PanelModel {
-  return push(model, { kind: 'note', level, text } as NoteItem);
+  return push(model, { kind: 'note', level, text: forUser(text) } as NoteItem);
 }
 
 /** The daemon stopped: no turn runs any more and no approval can be answered. */

@@ -16,7 +16,10 @@ function M.check()
       h.error(('`%s --version` failed: %s'):format(exe, vim.trim(out.stderr or '')))
     end
   else
-    h.error(('`%s` not found'):format(exe), { 'Build it with `cargo build`, or set cmd in require("pen").setup{}' })
+    h.error(('`%s` not found'):format(exe), {
+      'Install it: in a clone of the pen repository run `cargo install --locked --path .`, which puts pen in ~/.cargo/bin (have that on PATH)',
+      'Or set cmd = { "/full/path/to/pen", "serve" } in require("pen").setup{}',
+    })
   end
 
   h.start('pen provider')

@@ -70,8 +70,31 @@ function M.append(session_id, text)
   end
 end
 
---- Append whole lines (a block), starting on a fresh line.
+--- The buffer lines of `items`: each item split at its newlines (a CR before one is dropped),
+--- because `nvim_buf_set_lines` refuses an item that contains a newline, and errors, answers
+--- and tool results often do.
+function M.split_lines(items)
+  local out = {}
+  for _, item in ipairs(items) do
+    for _, line in ipairs(vim.split(tostring(item), '\n', { plain = true })) do
+      table.insert(out, (line:gsub('\r$', '')))
+    end
+  end
+  return out
+end
+
+--- `text` as a Markdown block quote: every line of it starts with `> `.
+function M.quote(text)
+  local out = {}
+  for _, line in ipairs(M.split_lines({ text })) do
+    table.insert(out, line == '' and '>' or ('> ' .. line))
+  end
+  return out
+end
+
+--- Append whole lines (a block), starting on a fresh line. An item may hold several lines.
 function M.lines(session_id, lines)
+  lines = M.split_lines(lines)
   M.after_block[session_id] = true
   local b = M.buf(session_id)
   local last = vim.api.nvim_buf_line_count(b)
@@ -193,7 +216,7 @@ function M.on_event(p)
     end
     local l = { ('*— turn ended: %s*'):format(tostring(d.stopReason)) }
     if d.lastError and d.lastError ~= vim.NIL then
-      table.insert(l, '> ' .. tostring(d.lastError))
+      vim.list_extend(l, M.quote(tostring(d.lastError)))
     end
     M.lines(s, l)
   end

@@ -147,7 +147,7 @@ describe('live events', () => {
       lastError: 'The request does not fit the prompt budget: start a new session (pen/newSession)',
     });
     assert.deepEqual(outline(m).slice(1), [
-      'end error: The request does not fit the prompt budget: start a new session (pen/newSession) [newSession,showLog]',
+      'end error: The request does not fit the prompt budget: start a new session [newSession,showLog]',
     ]);
   });
 
@@ -320,6 +320,24 @@ describe('helpers', () => {
       assert.ok(end !== undefined && end.kind === 'turnEnd');
       assert.deepEqual(end.actions, ['newSession', 'showLog']);
     }
+  });
+
+  test('an error never shows a protocol method: it says "start a new session" and offers the button', () => {
+    const lastError =
+      'the current prompt with its latest tool calls: about 947 tokens, more than the 400 the request may use; ' +
+      'shorten the prompt, or start a new session (pen/newSession) and carry over only what matters';
+    const live = promptAnswered(promptSent(session(), 'x'), { sessionId: S, turnId: T, stopReason: 'error', lastError });
+    const stored = appendEntries(session(), [
+      { seq: 1, kind: 'event', payload: { type: 'turn_ended', stop_reason: 'error', last_error: lastError } },
+    ]);
+    for (const m of [live, stored]) {
+      const end = outline(m).at(-1) ?? '';
+      assert.ok(!end.includes('pen/'), end);
+      assert.ok(end.includes('or start a new session and carry over only what matters'), end);
+      assert.ok(end.endsWith('[newSession,showLog]'), end);
+    }
+    const failed = promptFailed(session(), 'Could not start a new session: use pen/newSession first (pen/prompt)');
+    assert.deepEqual(outline(failed), ['note error: Could not start a new session: use a new session first']);
   });
 
   test('the reducers never mutate their input', () => {
