@@ -188,6 +188,10 @@ impl Limits {
     }
 }
 
+/// pen_list: the escaped bytes of a cut name's prefix kept in its `PREFIX/HASH` cursor, used
+/// when the full name does not fit the page to be repeated as the cursor: 64.
+pub const LIST_CURSOR_PREFIX_BYTES: usize = 64;
+
 /// Sessions in one `SessionStore::list_sessions` page; a larger `limit` is lowered to it.
 pub const MAX_SESSION_PAGE: usize = 200;
 
