@@ -120,7 +120,12 @@ fn the_cap_comes_from_the_config_file_then_the_environment_then_the_flag() {
 
 /// A `Stdio` for stdout whose reader is already gone, as after `| head -1` has exited.
 fn closed_stdout() -> std::process::Stdio {
-    let (reader, writer) = std::io::pipe().unwrap();
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two new descriptors into the array it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just opened and are owned here alone.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     writer.into()
 }
