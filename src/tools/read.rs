@@ -31,7 +31,8 @@ pub fn spec() -> ToolSpec {
             `final_newline`, `bom`, `total_bytes`, `source` and `hash` (pass it to pen_edit as \
             `expected_hash`). A page holds at most 200 lines and 32 KiB. While the file continues the \
             result has `next_start_line` and `next_offset`: pass both back as `start_line` and `offset` to \
-            read the next page without rescanning. A line longer than a page comes back in parts \
+            read the next page without rescanning (a `start_line` that is not the line at `offset` is refused, \
+            naming the line that is). A line longer than a page comes back in parts \
             (`partial_line: true`), each continued the same way. Private key material is never returned.",
         input_schema: json!({
             "type": "object",
