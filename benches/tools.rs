@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 const RUNS: usize = 3;
 
 fn main() {
+    // `cargo bench --bench tools -- read_pages` runs only that measurement.
+    if std::env::args().any(|arg| arg == "read_pages") {
+        bench_read_pages();
+        return;
+    }
     match corpus() {
         Some(corpus) => {
             println!("corpus: {}", corpus.display());
@@ -26,6 +31,7 @@ fn main() {
         ),
     }
     bench_read();
+    bench_read_pages();
     bench_list();
 }
 
@@ -210,6 +216,7 @@ fn bench_read() {
         head.push_str(&line(i));
         i += 1;
     }
+    let head_lines = i;
     let mut tail = String::new();
     while tail.len() < 1 << 20 {
         tail.push_str(&line(i));
@@ -228,24 +235,69 @@ fn bench_read() {
     let last_offset = SIZE - 40 * line(i).len() as u64;
     let last_offset =
         last_offset - (last_offset - (SIZE - tail.len() as u64)) % line(i).len() as u64;
+    // The head's lines, the hole's one line, and the tail's lines before the cursor.
+    let tail_start = SIZE - tail.len() as u64;
+    let last_line = head_lines + 1 + (last_offset - tail_start) / line(i).len() as u64 + 1;
     let ctx_root = dir.path().to_path_buf();
-    let (first, _) = best_of(|| call(&ctx_root, "pen_read", json!({"path": "huge.log"})));
-    let (last, _) = best_of(|| {
+    let last_page = || {
         call(
             &ctx_root,
             "pen_read",
-            json!({"path": "huge.log", "start_line": 99_999_999, "offset": last_offset}),
+            json!({"path": "huge.log", "start_line": last_line, "offset": last_offset}),
         )
-    });
+    };
+    let (first, _) = best_of(|| call(&ctx_root, "pen_read", json!({"path": "huge.log"})));
+    // A version written less than FILE_VERSION_SETTLE ago is not cached: its cursor's line is
+    // counted from the start each time.
+    let (last_fresh, _) = best_of(last_page);
+    std::thread::sleep(SETTLE_WAIT);
+    let (last, _) = best_of(last_page);
     let (tail_time, _) = best_of(|| call(&ctx_root, "pen_tail", json!({"path": "huge.log"})));
     println!("pen_read on a 1 GiB log");
     println!("  first page                 {:>9.3} ms", ms(first));
+    println!(
+        "  last page, fresh file      {:>9.3} ms  (its line counted from the start)",
+        ms(last_fresh)
+    );
     println!("  last page via next_offset  {:>9.3} ms", ms(last));
     println!("  pen_tail                   {:>9.3} ms", ms(tail_time));
     println!(
         "  last/first ratio           {:>9.2}   (target <= 2)",
         last.as_secs_f64() / first.as_secs_f64()
     );
+}
+
+/// Longer than `pen::limits::FILE_VERSION_SETTLE` (3 s): a file written this long ago has a
+/// settled version, whose hash and line marks pen keeps.
+const SETTLE_WAIT: Duration = Duration::from_millis(3_500);
+
+/// pen_read pages of a 16 MiB file (the largest whose content is hashed): the first page, and
+/// a page in the middle through its cursor, once the file's version has settled. Before the
+/// per-version cache every page hashed the whole file.
+fn bench_read_pages() {
+    const SIZE: usize = 16 * 1024 * 1024;
+    const LINE: usize = 64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = SIZE / LINE;
+    let text: String = (0..lines)
+        .map(|i| format!("{i:010} {}\n", "x".repeat(LINE - 12)))
+        .collect();
+    std::fs::write(dir.path().join("big.txt"), &text).expect("write");
+    std::thread::sleep(SETTLE_WAIT);
+    let root = dir.path().to_path_buf();
+    let middle = lines as u64 / 2;
+    let (first, _) = best_of(|| call(&root, "pen_read", json!({"path": "big.txt"})));
+    let (page, value) = best_of(|| {
+        call(
+            &root,
+            "pen_read",
+            json!({"path": "big.txt", "start_line": middle + 1, "offset": middle * LINE as u64}),
+        )
+    });
+    assert_eq!(value["start_line"], middle + 1);
+    println!("pen_read on a 16 MiB file (hashed for pen_edit)");
+    println!("  first page                 {:>9.3} ms", ms(first));
+    println!("  middle page via cursor     {:>9.3} ms", ms(page));
 }
 
 /// pen_list over a directory of 100,000 entries against a bare `read_dir` of it.

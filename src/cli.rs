@@ -79,6 +79,97 @@ pub struct ToolCommand {
     /// Print the tool catalog (names, descriptions, argument schemas) as JSON.
     #[arg(long, conflicts_with = "name")]
     pub list: bool,
+    /// Pretty-print the JSON (the default when stdout is a terminal).
+    #[arg(long, conflicts_with = "compact")]
+    pub pretty: bool,
+    /// Print the exact one-line observation the model receives (the default when stdout is
+    /// not a terminal, so scripts see the model's bytes).
+    #[arg(long)]
+    pub compact: bool,
+}
+
+impl ToolCommand {
+    /// Whether to pretty-print: asked for, or by default on a terminal.
+    fn pretty(&self) -> bool {
+        use std::io::IsTerminal;
+        self.pretty || (!self.compact && std::io::stdout().is_terminal())
+    }
+}
+
+/// The exit status of a command whose stdout was closed under it (`pen … | head -1`): 141,
+/// what a shell reports for a process ended by SIGPIPE, so a pipeline sees the same status it
+/// would from any other tool there. pen ends quietly: no panic, no message.
+pub const EXIT_STDOUT_CLOSED: u8 = 141;
+
+/// Writes `text` and a newline to stdout and flushes; `false` when stdout is closed (or
+/// otherwise failing), which the callers treat as "nobody is reading any more".
+fn print_line(text: &str) -> bool {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+/// Writes `text` to stdout and flushes; `false` when stdout is closed.
+fn print_text(text: &str) -> bool {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+/// A JSON text as `pen tool` prints it: the exact bytes, or pretty-printed. A text that is not
+/// JSON (an observation the cap cut) is printed as it is.
+fn shown_json(text: &str, pretty: bool) -> std::borrow::Cow<'_, str> {
+    if !pretty {
+        return text.into();
+    }
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .map_or(text.into(), Into::into)
+}
+
+/// Watches stdout for its reader going away while pen is not writing (a turn waiting on the
+/// model, say) and calls `on_closed` once. A pipe or socket whose reader is gone polls as
+/// `POLLERR`/`POLLHUP`; a terminal, file or `/dev/null` never does, and the watcher just waits
+/// with the process.
+fn watch_stdout_closed(on_closed: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("pen-stdout-watch".into())
+        .spawn(move || {
+            loop {
+                let mut fd = libc::pollfd {
+                    fd: libc::STDOUT_FILENO,
+                    events: 0,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, for the duration of the call.
+                let ready = unsafe { libc::poll(&mut fd, 1, -1) };
+                if ready < 0 {
+                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return;
+                }
+                if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                    on_closed();
+                    return;
+                }
+                if fd.revents & libc::POLLNVAL != 0 {
+                    return;
+                }
+            }
+        });
+    // Without the watcher a closed stdout is still noticed at the next write.
+    if let Err(e) = spawned {
+        tracing::warn!("cannot watch stdout: {e}");
+    }
 }
 
 fn parse_max_result_bytes(text: &str) -> Result<u64, String> {
@@ -92,11 +183,15 @@ fn parse_max_result_bytes(text: &str) -> Result<u64, String> {
 
 /// Exit status of `pen tool`: 0 for a result, 1 for an error result, 2 for bad usage.
 pub fn run_tool(command: ToolCommand) -> ExitCode {
+    let pretty = command.pretty();
     if command.list {
         let catalog = tools::catalog();
-        match serde_json::to_string(&catalog) {
-            Ok(text) => println!("{text}"),
+        let text = match serde_json::to_string(&catalog) {
+            Ok(text) => text,
             Err(e) => return usage(&format!("cannot print the catalog: {e}")),
+        };
+        if !print_line(&shown_json(&text, pretty)) {
+            return ExitCode::from(EXIT_STDOUT_CLOSED);
         }
         return ExitCode::SUCCESS;
     }
@@ -130,7 +225,9 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         editor: None,
     };
     let result = tools::call(&name, &arguments, &ctx);
-    println!("{}", tools::observation(&result, &limits));
+    if !print_line(&shown_json(&tools::observation(&result, &limits), pretty)) {
+        return ExitCode::from(EXIT_STDOUT_CLOSED);
+    }
     if result.is_ok() {
         ExitCode::SUCCESS
     } else {
@@ -207,18 +304,37 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             stopper.cancel();
         }
     });
+    // Nobody reads stdout any more (`pen run … | head -1`): Stop the turn, so what finished
+    // is recorded and what did not start is "not executed (stopped)", then exit quietly.
+    let stdout_closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let close_stdout = {
+        let closed = stdout_closed.clone();
+        let cancel = cancel.clone();
+        move || {
+            closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            cancel.cancel();
+        }
+    };
+    watch_stdout_closed(close_stdout.clone());
     let json = command.json;
+    let closed = stdout_closed.clone();
     let on_event = move |event: AgentEvent| {
-        use std::io::Write;
+        if closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let written = match (json, event.kind.as_str()) {
+            (true, _) => print_line(&serde_json::to_string(&event).unwrap_or_default()),
+            (false, "text_delta") => print_text(event.data["text"].as_str().unwrap_or_default()),
+            _ => true,
+        };
+        if !written {
+            close_stdout();
+            return;
+        }
         if json {
-            println!("{}", serde_json::to_string(&event).unwrap_or_default());
             return;
         }
         match event.kind.as_str() {
-            "text_delta" => {
-                print!("{}", event.data["text"].as_str().unwrap_or_default());
-                let _ = std::io::stdout().flush();
-            }
             "tool_call_started" => eprintln!(
                 "pen: → {} {}",
                 event.data["tool"].as_str().unwrap_or("?"),
@@ -264,10 +380,13 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         cancel,
     };
     let outcome = turn.run_leased(lease, &command.prompt).await;
-    if json {
-        println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+    let last = if json {
+        serde_json::to_string(&outcome).unwrap_or_default()
     } else {
-        println!();
+        String::new()
+    };
+    if stdout_closed.load(std::sync::atomic::Ordering::SeqCst) || !print_line(&last) {
+        return ExitCode::from(EXIT_STDOUT_CLOSED);
     }
     if let Some(error) = &outcome.last_error {
         eprintln!("pen: {error}");
@@ -386,6 +505,13 @@ fn export(
         });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`pen sessions | head -1`): end quietly.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::from(EXIT_STDOUT_CLOSED)
+        }
         Err(e) => {
             eprintln!("pen: {e}");
             ExitCode::from(1)

@@ -188,6 +188,28 @@ impl Limits {
     }
 }
 
+/// pen_list: the escaped bytes of a cut name's prefix kept in its `PREFIX/HASH` cursor, used
+/// when the full name does not fit the page to be repeated as the cursor: 64.
+pub const LIST_CURSOR_PREFIX_BYTES: usize = 64;
+
+/// The file versions whose content hash and line marks pen keeps in memory (per process),
+/// least recently used forgotten first: 256. An entry is a hash and at most
+/// [`LINE_INDEX_MAX_MARKS`] counts, so the cache stays under 9 MiB.
+pub const FILE_VERSION_CACHE_ENTRIES: usize = 256;
+
+/// How much older than the moment pen starts reading a file its modification and change times
+/// must be before what pen learns of that version is cached: 3 s, more than the coarsest
+/// timestamp tick of a common file system (FAT's 2 s). A write within the tick pen saw could
+/// otherwise leave the file changed under the same timestamps.
+pub const FILE_VERSION_SETTLE: Duration = Duration::from_secs(3);
+
+/// Bytes between two line marks of a file (the newline count before each), so a line number
+/// at any offset costs less than one stride of scanning: 64 KiB.
+pub const LINE_INDEX_STRIDE: u64 = 64 * 1024;
+
+/// The most line marks kept for one file: 4,096 (a wider stride for files over 256 MiB).
+pub const LINE_INDEX_MAX_MARKS: u64 = 4_096;
+
 /// Sessions in one `SessionStore::list_sessions` page; a larger `limit` is lowered to it.
 pub const MAX_SESSION_PAGE: usize = 200;
 

@@ -1,10 +1,14 @@
 //! pen_list: one directory, sorted by name and paged with an exclusive name cursor.
 //!
-//! Every page fits the page budget with its cursor; a name too long for a page on its own comes
-//! back cut and flagged while the cursor still moves past it, so no entry is lost or repeated.
+//! The entries of a page fit the page budget; its cursor, a copy of the last name, fits in the
+//! half of the cap the budget leaves free, so a minimum page holds a 255-byte plain name whole.
+//! A name too long for a page on its own (only escaping can do that) comes back cut and flagged
+//! while the cursor still moves past it, so no entry is lost or repeated: the cursor is the
+//! full name when it fits, else a short `PREFIX/HASH` cursor that does not repeat the name.
 
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use crate::limits::LIST_CURSOR_PREFIX_BYTES;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -86,18 +90,21 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     }
     names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let total = names.len();
-    let first = match &args.after {
-        Some(after) => names.partition_point(|(name, _)| name.as_bytes() <= after.as_bytes()),
-        None => 0,
-    };
+    let first = args
+        .after
+        .as_deref()
+        .map_or(0, |after| first_after(&names, after));
 
     let envelope = json!({
         "path": display, "entries": [], "total": widest(total as u64), "next_after": "",
     });
     let budget = budget::page_budget(&envelope, limits)?;
+    let envelope_len = envelope.to_string().len();
     let mut entries: Vec<Entry> = Vec::new();
     // Bytes of the entries array's contents so far (entries and commas).
     let mut used = 0usize;
+    // The cursor of a page whose one entry is a cut name, when that name cannot be repeated.
+    let mut cut_cursor: Option<String> = None;
     for (name, dir_entry) in names.iter().skip(first).take(limit) {
         let file_type = dir_entry
             .file_type()
@@ -122,22 +129,29 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
             name_truncated: false,
         };
         let comma = usize::from(!entries.is_empty());
-        // The page must hold this entry and the cursor naming it.
-        let cursor = escaped_len(name);
+        // Only the entries count against the budget. The cursor is a copy of the last name on
+        // the page, so it is never longer than the entries and fits in the half of the cap
+        // the budget leaves free: a 255-byte plain name always fits a minimum page whole.
         let cost = entry_len(&entry) + comma;
-        if used + cost + cursor > budget {
+        if used + cost > budget {
             if !entries.is_empty() {
                 break;
             }
-            // Alone on its page and still too long: cut the name, flag it, move past it.
+            // Alone on its page and still too long (only escaping can do that): cut the
+            // name, flag it, move past it.
             entry.name_truncated = true;
             let fixed = entry_len(&Entry {
                 name: String::new(),
                 ..entry
             });
-            let room = budget.saturating_sub(fixed + cursor);
-            let (cut, _) = fitting_prefix(name, room);
+            let (cut, _) = fitting_prefix(name, budget.saturating_sub(fixed));
             entry.name.truncate(cut);
+            let used = entry_len(&entry);
+            // The full name is the cursor when it fits what the cap leaves (the model then
+            // learns the whole name); else a short cursor that names it without repeating it.
+            if envelope_len + used + escaped_len(name) > limits.max_tool_result_bytes {
+                cut_cursor = Some(long_name_cursor(name));
+            }
             entries.push(entry);
             break;
         }
@@ -147,9 +161,42 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let shown_to = first + entries.len();
     let mut value = json!({ "path": display, "entries": entries, "total": total });
     if shown_to < total && !entries.is_empty() {
-        value["next_after"] = json!(names[shown_to - 1].0);
+        value["next_after"] = json!(cut_cursor.unwrap_or_else(|| names[shown_to - 1].0.clone()));
     }
     Ok(value)
+}
+
+/// The index of the first entry after the cursor `after`: a name (exclusive), or the cursor
+/// of a cut name too long to repeat, `PREFIX/HASH`. No file name holds a `/`, so the two never
+/// meet; a string with a `/` that is not such a cursor is taken as a plain name.
+fn first_after(names: &[(String, std::fs::DirEntry)], after: &str) -> usize {
+    let plain = || names.partition_point(|(name, _)| name.as_bytes() <= after.as_bytes());
+    let Some((prefix, hash)) = after.rsplit_once('/') else {
+        return plain();
+    };
+    let Ok(hash) = u64::from_str_radix(hash, 16) else {
+        return plain();
+    };
+    if let Some(at) = names
+        .iter()
+        .position(|(name, _)| name.starts_with(prefix) && name_hash(name) == hash)
+    {
+        return at + 1;
+    }
+    // The named entry is gone. Everything up to its prefix was on earlier pages; what follows
+    // the prefix may have been too, but repeating an entry is better than losing one.
+    names.partition_point(|(name, _)| name.as_bytes() <= prefix.as_bytes())
+}
+
+/// The cursor for a cut name that the page cannot repeat whole: a short prefix of it and a
+/// hash of the full name.
+fn long_name_cursor(name: &str) -> String {
+    let (cut, _) = fitting_prefix(name, LIST_CURSOR_PREFIX_BYTES);
+    format!("{}/{:016x}", &name[..cut], name_hash(name))
+}
+
+fn name_hash(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
 }
 
 fn entry_len(entry: &Entry) -> usize {

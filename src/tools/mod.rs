@@ -13,6 +13,7 @@ pub mod read;
 pub mod search;
 pub mod source;
 pub mod tail;
+pub mod versions;
 pub mod write;
 
 use crate::limits::Limits;

@@ -31,7 +31,8 @@ pub fn spec() -> ToolSpec {
             `final_newline`, `bom`, `total_bytes`, `source` and `hash` (pass it to pen_edit as \
             `expected_hash`). A page holds at most 200 lines and 32 KiB. While the file continues the \
             result has `next_start_line` and `next_offset`: pass both back as `start_line` and `offset` to \
-            read the next page without rescanning. A line longer than a page comes back in parts \
+            read the next page without rescanning (a `start_line` that is not the line at `offset` is refused, \
+            naming the line that is). A line longer than a page comes back in parts \
             (`partial_line: true`), each continued the same way. Private key material is never returned.",
         input_schema: json!({
             "type": "object",
@@ -128,46 +129,6 @@ pub fn cut_page<S: ByteSource + ?Sized>(
     })
 }
 
-/// Finds the offset of 1-based `line` by scanning from the start, or `None` past the end.
-/// Only used when the caller has no byte cursor.
-fn line_start<S: ByteSource + ?Sized>(src: &S, line: u64) -> std::io::Result<Option<u64>> {
-    const CHUNK: u64 = 256 * 1024;
-    let len = src.len();
-    let mut wanted = line - 1;
-    let mut at = 0u64;
-    if wanted == 0 {
-        return Ok(Some(0));
-    }
-    while at < len {
-        let chunk = read_range(src, at, at + CHUNK)?;
-        for i in memchr::memchr_iter(b'\n', &chunk) {
-            wanted -= 1;
-            if wanted == 0 {
-                let start = at + i as u64 + 1;
-                return Ok((start < len).then_some(start));
-            }
-        }
-        at += chunk.len() as u64;
-    }
-    Ok(None)
-}
-
-/// Counts the lines of a source (a last line without a newline counts).
-fn count_lines<S: ByteSource + ?Sized>(src: &S) -> std::io::Result<u64> {
-    const CHUNK: u64 = 256 * 1024;
-    let len = src.len();
-    let mut count = 0u64;
-    let mut at = 0u64;
-    let mut last = b'\n';
-    while at < len {
-        let chunk = read_range(src, at, at + CHUNK)?;
-        count += memchr::memchr_iter(b'\n', &chunk).count() as u64;
-        last = chunk.last().copied().unwrap_or(b'\n');
-        at += chunk.len() as u64;
-    }
-    Ok(count + u64::from(last != b'\n'))
-}
-
 pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let limits = ctx.limits;
     let start_line = args.start_line.unwrap_or(1);
@@ -181,6 +142,9 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let src = &file.source;
     let io_err = |e: std::io::Error| ToolError::io(&display, &e);
 
+    // Line numbers come from the line marks of this file version: cached, or built by this
+    // call and kept for the next page.
+    let mut lines = file.lines();
     let offset = match args.offset {
         Some(offset) => {
             if args.start_line.is_none() {
@@ -189,13 +153,21 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
                 ));
             }
             check_offset(src, offset, &facts)?;
+            // The pair must agree, or the page would be labelled with lines it does not hold.
+            let line = lines.newlines_before(offset).map_err(io_err)? + 1;
+            if line != start_line {
+                return Err(cursor_error(&format!(
+                    "offset {offset} is on line {line} of {}, not line {start_line}: pass                      next_start_line and next_offset from the same page unchanged. To read from                      offset {offset}, pass start_line {line} with it; to read line {start_line},                      pass start_line alone.",
+                    shown(&display)
+                )));
+            }
             offset
         }
-        None => match line_start(src, start_line).map_err(io_err)? {
+        None => match lines.line_start(start_line).map_err(io_err)? {
             Some(offset) => offset,
             None if start_line == 1 => 0,
             None => {
-                let lines = count_lines(src).map_err(io_err)?;
+                let lines = lines.count_lines().map_err(io_err)?;
                 return Err(cursor_error(&format!(
                     "start_line {start_line} is past the end of {}, which has {lines} lines; use pen_tail for its end",
                     shown(&display)
@@ -238,6 +210,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
             src, &display, offset, start_line, &page, &refusal,
         ));
     }
+    file.keep_lines(lines);
     if let Some(ledger) = ctx.ledger {
         ledger.record(&file.resolved.absolute, &facts.hash);
     }
@@ -379,6 +352,7 @@ fn key_error<S: ByteSource + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::versions::Lines;
 
     fn page(text: &str, offset: u64, lines: usize, raw: usize, budget: usize) -> Page {
         cut_page(text.as_bytes(), offset, lines, raw, budget, "f").unwrap()
@@ -432,12 +406,13 @@ mod tests {
     #[test]
     fn line_starts_are_found_by_scanning() {
         let text: &[u8] = b"a\nb\n\nc";
-        assert_eq!(line_start(text, 1).unwrap(), Some(0));
-        assert_eq!(line_start(text, 2).unwrap(), Some(2));
-        assert_eq!(line_start(text, 4).unwrap(), Some(5));
-        assert_eq!(line_start(text, 5).unwrap(), None);
-        assert_eq!(count_lines(text).unwrap(), 4);
-        assert_eq!(count_lines(&b"a\n"[..]).unwrap(), 1);
-        assert_eq!(count_lines(&b""[..]).unwrap(), 0);
+        let mut lines = Lines::uncached(text);
+        assert_eq!(lines.line_start(1).unwrap(), Some(0));
+        assert_eq!(lines.line_start(2).unwrap(), Some(2));
+        assert_eq!(lines.line_start(4).unwrap(), Some(5));
+        assert_eq!(lines.line_start(5).unwrap(), None);
+        assert_eq!(lines.count_lines().unwrap(), 4);
+        assert_eq!(Lines::uncached(&b"a\n"[..]).count_lines().unwrap(), 1);
+        assert_eq!(Lines::uncached(&b""[..]).count_lines().unwrap(), 0);
     }
 }

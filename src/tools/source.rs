@@ -4,6 +4,7 @@
 //! Reads go through [`ByteSource`] so that the paging code is a pure function over bytes at
 //! offsets, testable on an in-memory slice and O(page) on a file of any size.
 
+use super::versions::{self, Lines, VersionKey, Versioned};
 use super::{ErrorCode, ToolContext, ToolError, shown};
 use crate::documents::Snapshot;
 use crate::limits::Limits;
@@ -106,6 +107,21 @@ impl ByteSource for Source {
     }
 }
 
+impl versions::Versioned for Source {
+    fn version_key(&self) -> Option<VersionKey> {
+        match self {
+            // `fstat` on the open file: the version of the bytes this source reads.
+            Source::Disk(disk) => disk
+                .file
+                .metadata()
+                .ok()
+                .filter(|m| m.is_file() && m.len() == disk.len)
+                .map(|m| VersionKey::of(&m)),
+            Source::Editor(_) => None,
+        }
+    }
+}
+
 /// Reads `[start, end)` clamped to the source.
 pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::Result<Vec<u8>> {
     let end = end.min(src.len());
@@ -180,7 +196,8 @@ pub struct FileFacts {
     pub bom: bool,
     pub final_newline: bool,
     /// `xxh3:…` of the content for files up to `max_edit_file_bytes`, else a size-and-mtime
-    /// stamp. pen_edit compares it with the file's current value.
+    /// stamp. pen_edit compares it with the file's current value. Cached per file version
+    /// (see [`versions`]).
     pub hash: String,
 }
 
@@ -214,8 +231,10 @@ impl OpenedFile {
         let last = read_range(&self.source, len.saturating_sub(1), len).map_err(io_err)?;
         let hash = match &self.source {
             Source::Editor(snapshot) => snapshot_hash(snapshot),
+            // Hashed once per file version (and its line marks built in the same pass), so a
+            // page of an unchanged file does not read the whole file again.
             Source::Disk(_) if len <= limits.max_edit_file_bytes => {
-                hash_bytes(&read_range(&self.source, 0, len).map_err(io_err)?)
+                versions::content_hash(&self.source).map_err(io_err)?
             }
             Source::Disk(_) => self.stamp.clone(),
         };
@@ -225,6 +244,21 @@ impl OpenedFile {
             final_newline: last == b"\n",
             hash,
         })
+    }
+}
+
+impl OpenedFile {
+    /// Line look-ups on this file, starting from what is known of its version.
+    pub fn lines(&self) -> Lines<'_, Source> {
+        match &self.source {
+            Source::Disk(_) => Lines::of_version(&self.source, self.source.version_key()),
+            Source::Editor(_) => Lines::uncached(&self.source),
+        }
+    }
+
+    /// Keeps what `lines` learned for later calls, when the file is still that version.
+    pub fn keep_lines(&self, lines: Lines<'_, Source>) {
+        lines.save(self.source.version_key());
     }
 }
 

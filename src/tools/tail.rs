@@ -199,8 +199,10 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
         "hash": facts.hash,
     });
     if facts.len <= limits.max_edit_file_bytes {
-        let head = read_range(src, 0, tail.start).map_err(io_err)?;
-        let start_line = memchr::memchr_iter(b'\n', &head).count() as u64 + 1;
+        // From the line marks of this version (built with its hash), not a scan of the head.
+        let mut lines = file.lines();
+        let start_line = lines.newlines_before(tail.start).map_err(io_err)? + 1;
+        file.keep_lines(lines);
         let newlines = memchr::memchr_iter(b'\n', tail.content.as_bytes()).count() as u64;
         let end_line = start_line + newlines - u64::from(tail.content.ends_with('\n'));
         value["start_line"] = json!(start_line);

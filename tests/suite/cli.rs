@@ -157,3 +157,258 @@ fn pen_run_with_openai_and_no_key_names_the_variable() {
         "{stderr}"
     );
 }
+
+/// A `Stdio` for stdout whose reader is already gone, as after `| head -1` has exited.
+fn closed_stdout() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two new descriptors into the array it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just opened and are owned here alone.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    writer.into()
+}
+
+fn pen_command(data: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pen"));
+    command
+        .env("PEN_DATA_DIR", data)
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env_remove("PEN_MAX_TOOL_RESULT_BYTES")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// Issue 12 item 6: a closed stdout ends `pen tool` quietly with 141, not a panic (exit 101).
+#[test]
+fn pen_tool_with_a_closed_stdout_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["tool", "pen_list", "{}"],
+        vec!["tool", "--list"],
+        vec!["tool", "pen_read", r#"{"path":"missing"}"#],
+    ] {
+        let output = pen_command(dir.path())
+            .args(&args)
+            .args(if args[1] == "--list" {
+                vec![]
+            } else {
+                vec!["--root", dir.path().to_str().unwrap()]
+            })
+            .stdout(closed_stdout())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Waits for `child` to exit, at most `limit`; kills it and fails when it does not.
+fn wait_bounded(child: &mut std::process::Child, limit: std::time::Duration) -> i32 {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("pen did not exit within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Issue 12 item 6: `pen run --json … | head -1`. The reader takes the first line and goes
+/// away while the turn waits on the model; pen stops the turn (Stop semantics), records it
+/// whole and exits 141 without a panic. `pen sessions` and `pen transcript` end the same way.
+#[test]
+fn pen_run_whose_reader_goes_away_stops_the_turn_cleanly() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    use pen::providers::{ToolCall, Usage};
+    use std::io::BufRead;
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(root.path().join("b.txt"), "beta\n").unwrap();
+    let usage = Usage {
+        input_tokens: 100,
+        output_tokens: 10,
+    };
+    let call = |id: &str, path: &str| ToolCall {
+        id: id.into(),
+        name: "pen_read".into(),
+        arguments: json!({ "path": path }).to_string(),
+    };
+    let thinking = openai_frames(&["Thinking"], &[], usage);
+    let until_text = thinking
+        .iter()
+        .position(|f| f.contains("Thinking"))
+        .unwrap();
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Stream(openai_frames(
+            &["Reading both."],
+            &[call("c1", "a.txt"), call("c2", "b.txt")],
+            usage,
+        )),
+        // The next answer starts and then never ends: only a Stop ends the turn.
+        Reply::Hang(thinking[..=until_text].to_vec()),
+    ]);
+    let mut child = pen_command(data.path())
+        .args([
+            "run",
+            "--json",
+            "read both",
+            "--provider",
+            "openai",
+            "--model",
+            "fake-model",
+            "--base-url",
+        ])
+        .arg(format!("{}/v1", fake.url()))
+        .current_dir(root.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(first.starts_with('{'), "{first}");
+    // Wait until the turn is waiting on the hanging answer, then go away like `head -1`.
+    futures::executor::block_on(fake.wait_for_requests(2));
+    drop(reader);
+    let code = wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, 141, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let session = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("pen: session "))
+        .expect("the session id on stderr")
+        .to_string();
+
+    let output = pen_command(data.path())
+        .args(["transcript", &session])
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let entries: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds[..2],
+        ["user_prompt", "assistant_message"],
+        "{kinds:?}"
+    );
+    // Every call of every assistant message has exactly one result.
+    for message in entries.iter().filter(|e| e["kind"] == "assistant_message") {
+        for call in message["payload"]["tool_calls"].as_array().unwrap() {
+            let answers = entries
+                .iter()
+                .filter(|e| e["kind"] == "tool_result" && e["payload"]["call_id"] == call["id"])
+                .count();
+            assert_eq!(answers, 1, "{call}: {kinds:?}");
+        }
+    }
+    let last = entries.last().unwrap();
+    assert_eq!(last["kind"], "event", "{last}");
+    assert_eq!(last["payload"]["type"], "turn_ended", "{last}");
+    assert_eq!(last["payload"]["stop_reason"], "cancelled", "{last}");
+
+    for args in [vec!["sessions"], vec!["transcript", session.as_str()]] {
+        let output = pen_command(data.path())
+            .args(&args)
+            .stdout(closed_stdout())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Issue 12 item 7: `--pretty` prints the observation indented, `--compact` (the default when
+/// stdout is not a terminal) the exact bytes the model sees; both are the same JSON.
+#[test]
+fn pen_tool_prints_pretty_or_the_exact_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), "one\n\"two\"\n").unwrap();
+    let args = json!({"path": "f.txt"});
+    let exact = pen_tool(dir.path(), "pen_read", &args, &[]);
+    let compact = pen_tool(dir.path(), "pen_read", &args, &["--compact"]);
+    let pretty = pen_tool(dir.path(), "pen_read", &args, &["--pretty"]);
+    assert_eq!(exact.code, 0);
+    assert_eq!(compact.stdout, exact.stdout);
+    assert!(!exact.stdout.contains('\n'));
+    assert!(pretty.stdout.lines().count() > 5, "{}", pretty.stdout);
+    assert!(
+        pretty
+            .stdout
+            .contains("\n  \"content\": \"one\\n\\\"two\\\"\\n\"")
+    );
+    assert_eq!(pretty.json(), exact.json());
+    // The exact bytes are the observation the model receives.
+    let (_, observation) = super::common::call_tool(dir.path(), 65_536, "pen_read", &args);
+    assert_eq!(exact.stdout, observation);
+    let both = pen_tool(dir.path(), "pen_read", &args, &["--pretty", "--compact"]);
+    assert_eq!(both.code, 2);
+}
+
+/// Issue 12 item 7: on a terminal `pen tool` pretty-prints by default.
+#[test]
+fn pen_tool_is_pretty_on_a_terminal() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), "one\n").unwrap();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors into the integers it is given.
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here alone.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let mut child = pen_command(dir.path())
+        .args(["tool", "pen_read", r#"{"path":"f.txt"}"#, "--root"])
+        .arg(dir.path())
+        .stdout(slave)
+        .spawn()
+        .unwrap();
+    let code = wait_bounded(&mut child, std::time::Duration::from_secs(30));
+    assert_eq!(code, 0);
+    // The child has exited, so what it wrote is in the terminal's buffer; the terminal turns
+    // each newline into CR LF. Reading past it fails (EIO) once the child's side is closed.
+    let mut shown = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        shown.extend_from_slice(&buf[..n]);
+    }
+    let shown = String::from_utf8_lossy(&shown).replace("\r\n", "\n");
+    assert!(shown.starts_with("{\n  \"path\": \"f.txt\",\n"), "{shown}");
+}

@@ -40,9 +40,12 @@ fn list_all(root: &Path, cap: usize, limit: Option<u64>) -> Vec<String> {
         for entry in entries {
             let name = entry["name"].as_str().unwrap().to_string();
             if entry["name_truncated"] == true {
-                // Only a lone entry is cut, and the cursor carries its full name.
+                // Only a lone entry is cut, and the cursor carries its full name when the
+                // name fits; else a `PREFIX/HASH` cursor (no name holds a `/`).
                 assert_eq!(entries.len(), 1);
-                if let Some(full) = page["next_after"].as_str() {
+                if let Some(full) = page["next_after"].as_str()
+                    && !full.contains('/')
+                {
                     assert!(full.starts_with(&name));
                     names.push(full.to_string());
                     continue;
@@ -137,6 +140,119 @@ fn a_255_byte_name_is_cut_and_flagged_at_the_smallest_cap_and_the_cursor_moves_o
     assert!(long.starts_with(entry["name"].as_str().unwrap()));
     assert_eq!(first["next_after"], long.as_str());
     assert_eq!(list_all(dir.path(), 1_024, None), sorted(names));
+}
+
+/// Issue 11 item 13: at the 1,024-byte floor a plain 250- or 255-byte name comes back whole
+/// (the page must not also pay for the name again as its cursor), in the root and in a folder.
+#[test]
+fn plain_250_and_255_byte_names_fit_whole_at_the_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("some").join("folder");
+    fs::create_dir_all(&sub).unwrap();
+    let names = vec![
+        "a".repeat(250),
+        "b".repeat(255),
+        "c".repeat(255),
+        "d".to_string(),
+        format!("{}.txt", "e".repeat(251)),
+    ];
+    for (folder, path) in [(dir.path(), None), (sub.as_path(), Some("some/folder"))] {
+        make_entries(folder, &names);
+        let mut after: Option<String> = None;
+        let mut seen = Vec::new();
+        loop {
+            let mut args = json!({});
+            if let Some(path) = path {
+                args["path"] = json!(path);
+            }
+            if let Some(after) = &after {
+                args["after"] = json!(after);
+            }
+            let (result, observation) = call_tool(dir.path(), 1_024, "pen_list", &args);
+            let page = result.unwrap();
+            assert!(observation.len() <= 1_024, "{}", observation.len());
+            for entry in page["entries"].as_array().unwrap() {
+                assert!(entry.get("name_truncated").is_none(), "{entry}");
+                seen.push(entry["name"].as_str().unwrap().to_string());
+            }
+            match page["next_after"].as_str() {
+                Some(next) => after = Some(next.to_string()),
+                None => break,
+            }
+        }
+        let mut expected = names.clone();
+        if path.is_none() {
+            expected.push("some".to_string());
+        }
+        assert_eq!(seen, sorted(expected), "{path:?}");
+        // The model can open the file by the name it was given. (pen_read's own envelope holds
+        // the path too, so at the 1,024-byte floor a 250-byte path leaves it less than a
+        // minimum page and it asks for a larger cap; 4,096 is plenty.)
+        let read = call_tool(
+            dir.path(),
+            4_096,
+            "pen_read",
+            &json!({"path": format!("{}{}", path.map_or(String::new(), |p| format!("{p}/")), "a".repeat(250))}),
+        );
+        assert!(read.0.is_ok(), "{:?}", read.0);
+    }
+}
+
+/// A name whose escaped form is longer than the cap (255 control characters, 1,530 bytes
+/// escaped) is cut and flagged, the page stays under the cap, and its short cursor moves past
+/// exactly that entry, even among names that share a long prefix, or after it is deleted.
+#[test]
+fn a_name_that_escapes_past_the_cap_is_cut_and_its_cursor_moves_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = "\u{1}".repeat(255);
+    let second = "\u{1}".repeat(254) + "\u{2}";
+    let names = vec![
+        first.clone(),
+        second.clone(),
+        "a".to_string(),
+        "z".to_string(),
+    ];
+    make_entries(dir.path(), &names);
+    let (page, observation) = call_tool(dir.path(), 1_024, "pen_list", &json!({}));
+    let page = page.unwrap();
+    // The observation is the whole result, not one the cap cut before its cursor.
+    assert!(observation.len() <= 1_024, "{}", observation.len());
+    let reparsed: Value = serde_json::from_str(&observation).expect("whole JSON");
+    assert_eq!(reparsed, page);
+    let entries = page["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["name_truncated"], true);
+    assert!(first.starts_with(entries[0]["name"].as_str().unwrap()));
+    let cursor = page["next_after"].as_str().unwrap().to_string();
+    assert!(cursor.contains('/') && cursor.len() < 200, "{cursor}");
+    let (next, _) = call_tool(dir.path(), 1_024, "pen_list", &json!({"after": cursor}));
+    let next = next.unwrap();
+    assert_eq!(next["entries"][0]["name_truncated"], true);
+    let shown = next["entries"][0]["name"].as_str().unwrap();
+    assert!(second.starts_with(shown));
+    assert_ne!(next["next_after"].as_str(), Some(cursor.as_str()));
+    let listed = list_all(dir.path(), 1_024, None);
+    assert_eq!(listed.len(), 4);
+    assert_eq!(&listed[2..], ["a", "z"]);
+    // The entry a cursor names is gone: nothing after it is lost.
+    fs::remove_file(dir.path().join(&first)).unwrap();
+    let (rest, _) = call_tool(
+        dir.path(),
+        1_024,
+        "pen_list",
+        &json!({"after": cursor, "limit": 200}),
+    );
+    let rest = rest.unwrap();
+    assert!(
+        rest["entries"][0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("\u{1}"),
+        "{rest}"
+    );
+    // A plain name with a `/` (which no file name holds) still works as an exclusive cursor.
+    let (plain, _) = call_tool(dir.path(), 1_024, "pen_list", &json!({"after": "a/b"}));
+    assert_eq!(plain.unwrap()["entries"][0]["name"], "z");
 }
 
 #[test]

@@ -159,6 +159,140 @@ fn start_line_alone_finds_the_same_page_as_the_cursor() {
     assert_eq!(page["next_start_line"], 502);
 }
 
+/// Issue 11 item 12: a `start_line` that does not go with `offset` is refused with the line
+/// that does, never served under a wrong label (it once returned lines 3–4 labelled 50–51).
+#[test]
+fn a_cursor_pair_that_does_not_match_is_refused_and_names_the_right_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (1..=100).map(|i| format!("l{i}\n")).collect();
+    fs::write(dir.path().join("f.txt"), &text).unwrap();
+    let run = pen_tool(
+        dir.path(),
+        "pen_read",
+        &json!({"path": "f.txt", "start_line": 50, "offset": 9}),
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let error = &run.json()["error"];
+    assert_eq!(error["code"], "bad_cursor", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("offset 9 is on line 4") && message.contains("start_line 4"),
+        "{message}"
+    );
+    // The pair it names reads from there, labelled right.
+    let run = pen_tool(
+        dir.path(),
+        "pen_read",
+        &json!({"path": "f.txt", "start_line": 4, "offset": 9, "line_count": 2}),
+        &[],
+    );
+    let page = run.json();
+    assert_eq!(page["content"], "l4\nl5\n");
+    assert_eq!(
+        (page["start_line"].clone(), page["end_line"].clone()),
+        (json!(4), json!(5))
+    );
+}
+
+/// Every (start_line, offset) pair is served only with the true line at that offset, across
+/// line marks (a file of several 64 KiB strides), at line starts and inside lines.
+#[test]
+fn every_page_is_labelled_with_the_lines_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..40_000)
+        .map(|i| format!("{i} {}\n", "é".repeat(i % 7)))
+        .collect();
+    fs::write(dir.path().join("f.txt"), &text).unwrap();
+    let bytes = text.as_bytes();
+    let mut offset = 0usize;
+    while offset < bytes.len() {
+        if (0x80..0xC0).contains(&bytes[offset]) {
+            offset += 1;
+            continue;
+        }
+        let line = bytes[..offset].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+        for start_line in [line - 1, line, line + 1, line + 1_000] {
+            if start_line == 0 {
+                continue;
+            }
+            let args = json!({"path": "f.txt", "start_line": start_line, "offset": offset, "line_count": 3});
+            let (result, _) = call_tool(dir.path(), 65_536, "pen_read", &args);
+            match result {
+                Ok(page) => {
+                    assert_eq!(start_line, line, "{args} served as {page}");
+                    let content = page["content"].as_str().unwrap();
+                    assert!(text[offset..].starts_with(content));
+                    let end = offset + content.len();
+                    let last = if content.ends_with('\n') {
+                        end - 1
+                    } else {
+                        end
+                    };
+                    let end_line = bytes[..last].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+                    assert_eq!(page["end_line"], end_line, "{args}");
+                }
+                Err(e) => {
+                    assert_ne!(start_line, line, "{args}: {e}");
+                    assert_eq!(e.code, pen::tools::ErrorCode::BadCursor);
+                    assert!(e.message.contains(&format!("on line {line}")), "{e}");
+                }
+            }
+        }
+        offset += 4_093;
+    }
+}
+
+/// A cursor kept across a change to the file is checked against the file as it is now: lines
+/// added above it make the old pair fail, and the pair it names reads the right lines.
+#[test]
+fn a_stale_cursor_after_the_file_changed_never_mislabels_a_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.txt");
+    let text: String = (1..=400).map(|i| format!("line {i}\n")).collect();
+    fs::write(&path, &text).unwrap();
+    let (first, _) = call_tool(
+        dir.path(),
+        65_536,
+        "pen_read",
+        &json!({"path": "f.txt", "line_count": 100}),
+    );
+    let first = first.unwrap();
+    let (line, offset) = (
+        first["next_start_line"].clone(),
+        first["next_offset"].clone(),
+    );
+    assert_eq!(line, 101);
+    // Three short lines in place of the first ten, keeping the bytes after them in place.
+    let head: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    let replaced = format!(
+        "{}\n{}\n{}\n",
+        "x".repeat(20),
+        "y".repeat(20),
+        "z".repeat(head.len() - 43)
+    ) + &text[head.len()..];
+    assert_eq!(replaced.len(), text.len());
+    fs::write(&path, &replaced).unwrap();
+    let (stale, _) = call_tool(
+        dir.path(),
+        65_536,
+        "pen_read",
+        &json!({"path": "f.txt", "start_line": line, "offset": offset}),
+    );
+    let error = stale.unwrap_err();
+    assert_eq!(error.code, pen::tools::ErrorCode::BadCursor);
+    assert!(error.message.contains("is on line 94"), "{error}");
+    let (fresh, _) = call_tool(
+        dir.path(),
+        65_536,
+        "pen_read",
+        &json!({"path": "f.txt", "start_line": 94, "offset": offset, "line_count": 1}),
+    );
+    let fresh = fresh.unwrap();
+    assert_eq!(fresh["content"], "line 101\n");
+    assert_eq!(fresh["start_line"], 94);
+}
+
 #[test]
 fn the_seed_log_read_with_only_a_path_returns_a_first_page_with_cursors() {
     let dir = tempfile::tempdir().unwrap();
