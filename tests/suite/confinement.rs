@@ -24,6 +24,13 @@ const MARKER: &str = "OUTSIDE-MARKER";
 /// A listing entry only the outside folder has.
 const OUTSIDE_ONLY: &str = "only-outside-MARKER.txt";
 
+/// Folders below the swapped one: the longer the path after it, the longer a tool that checks
+/// a path and then opens it again leaves the swap to land in between.
+const DEEP: &str = "a/b/c/d/e/f/g/h";
+
+/// The longest a swap state lasts before the next swap.
+const DWELL_NANOS: u64 = 4_000;
+
 fn runs() -> usize {
     std::env::var("PEN_RACE_RUNS")
         .ok()
@@ -44,13 +51,26 @@ impl Race {
         let base = tempfile::tempdir().unwrap();
         let ws = base.path().join("ws");
         let outside = base.path().join("outside");
-        fs::create_dir_all(ws.join("dir/sub")).unwrap();
-        fs::create_dir_all(outside.join("sub")).unwrap();
+        fs::create_dir_all(ws.join("dir").join(DEEP)).unwrap();
+        fs::create_dir_all(outside.join(DEEP)).unwrap();
         fs::write(ws.join("dir/f.txt"), "alpha inside needle\n").unwrap();
-        fs::write(ws.join("dir/sub/g.txt"), "inside needle\n").unwrap();
+        fs::write(
+            ws.join("dir").join(DEEP).join("g.txt"),
+            "alpha inside needle\n",
+        )
+        .unwrap();
+        fs::write(
+            outside.join(DEEP).join("g.txt"),
+            format!("alpha {MARKER} needle\n"),
+        )
+        .unwrap();
         fs::write(outside.join("f.txt"), format!("alpha {MARKER} needle\n")).unwrap();
-        fs::write(outside.join("sub/g.txt"), format!("{MARKER} needle\n")).unwrap();
         fs::write(outside.join(OUTSIDE_ONLY), format!("{MARKER} needle\n")).unwrap();
+        fs::write(
+            outside.join(DEEP).join(OUTSIDE_ONLY),
+            format!("{MARKER} needle\n"),
+        )
+        .unwrap();
         std::os::unix::fs::symlink(&outside, ws.join(".swap")).unwrap();
         Race {
             _base: base,
@@ -121,6 +141,13 @@ impl Swapper {
                     rustix::fs::renameat_with(CWD, &dir, CWD, &swap, RenameFlags::EXCHANGE)
                         .expect("RENAME_EXCHANGE");
                     swaps.fetch_add(1, Ordering::Relaxed);
+                    // Each state lasts a random few microseconds, so that swaps land at every
+                    // point of a call rather than in the rhythm of the rename itself.
+                    let dwell = std::time::Instant::now();
+                    let spin = std::time::Duration::from_nanos(fastrand::u64(0..DWELL_NANOS));
+                    while dwell.elapsed() < spin {
+                        std::hint::spin_loop();
+                    }
                 }
             })
         };
@@ -204,6 +231,10 @@ fn race(
     args: impl Fn(usize) -> Value,
     escaped: impl Fn(&Race, &Result<Value, ToolError>, &[(PathBuf, Vec<u8>)]) -> bool,
 ) -> Figures {
+    // One race at a time: a swapper and a caller per core is what makes the swaps land
+    // inside calls; seven races at once would mostly take turns on the cores.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let fixture = Race::new();
     let workspace = Workspace::new(std::slice::from_ref(&fixture.ws)).unwrap();
     let limits = Limits::default();
@@ -273,7 +304,7 @@ fn pen_read_stays_inside_while_a_folder_is_swapped() {
     race(
         "pen_read",
         runs(),
-        |_| json!({"path": "dir/f.txt"}),
+        |_| json!({"path": format!("dir/{DEEP}/g.txt")}),
         |_, result, _| marked(result),
     )
     .check("pen_read");
@@ -284,7 +315,7 @@ fn pen_tail_stays_inside_while_a_folder_is_swapped() {
     race(
         "pen_tail",
         runs(),
-        |_| json!({"path": "dir/sub/g.txt"}),
+        |_| json!({"path": format!("dir/{DEEP}/g.txt")}),
         |_, result, _| marked(result),
     )
     .check("pen_tail");
@@ -295,7 +326,7 @@ fn pen_list_stays_inside_while_a_folder_is_swapped() {
     race(
         "pen_list",
         runs(),
-        |_| json!({"path": "dir"}),
+        |_| json!({"path": format!("dir/{DEEP}")}),
         |_, result, _| marked(result),
     )
     .check("pen_list");
@@ -328,7 +359,7 @@ fn pen_create_writes_nothing_outside_while_a_folder_is_swapped() {
     race(
         "pen_create",
         runs(),
-        |i| json!({"path": format!("dir/sub/new-{i}.txt"), "content": "created\n"}),
+        |i| json!({"path": format!("dir/{DEEP}/new-{i}.txt"), "content": "created\n"}),
         |fixture, _, before| outside_changed(fixture, before),
     )
     .check("pen_create");
@@ -341,7 +372,9 @@ fn pen_edit_changes_nothing_outside_while_a_folder_is_swapped() {
     race(
         "pen_edit",
         runs(),
-        |_| json!({"path": "dir/f.txt", "edits": [{"old_text": "alpha", "new_text": "alpha!"}]}),
+        |_| {
+            json!({"path": format!("dir/{DEEP}/g.txt"), "edits": [{"old_text": "alpha", "new_text": "alpha!"}]})
+        },
         |fixture, _, before| outside_changed(fixture, before),
     )
     .check("pen_edit");
@@ -352,7 +385,7 @@ fn pen_command_never_runs_outside_while_a_folder_is_swapped() {
     race(
         "pen_command",
         runs().div_ceil(5),
-        |_| json!({"command": "pwd -P", "cwd": "dir"}),
+        |_| json!({"command": "pwd -P", "cwd": format!("dir/{DEEP}")}),
         |fixture, result, _| {
             let stdout = result
                 .as_ref()
