@@ -840,4 +840,124 @@ mod tests {
         assert!(r.exists);
         assert_eq!(r.display, format!("{b_name}/f"));
     }
+
+    #[test]
+    fn links_inside_are_followed_and_name_their_target() {
+        let (dir, ws) = workspace();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("src", dir.path().join("rel_dir")).unwrap();
+        std::os::unix::fs::symlink(root.join("src/lib.rs"), dir.path().join("abs_file")).unwrap();
+        std::os::unix::fs::symlink("../lib.rs", dir.path().join("src/deep/up")).unwrap();
+        for (input, display) in [
+            ("rel_dir/lib.rs", "src/lib.rs"),
+            ("abs_file", "src/lib.rs"),
+            ("src/deep/up", "src/lib.rs"),
+            ("rel_dir/deep", "src/deep"),
+        ] {
+            let opened = ws.open(input).unwrap();
+            assert_eq!(opened.resolved.display, display, "{input}");
+            assert_eq!(opened.resolved.absolute, root.join(display), "{input}");
+        }
+        let (mut file, _) = ws.open("abs_file").unwrap().read_file().unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text).unwrap();
+        assert_eq!(text, "x");
+        // A link that climbs out of the root and comes back in by the root's name stays inside.
+        let name = root.file_name().unwrap().to_str().unwrap().to_string();
+        std::os::unix::fs::symlink(format!("../{name}/src"), dir.path().join("round")).unwrap();
+        assert_eq!(
+            ws.open("round/lib.rs").unwrap().resolved.display,
+            "src/lib.rs"
+        );
+    }
+
+    #[test]
+    fn loops_dangling_links_and_files_on_the_way() {
+        let (dir, ws) = workspace();
+        std::os::unix::fs::symlink("b", dir.path().join("a")).unwrap();
+        std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();
+        assert!(matches!(
+            ws.open("a/x"),
+            Err(WorkspaceError::TooManyLinks(_))
+        ));
+        std::os::unix::fs::symlink("nowhere", dir.path().join("dangling")).unwrap();
+        for input in ["dangling", "dangling/new.txt"] {
+            let opened = ws.open(input).unwrap();
+            assert!(matches!(opened.target, Target::DanglingLink), "{input}");
+            assert!(opened.resolved.exists);
+            assert_eq!(opened.resolved.display, "dangling");
+        }
+        let opened = ws.open("src/lib.rs/x").unwrap();
+        assert!(matches!(opened.target, Target::Missing(_)));
+        assert!(!opened.resolved.exists);
+        let err = opened.make_parents().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR));
+    }
+
+    #[test]
+    fn a_file_swapped_after_the_walk_is_not_read() {
+        let (dir, ws) = workspace();
+        let opened = ws.open("src/lib.rs").unwrap();
+        fs::write(dir.path().join("other"), "other").unwrap();
+        fs::rename(dir.path().join("other"), dir.path().join("src/lib.rs")).unwrap();
+        let err = opened.read_file().unwrap_err();
+        assert!(err.to_string().contains("changed while"), "{err}");
+        fs::write(dir.path().join("src/deep/inner"), "").unwrap();
+        let opened = ws.open("src/deep").unwrap();
+        fs::rename(dir.path().join("src/deep"), dir.path().join("src/moved")).unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("src/deep")).unwrap();
+        // The folder listed is the one the walk opened, wherever it went, never the link's
+        // target.
+        let names: Vec<Vec<u8>> = opened
+            .read_dir()
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_bytes().to_vec())
+            .filter(|n| n != b"." && n != b"..")
+            .collect();
+        assert_eq!(names, vec![b"inner".to_vec()]);
+    }
+
+    #[test]
+    fn search_opens_refuse_every_link_with_and_without_openat2() {
+        let (dir, ws) = workspace();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("src", dir.path().join("via")).unwrap();
+        std::os::unix::fs::symlink("lib.rs", dir.path().join("src/alias")).unwrap();
+        let root_dir = ws.root_dir(&root).unwrap();
+        for try_openat2 in [true, false] {
+            let open = |rel: &str| root_dir.open_no_links(&root.join(rel), try_openat2);
+            assert!(open("src/lib.rs").unwrap().metadata().unwrap().is_file());
+            assert!(open("via/lib.rs").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/alias").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/deep").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/missing").is_err(), "openat2: {try_openat2}");
+        }
+    }
+
+    #[test]
+    fn writes_land_in_the_opened_folder_and_leave_no_temp_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, ws) = workspace();
+        let opened = ws.open("src/new/deeper/f.txt").unwrap();
+        let (parent, name) = opened.make_parents().unwrap();
+        write_in(parent.as_fd(), name, b"one", Landing::New).unwrap();
+        let err = write_in(parent.as_fd(), name, b"two", Landing::New).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        let path = dir.path().join("src/new/deeper/f.txt");
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o751)).unwrap();
+        let opened = ws.open("src/new/deeper/f.txt").unwrap();
+        let (parent, name) = opened.place().unwrap();
+        write_in(parent, name, b"three", Landing::Replace(0o751)).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"three");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o7777,
+            0o751
+        );
+        let names: Vec<_> = fs::read_dir(dir.path().join("src/new/deeper"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("f.txt")]);
+    }
 }
