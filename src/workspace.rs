@@ -574,11 +574,12 @@ impl RootDir {
     /// Opens the regular file at `absolute`, a path below this root, for reading, refusing a
     /// symlink anywhere on the way: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`,
     /// or, where the kernel lacks it, a walk of `O_NOFOLLOW` opens from the root.
-    pub fn open_file_no_links(&self, absolute: &Path) -> io::Result<File> {
+    /// The file comes with its metadata, taken from the open file.
+    pub fn open_file_no_links(&self, absolute: &Path) -> io::Result<(File, Metadata)> {
         self.open_no_links(absolute, OPENAT2.load(Ordering::Relaxed))
     }
 
-    fn open_no_links(&self, absolute: &Path, try_openat2: bool) -> io::Result<File> {
+    fn open_no_links(&self, absolute: &Path, try_openat2: bool) -> io::Result<(File, Metadata)> {
         let relative = absolute
             .strip_prefix(&self.path)
             .map_err(|_| io::Error::other("outside the search root"))?;
@@ -597,10 +598,11 @@ impl RootDir {
             None => self.walk_no_links(relative, flags)?,
         };
         let file = File::from(fd);
-        if !file.metadata()?.is_file() {
+        let metadata = file.metadata()?;
+        if !metadata.is_file() {
             return Err(io::Error::other("not a regular file"));
         }
-        Ok(file)
+        Ok((file, metadata))
     }
 
     fn walk_no_links(&self, relative: &Path, flags: OFlags) -> io::Result<OwnedFd> {
@@ -926,7 +928,7 @@ mod tests {
         let root_dir = ws.root_dir(&root).unwrap();
         for try_openat2 in [true, false] {
             let open = |rel: &str| root_dir.open_no_links(&root.join(rel), try_openat2);
-            assert!(open("src/lib.rs").unwrap().metadata().unwrap().is_file());
+            assert!(open("src/lib.rs").unwrap().1.is_file());
             assert!(open("via/lib.rs").is_err(), "openat2: {try_openat2}");
             assert!(open("src/alias").is_err(), "openat2: {try_openat2}");
             assert!(open("src/deep").is_err(), "openat2: {try_openat2}");

@@ -117,7 +117,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     for (name, dir_entry) in names.iter().skip(first).take(limit) {
         // The entry's own type, never its target's; the folder's descriptor answers what the
         // listing does not (a file system without entry types) and gives file sizes.
-        let stat = || rustix::fs::statat(&dir, dir_entry.file_name(), AtFlags::SYMLINK_NOFOLLOW);
+        let stat = || rustix::fs::statat(dir, dir_entry.file_name(), AtFlags::SYMLINK_NOFOLLOW);
         let file_type = match dir_entry.file_type() {
             FileType::Unknown => {
                 stat().map_or(FileType::Unknown, |s| FileType::from_raw_mode(s.st_mode))

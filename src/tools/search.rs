@@ -804,11 +804,11 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
                 (size, memchr::memchr(0, head).is_some())
             }
             None => {
-                let file = plan.root_dir.open_file_no_links(&job.path)?;
                 // The size comes from the open file, not the walk: a stat by path would cost
                 // the walk, which is the one sequential part of a search, a second path lookup
                 // per file.
-                let size = file.metadata()?.len();
+                let (file, metadata) = plan.root_dir.open_file_no_links(&job.path)?;
+                let size = metadata.len();
                 if size > plan.max_bytes {
                     return Ok(Outcome::NotRead(SkipReason::TooLarge));
                 }
