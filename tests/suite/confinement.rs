@@ -22,11 +22,11 @@ use std::thread::JoinHandle;
 const MARKER: &str = "OUTSIDE-MARKER";
 
 /// A listing entry only the outside folder has.
-const OUTSIDE_ONLY: &str = "only-outside-MARKER.txt";
+const OUTSIDE_ONLY: &str = "only-OUTSIDE-MARKER.txt";
 
 /// Folders below the swapped one: the longer the path after it, the longer a tool that checks
 /// a path and then opens it again leaves the swap to land in between.
-const DEEP: &str = "a/b/c/d/e/f/g/h";
+const DEEP: &str = "a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t/u/v/w/x/y/z/0/1/2/3/4/5";
 
 /// The longest a swap state lasts before the next swap.
 const DWELL_NANOS: u64 = 4_000;
