@@ -247,6 +247,14 @@ pub const MAX_WATCHED_DIRS: usize = 4_096;
 /// How long disk events are gathered before they are reported as one batch.
 pub const WATCH_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Symlinks one path resolution follows before it fails, as the kernel's own `MAXSYMLINKS`
+/// (40): enough for any real layout, and a loop of links ends instead of spinning.
+pub const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Names tried for a write's temp file before the write fails: a name is random, so a clash is
+/// already unlikely, and a few retries make a failure mean something is wrong.
+pub const TEMP_NAME_ATTEMPTS: usize = 16;
+
 /// How long a model provider may stay silent before a request fails with a timeout: while
 /// connecting, waiting for the answer to start, or between two pieces of a streamed answer. It
 /// bounds silence rather than the whole answer, because a long answer legitimately streams for

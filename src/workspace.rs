@@ -1,10 +1,34 @@
-//! Workspace roots and path confinement: every path a tool touches is resolved here.
+//! Workspace roots and path confinement: every path a tool touches is opened here, beneath a
+//! root, one component at a time.
 //!
-//! Architecture invariant: a `Resolved` path is inside one of the roots after `..` and every
-//! symlink on it are resolved. Tools never open a path that did not come through
-//! [`Workspace::resolve`].
+//! Architecture invariant: paths are opened beneath the root without following links. A path
+//! is walked from a descriptor of its root, each component opened with `O_NOFOLLOW` relative to
+//! the descriptor of the folder before it, so a folder swapped for a symlink while a tool runs
+//! is seen as the symlink it has become, never followed by the kernel. A symlink met on the way
+//! is read and its target walked the same way, from the root, and refused when it leaves every
+//! root; what a tool then reads, lists, runs in or writes is the descriptor the walk opened (or
+//! a file reopened in the folder the walk opened, and checked to be the same file). Writes
+//! create their temp file and rename it inside that opened folder. Search, which never follows
+//! symlinks, opens each file with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the
+//! root's descriptor (or the same walk, refusing every link, where the kernel lacks it).
+//!
+//! Deliberately absent: `cap-std`. Its `Dir` refuses every absolute symlink and does not say
+//! where a path led, while pen follows links that stay inside a root (absolute ones included)
+//! and shows and keys files by the path they resolve to; the walk below is the few `*at` calls
+//! that need, on `rustix`, which the tree already has.
 
+use crate::limits::{MAX_SYMLINK_HOPS, TEMP_NAME_ATTEMPTS};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::io::Errno;
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -19,6 +43,12 @@ pub enum WorkspaceError {
         "{0} resolves through a symlink to a place outside the workspace; tools only reach files inside it"
     )]
     SymlinkOutside(String),
+    #[error(
+        "{0} passes through more than {MAX_SYMLINK_HOPS} symlinks (a loop of links?); use the path they lead to"
+    )]
+    TooManyLinks(String),
+    #[error("{path}: {reason}")]
+    Io { path: String, reason: String },
     #[error("the path is empty")]
     Empty,
 }
@@ -51,6 +81,118 @@ pub struct Resolved {
     pub exists: bool,
 }
 
+/// What a path named when the walk opened it.
+#[derive(Debug)]
+pub enum Target {
+    /// A folder, opened as a path descriptor (`O_PATH`).
+    Dir(OwnedFd),
+    /// A regular file: its path descriptor and its metadata when opened.
+    File(OwnedFd, Metadata),
+    /// Something else that exists: a FIFO, a socket, a device.
+    Other,
+    /// A symlink inside the workspace whose target does not exist.
+    DanglingLink,
+    /// Nothing. These components below the parent folder do not exist (or one of them is a
+    /// file where a folder was expected); the last is the final name.
+    Missing(Vec<OsString>),
+}
+
+/// A path opened beneath its root: where it led and the descriptors the walk holds.
+#[derive(Debug)]
+pub struct Opened {
+    pub resolved: Resolved,
+    pub target: Target,
+    /// The folder that holds the final component; for [`Target::Missing`], the deepest folder
+    /// that exists. `None` only for a root itself.
+    parent: Option<OwnedFd>,
+    /// The final component's name in `parent`.
+    name: OsString,
+}
+
+impl Opened {
+    /// Opens the regular file for reading, by its name in the folder the walk opened, and
+    /// checks that it is the file the walk found (same device and inode): a file swapped in
+    /// meanwhile, or a symlink, is refused rather than read.
+    pub fn read_file(&self) -> io::Result<(File, Metadata)> {
+        let (Target::File(_, walked), Some(parent)) = (&self.target, &self.parent) else {
+            return Err(io::Error::other("not a regular file"));
+        };
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = File::from(rustix::fs::openat(
+            parent,
+            &self.name,
+            flags,
+            Mode::empty(),
+        )?);
+        let metadata = file.metadata()?;
+        if (metadata.dev(), metadata.ino()) != (walked.dev(), walked.ino()) || !metadata.is_file() {
+            return Err(changed_meanwhile());
+        }
+        Ok((file, metadata))
+    }
+
+    /// The folder, opened for listing its entries.
+    pub fn read_dir(&self) -> io::Result<rustix::fs::Dir> {
+        let Target::Dir(fd) = &self.target else {
+            return Err(io::Error::other("not a directory"));
+        };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        Ok(rustix::fs::Dir::new(rustix::fs::openat(
+            fd,
+            ".",
+            flags,
+            Mode::empty(),
+        )?)?)
+    }
+
+    /// The folder's own descriptor, for a process to start in (see `tools::command`).
+    pub fn dir_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.target {
+            Target::Dir(fd) => Some(fd.as_fd()),
+            _ => None,
+        }
+    }
+
+    /// The folder that holds an existing file and its name there, where a rewrite of it lands.
+    pub fn place(&self) -> Option<(BorrowedFd<'_>, &OsStr)> {
+        self.parent
+            .as_ref()
+            .map(|fd| (fd.as_fd(), self.name.as_os_str()))
+    }
+
+    /// For a path that does not exist: makes its missing folders, each inside the one before
+    /// it and opened without following links, and returns the folder the file goes in with
+    /// the file's name.
+    pub fn make_parents(&self) -> io::Result<(OwnedFd, &OsStr)> {
+        let (Target::Missing(parts), Some(base)) = (&self.target, &self.parent) else {
+            return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+        };
+        let Some((name, folders)) = parts.split_last() else {
+            return Err(io::Error::other("the path has no name"));
+        };
+        let mut dir = base.try_clone()?;
+        for folder in folders {
+            match rustix::fs::mkdirat(&dir, folder, Mode::from_raw_mode(0o777)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            dir = rustix::fs::openat(&dir, folder, dir_path_flags(), Mode::empty())?;
+        }
+        Ok((dir, name.as_os_str()))
+    }
+}
+
+/// The error for a file that changed between being found and being opened.
+fn changed_meanwhile() -> io::Error {
+    io::Error::other("the file changed while it was being opened; try again")
+}
+
+/// Flags to open a folder on a walk: a path descriptor, never through a symlink.
+fn dir_path_flags() -> OFlags {
+    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
 impl Workspace {
     /// A workspace of the given directories; each is canonicalized.
     pub fn new(dirs: &[PathBuf]) -> Result<Workspace, WorkspaceError> {
@@ -78,40 +220,64 @@ impl Workspace {
         &self.roots
     }
 
-    /// Resolves a path given by the model or the user. Relative paths are taken from the root
-    /// they name (with several roots) or the first root; absolute paths must lie in a root.
+    /// Where a path given by the model or the user leads, without keeping it open. Only for
+    /// naming (results, editor documents); a tool that reads or writes uses [`Workspace::open`].
     pub fn resolve(&self, input: &str) -> Result<Resolved, WorkspaceError> {
+        self.open(input).map(|opened| opened.resolved)
+    }
+
+    /// Opens a path given by the model or the user beneath its root. Relative paths are taken
+    /// from the root they name (with several roots) or the first root; absolute paths must lie
+    /// in a root. `..` is folded lexically first; then the walk of the module doc: one
+    /// component at a time, never letting the kernel follow a link, a symlink's target walked
+    /// from the root it lies in and refused outside every root.
+    pub fn open(&self, input: &str) -> Result<Opened, WorkspaceError> {
         let input_path = Path::new(input);
         let (root, rest) = if input_path.is_absolute() {
             let normal =
                 normalize(input_path).ok_or_else(|| WorkspaceError::Outside(input.into()))?;
-            let root = self
-                .roots
-                .iter()
-                .filter(|r| normal.starts_with(&r.path))
-                .max_by_key(|r| r.path.as_os_str().len())
-                .ok_or_else(|| WorkspaceError::Outside(input.into()))?;
-            let rest = normal
-                .strip_prefix(&root.path)
-                .map_err(|_| WorkspaceError::Outside(input.into()))?
-                .to_path_buf();
-            (root, rest)
+            self.root_of(&normal)
+                .ok_or_else(|| WorkspaceError::Outside(input.into()))?
         } else {
             let (root, relative) = self.pick_root(input_path);
             let rest = normalize(relative).ok_or_else(|| WorkspaceError::Outside(input.into()))?;
             (root, rest)
         };
-        let lexical = root.path.join(&rest);
-        let (absolute, exists) = resolve_symlinks(&lexical);
-        let inside = self.roots.iter().find(|r| absolute.starts_with(&r.path));
-        match inside {
-            Some(r) => Ok(Resolved {
-                display: self.display_in(r, &absolute),
-                absolute,
-                exists,
-            }),
-            None => Err(WorkspaceError::SymlinkOutside(input.into())),
-        }
+        let walk = Walk {
+            workspace: self,
+            input,
+            root,
+            root_fd: open_root(&self.roots[root])?,
+            dirs: Vec::new(),
+            names: Vec::new(),
+            queue: parts(&rest).collect(),
+            links: Vec::new(),
+            hops: 0,
+        };
+        walk.run()
+    }
+
+    /// The root a search of `absolute` (a resolved path) opens its files beneath.
+    pub fn root_dir(&self, absolute: &Path) -> Result<RootDir, WorkspaceError> {
+        let (root, _) = self
+            .root_of(absolute)
+            .ok_or_else(|| WorkspaceError::Outside(absolute.to_string_lossy().into_owned()))?;
+        Ok(RootDir {
+            fd: open_root(&self.roots[root])?,
+            path: self.roots[root].path.clone(),
+        })
+    }
+
+    /// The deepest root holding the absolute, normalized `path`, and the rest of it.
+    fn root_of(&self, path: &Path) -> Option<(usize, PathBuf)> {
+        let (index, root) = self
+            .roots
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| path.starts_with(&r.path))
+            .max_by_key(|(_, r)| r.path.as_os_str().len())?;
+        let rest = path.strip_prefix(&root.path).ok()?.to_path_buf();
+        Some((index, rest))
     }
 
     /// The display form of an absolute path known to be inside a root (used by walks).
@@ -136,16 +302,409 @@ impl Workspace {
         parts.join("/")
     }
 
-    fn pick_root<'a>(&'a self, relative: &'a Path) -> (&'a Root, &'a Path) {
+    fn pick_root<'a>(&'a self, relative: &'a Path) -> (usize, &'a Path) {
         if self.roots.len() > 1
             && let Some(Component::Normal(first)) = relative.components().next()
-            && let Some(root) = self.roots.iter().find(|r| first == r.name.as_str())
+            && let Some(root) = self.roots.iter().position(|r| first == r.name.as_str())
         {
             let rest = relative.strip_prefix(first).unwrap_or(relative);
             return (root, rest);
         }
-        (&self.roots[0], relative)
+        (0, relative)
     }
+}
+
+/// Opens a root by its canonical path: the root is the owner's choice, the one path trusted.
+fn open_root(root: &Root) -> Result<OwnedFd, WorkspaceError> {
+    rustix::fs::open(
+        &root.path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|_| WorkspaceError::BadRoot(root.path.clone()))
+}
+
+/// The components of a relative path that the walk steps through: names and `..`.
+fn parts(path: &Path) -> impl Iterator<Item = OsString> + '_ {
+    path.components().filter_map(|c| match c {
+        Component::Normal(name) => Some(name.to_os_string()),
+        Component::ParentDir => Some(OsString::from("..")),
+        _ => None,
+    })
+}
+
+/// One resolution in progress: the folders opened so far below the root and the components
+/// still to walk.
+struct Walk<'a> {
+    workspace: &'a Workspace,
+    input: &'a str,
+    /// The index of the root being walked; a symlink may lead into another one.
+    root: usize,
+    root_fd: OwnedFd,
+    /// The folders opened below the root, each inside the one before, and their names.
+    dirs: Vec<OwnedFd>,
+    names: Vec<OsString>,
+    queue: VecDeque<OsString>,
+    /// For each symlink whose target is being walked: how many components followed it, and
+    /// its own absolute path. A component comes from a link's target while more than that
+    /// many remain after it.
+    links: Vec<(usize, PathBuf)>,
+    hops: usize,
+}
+
+impl Walk<'_> {
+    fn run(mut self) -> Result<Opened, WorkspaceError> {
+        loop {
+            let Some(part) = self.queue.pop_front() else {
+                return Ok(self.finish_dir());
+            };
+            while self
+                .links
+                .last()
+                .is_some_and(|(after, _)| self.queue.len() < *after)
+            {
+                self.links.pop();
+            }
+            if part == ".." {
+                self.climb()?;
+                continue;
+            }
+            let here = self.dirs.last().unwrap_or(&self.root_fd);
+            let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let file = match rustix::fs::openat(here, &part, flags, Mode::empty()) {
+                Ok(fd) => File::from(fd),
+                Err(Errno::NOENT) => return Ok(self.missing(part)),
+                Err(e) => return Err(self.io_error(e.into())),
+            };
+            let metadata = file.metadata().map_err(|e| self.io_error(e))?;
+            let kind = metadata.file_type();
+            if kind.is_dir() {
+                self.dirs.push(file.into());
+                self.names.push(part);
+            } else if kind.is_symlink() {
+                self.follow(&file, &part)?;
+            } else if !self.queue.is_empty() {
+                // A file where a folder was expected: the path names nothing.
+                return Ok(self.missing(part));
+            } else if kind.is_file() {
+                return Ok(self.finish(part, Target::File(file.into(), metadata)));
+            } else {
+                return Ok(self.finish(part, Target::Other));
+            }
+        }
+    }
+
+    /// The absolute path of the folder reached.
+    fn here(&self) -> PathBuf {
+        let mut path = self.workspace.roots[self.root].path.clone();
+        path.extend(&self.names);
+        path
+    }
+
+    fn resolved(&self, absolute: PathBuf, exists: bool) -> Resolved {
+        Resolved {
+            display: self
+                .workspace
+                .display_in(&self.workspace.roots[self.root], &absolute),
+            absolute,
+            exists,
+        }
+    }
+
+    fn io_error(&self, err: io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            path: self.input.to_string(),
+            reason: err.to_string(),
+        }
+    }
+
+    fn outside(&self) -> WorkspaceError {
+        WorkspaceError::SymlinkOutside(self.input.to_string())
+    }
+
+    /// Steps into a symlink's target: read from the link itself (the descriptor opened
+    /// without following it), walked from the folder holding it or, when absolute, from the
+    /// root it lies in.
+    fn follow(&mut self, link: &File, part: &OsStr) -> Result<(), WorkspaceError> {
+        self.hops += 1;
+        if self.hops > MAX_SYMLINK_HOPS {
+            return Err(WorkspaceError::TooManyLinks(self.input.to_string()));
+        }
+        let target =
+            rustix::fs::readlinkat(link, "", Vec::new()).map_err(|e| self.io_error(e.into()))?;
+        let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+        let link_path = self.here().join(part);
+        let after = self.queue.len();
+        let steps: Vec<OsString> = if target.is_absolute() {
+            let normal = normalize(&target).ok_or_else(|| self.outside())?;
+            let (root, rest) = self
+                .workspace
+                .root_of(&normal)
+                .ok_or_else(|| self.outside())?;
+            self.enter_root(root)?;
+            parts(&rest).collect()
+        } else {
+            parts(&target).collect()
+        };
+        for step in steps.into_iter().rev() {
+            self.queue.push_front(step);
+        }
+        self.links.push((after, link_path));
+        Ok(())
+    }
+
+    /// Steps to the parent folder for a `..` of a link's target. Above the root, the target
+    /// may only come back into a root by name (`../other-root/f`); else it leads outside.
+    fn climb(&mut self) -> Result<(), WorkspaceError> {
+        if self.dirs.pop().is_some() {
+            self.names.pop();
+            return Ok(());
+        }
+        let root_path = &self.workspace.roots[self.root].path;
+        let mut path = root_path
+            .parent()
+            .ok_or_else(|| self.outside())?
+            .to_path_buf();
+        loop {
+            if let Some((root, rest)) = self.workspace.root_of(&path) {
+                self.enter_root(root)?;
+                let back: Vec<OsString> = parts(&rest).collect();
+                for step in back.into_iter().rev() {
+                    self.queue.push_front(step);
+                }
+                return Ok(());
+            }
+            match self.queue.pop_front() {
+                Some(part) if part == ".." => {
+                    path.pop();
+                }
+                Some(part) => path.push(part),
+                None => return Err(self.outside()),
+            }
+        }
+    }
+
+    fn enter_root(&mut self, root: usize) -> Result<(), WorkspaceError> {
+        self.root_fd = open_root(&self.workspace.roots[root])?;
+        self.root = root;
+        self.dirs.clear();
+        self.names.clear();
+        Ok(())
+    }
+
+    /// The walk ended on a folder.
+    fn finish_dir(mut self) -> Opened {
+        let absolute = self.here();
+        let resolved = self.resolved(absolute, true);
+        match self.dirs.pop() {
+            Some(dir) => {
+                let name = self.names.pop().unwrap_or_default();
+                let parent = self.dirs.pop().unwrap_or(self.root_fd);
+                Opened {
+                    resolved,
+                    target: Target::Dir(dir),
+                    parent: Some(parent),
+                    name,
+                }
+            }
+            None => Opened {
+                resolved,
+                target: Target::Dir(self.root_fd),
+                parent: None,
+                name: OsString::new(),
+            },
+        }
+    }
+
+    /// The walk ended on `part`, a file or another kind of entry, in the folder reached.
+    fn finish(mut self, part: OsString, target: Target) -> Opened {
+        let resolved = self.resolved(self.here().join(&part), true);
+        let parent = self.dirs.pop().unwrap_or(self.root_fd);
+        Opened {
+            resolved,
+            target,
+            parent: Some(parent),
+            name: part,
+        }
+    }
+
+    /// `part` does not exist in the folder reached. Within a link's target that makes the link
+    /// dangle, and the link itself is what the path names: writing through it is refused.
+    fn missing(mut self, part: OsString) -> Opened {
+        if let Some((_, link)) = self.links.first() {
+            let resolved = self.resolved(link.clone(), true);
+            return Opened {
+                resolved,
+                target: Target::DanglingLink,
+                parent: None,
+                name: part,
+            };
+        }
+        let mut absolute = self.here();
+        absolute.push(&part);
+        absolute.extend(&self.queue);
+        let resolved = self.resolved(absolute, false);
+        let mut rest = vec![part];
+        rest.extend(self.queue.drain(..));
+        let parent = self.dirs.pop().unwrap_or(self.root_fd);
+        Opened {
+            resolved,
+            target: Target::Missing(rest),
+            parent: Some(parent),
+            name: OsString::new(),
+        }
+    }
+}
+
+/// Whether `openat2` may be tried; cleared for good the first time the kernel (or a seccomp
+/// filter) refuses the call itself.
+static OPENAT2: AtomicBool = AtomicBool::new(true);
+
+/// A root opened once for many opens beneath it that follow no symlink at all (search).
+pub struct RootDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl RootDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the regular file at `absolute`, a path below this root, for reading, refusing a
+    /// symlink anywhere on the way: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`,
+    /// or, where the kernel lacks it, a walk of `O_NOFOLLOW` opens from the root.
+    /// The file comes with its metadata, taken from the open file.
+    pub fn open_file_no_links(&self, absolute: &Path) -> io::Result<(File, Metadata)> {
+        self.open_no_links(absolute, OPENAT2.load(Ordering::Relaxed))
+    }
+
+    fn open_no_links(&self, absolute: &Path, try_openat2: bool) -> io::Result<(File, Metadata)> {
+        let relative = absolute
+            .strip_prefix(&self.path)
+            .map_err(|_| io::Error::other("outside the search root"))?;
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match try_openat2.then(|| {
+            let resolve =
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            rustix::fs::openat2(&self.fd, relative, flags, Mode::empty(), resolve)
+        }) {
+            Some(Err(Errno::NOSYS | Errno::PERM)) => {
+                OPENAT2.store(false, Ordering::Relaxed);
+                self.walk_no_links(relative, flags)?
+            }
+            Some(result) => result?,
+            None => self.walk_no_links(relative, flags)?,
+        };
+        let file = File::from(fd);
+        let metadata = file.metadata()?;
+        if !metadata.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        Ok((file, metadata))
+    }
+
+    fn walk_no_links(&self, relative: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        let mut names = relative.components().map(|c| c.as_os_str());
+        let Some(name) = names.next_back() else {
+            return Err(io::Error::other("a folder, not a file"));
+        };
+        let mut dir: Option<OwnedFd> = None;
+        for folder in names {
+            let here = dir.as_ref().unwrap_or(&self.fd);
+            dir = Some(rustix::fs::openat(
+                here,
+                folder,
+                dir_path_flags(),
+                Mode::empty(),
+            )?);
+        }
+        let here = dir.as_ref().unwrap_or(&self.fd);
+        Ok(rustix::fs::openat(here, name, flags, Mode::empty())?)
+    }
+}
+
+/// How an atomic write lands on its name.
+#[derive(Debug, Clone, Copy)]
+pub enum Landing {
+    /// A new file: the rename fails if anything appeared at the name meanwhile. The file gets
+    /// the usual permissions of a new file (0o666 less the umask).
+    New,
+    /// A rewrite: the file is replaced and gets these permission bits.
+    Replace(u32),
+}
+
+/// Writes `bytes` to `name` in the opened folder `dir`, atomically: a `.pen-` temp file is
+/// created in that same folder (never through a path), written, synced and renamed to `name`.
+/// Whatever fails, the temp file is removed.
+pub fn write_in(dir: BorrowedFd, name: &OsStr, bytes: &[u8], landing: Landing) -> io::Result<()> {
+    let mode = match landing {
+        Landing::New => 0o666,
+        Landing::Replace(_) => 0o600,
+    };
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut attempt = 0;
+    let (temp_name, fd) = loop {
+        let temp_name = format!(".pen-{}", fastrand_name());
+        match rustix::fs::openat(dir, temp_name.as_str(), flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => break (temp_name, fd),
+            Err(Errno::EXIST) if attempt + 1 < TEMP_NAME_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let landed = land(dir, &temp_name, File::from(fd), name, bytes, landing);
+    if landed.is_err() {
+        let _ = rustix::fs::unlinkat(dir, temp_name.as_str(), AtFlags::empty());
+    }
+    landed?;
+    // Syncing the folder makes the rename itself durable. The new file is in place either
+    // way, so a filesystem that cannot sync folders does not fail the write.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if let Ok(folder) = rustix::fs::openat(dir, ".", flags, Mode::empty()) {
+        let _ = rustix::fs::fsync(folder);
+    }
+    Ok(())
+}
+
+fn land(
+    dir: BorrowedFd,
+    temp_name: &str,
+    mut temp: File,
+    name: &OsStr,
+    bytes: &[u8],
+    landing: Landing,
+) -> io::Result<()> {
+    temp.write_all(bytes)?;
+    match landing {
+        Landing::New => {
+            temp.sync_all()?;
+            match rustix::fs::renameat_with(dir, temp_name, dir, name, RenameFlags::NOREPLACE) {
+                Ok(()) => Ok(()),
+                // A filesystem without RENAME_NOREPLACE: a hard link fails the same way when the
+                // name is taken; the temp name is then removed by the caller or below.
+                Err(Errno::INVAL | Errno::NOSYS) => {
+                    rustix::fs::linkat(dir, temp_name, dir, name, AtFlags::empty())?;
+                    let _ = rustix::fs::unlinkat(dir, temp_name, AtFlags::empty());
+                    Ok(())
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Landing::Replace(permissions) => {
+            // Set explicitly rather than at creation, where the umask would mask them.
+            rustix::fs::fchmod(&temp, Mode::from_raw_mode(permissions))?;
+            temp.sync_all()?;
+            Ok(rustix::fs::renameat(dir, temp_name, dir, name)?)
+        }
+    }
+}
+
+/// Six random characters for a temp file name, as `tempfile` makes them.
+fn fastrand_name() -> String {
+    std::iter::repeat_with(fastrand::alphanumeric)
+        .take(6)
+        .collect()
 }
 
 /// Removes `.` and folds `..` lexically. Returns `None` when `..` would climb above the start.
@@ -173,37 +732,31 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 }
 
 /// The canonical form of an absolute path, as [`Workspace::resolve`] produces it: symlinks
-/// resolved along its longest existing prefix. The daemon keys open documents by it.
+/// resolved along its longest existing prefix. The daemon keys open documents by it; it only
+/// names a file and is never opened.
 pub fn canonical(path: &Path) -> PathBuf {
-    resolve_symlinks(path).0
-}
-
-/// Canonicalizes the longest existing prefix of `path` and appends the rest, so that a path to
-/// a file about to be created is still checked through the symlinks of its parents.
-fn resolve_symlinks(path: &Path) -> (PathBuf, bool) {
     if let Ok(canonical) = path.canonicalize() {
-        return (canonical, true);
+        return canonical;
     }
     let mut missing = Vec::new();
     let mut current = path.to_path_buf();
     loop {
-        // A dangling symlink cannot be canonicalized but must not be written through either:
-        // treat it as existing so callers refuse to create over it.
+        // A dangling symlink cannot be canonicalized; it names itself.
         if current.symlink_metadata().is_ok() && current.canonicalize().is_err() {
-            return (current, true);
+            return current;
         }
         match current.file_name() {
             Some(name) => {
                 missing.push(name.to_os_string());
                 current.pop();
             }
-            None => return (path.to_path_buf(), false),
+            None => return path.to_path_buf(),
         }
         if let Ok(mut canonical) = current.canonicalize() {
             for part in missing.iter().rev() {
                 canonical.push(part);
             }
-            return (canonical, false);
+            return canonical;
         }
     }
 }
@@ -288,5 +841,125 @@ mod tests {
         let r = ws.resolve(&format!("{b_name}/f")).unwrap();
         assert!(r.exists);
         assert_eq!(r.display, format!("{b_name}/f"));
+    }
+
+    #[test]
+    fn links_inside_are_followed_and_name_their_target() {
+        let (dir, ws) = workspace();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("src", dir.path().join("rel_dir")).unwrap();
+        std::os::unix::fs::symlink(root.join("src/lib.rs"), dir.path().join("abs_file")).unwrap();
+        std::os::unix::fs::symlink("../lib.rs", dir.path().join("src/deep/up")).unwrap();
+        for (input, display) in [
+            ("rel_dir/lib.rs", "src/lib.rs"),
+            ("abs_file", "src/lib.rs"),
+            ("src/deep/up", "src/lib.rs"),
+            ("rel_dir/deep", "src/deep"),
+        ] {
+            let opened = ws.open(input).unwrap();
+            assert_eq!(opened.resolved.display, display, "{input}");
+            assert_eq!(opened.resolved.absolute, root.join(display), "{input}");
+        }
+        let (mut file, _) = ws.open("abs_file").unwrap().read_file().unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text).unwrap();
+        assert_eq!(text, "x");
+        // A link that climbs out of the root and comes back in by the root's name stays inside.
+        let name = root.file_name().unwrap().to_str().unwrap().to_string();
+        std::os::unix::fs::symlink(format!("../{name}/src"), dir.path().join("round")).unwrap();
+        assert_eq!(
+            ws.open("round/lib.rs").unwrap().resolved.display,
+            "src/lib.rs"
+        );
+    }
+
+    #[test]
+    fn loops_dangling_links_and_files_on_the_way() {
+        let (dir, ws) = workspace();
+        std::os::unix::fs::symlink("b", dir.path().join("a")).unwrap();
+        std::os::unix::fs::symlink("a", dir.path().join("b")).unwrap();
+        assert!(matches!(
+            ws.open("a/x"),
+            Err(WorkspaceError::TooManyLinks(_))
+        ));
+        std::os::unix::fs::symlink("nowhere", dir.path().join("dangling")).unwrap();
+        for input in ["dangling", "dangling/new.txt"] {
+            let opened = ws.open(input).unwrap();
+            assert!(matches!(opened.target, Target::DanglingLink), "{input}");
+            assert!(opened.resolved.exists);
+            assert_eq!(opened.resolved.display, "dangling");
+        }
+        let opened = ws.open("src/lib.rs/x").unwrap();
+        assert!(matches!(opened.target, Target::Missing(_)));
+        assert!(!opened.resolved.exists);
+        let err = opened.make_parents().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR));
+    }
+
+    #[test]
+    fn a_file_swapped_after_the_walk_is_not_read() {
+        let (dir, ws) = workspace();
+        let opened = ws.open("src/lib.rs").unwrap();
+        fs::write(dir.path().join("other"), "other").unwrap();
+        fs::rename(dir.path().join("other"), dir.path().join("src/lib.rs")).unwrap();
+        let err = opened.read_file().unwrap_err();
+        assert!(err.to_string().contains("changed while"), "{err}");
+        fs::write(dir.path().join("src/deep/inner"), "").unwrap();
+        let opened = ws.open("src/deep").unwrap();
+        fs::rename(dir.path().join("src/deep"), dir.path().join("src/moved")).unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("src/deep")).unwrap();
+        // The folder listed is the one the walk opened, wherever it went, never the link's
+        // target.
+        let names: Vec<Vec<u8>> = opened
+            .read_dir()
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_bytes().to_vec())
+            .filter(|n| n != b"." && n != b"..")
+            .collect();
+        assert_eq!(names, vec![b"inner".to_vec()]);
+    }
+
+    #[test]
+    fn search_opens_refuse_every_link_with_and_without_openat2() {
+        let (dir, ws) = workspace();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("src", dir.path().join("via")).unwrap();
+        std::os::unix::fs::symlink("lib.rs", dir.path().join("src/alias")).unwrap();
+        let root_dir = ws.root_dir(&root).unwrap();
+        for try_openat2 in [true, false] {
+            let open = |rel: &str| root_dir.open_no_links(&root.join(rel), try_openat2);
+            assert!(open("src/lib.rs").unwrap().1.is_file());
+            assert!(open("via/lib.rs").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/alias").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/deep").is_err(), "openat2: {try_openat2}");
+            assert!(open("src/missing").is_err(), "openat2: {try_openat2}");
+        }
+    }
+
+    #[test]
+    fn writes_land_in_the_opened_folder_and_leave_no_temp_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, ws) = workspace();
+        let opened = ws.open("src/new/deeper/f.txt").unwrap();
+        let (parent, name) = opened.make_parents().unwrap();
+        write_in(parent.as_fd(), name, b"one", Landing::New).unwrap();
+        let err = write_in(parent.as_fd(), name, b"two", Landing::New).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        let path = dir.path().join("src/new/deeper/f.txt");
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o751)).unwrap();
+        let opened = ws.open("src/new/deeper/f.txt").unwrap();
+        let (parent, name) = opened.place().unwrap();
+        write_in(parent, name, b"three", Landing::Replace(0o751)).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"three");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o7777,
+            0o751
+        );
+        let names: Vec<_> = fs::read_dir(dir.path().join("src/new/deeper"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("f.txt")]);
     }
 }

@@ -75,13 +75,15 @@ pub async fn run(
         Some(secs) => Duration::from_secs(secs).min(MAX_TIMEOUT),
         None => DEFAULT_TIMEOUT,
     };
-    let dir = ctx.resolve(args.cwd.as_deref().unwrap_or(""))?;
-    if !dir.absolute.is_dir() {
+    let opened = ctx.open(args.cwd.as_deref().unwrap_or(""))?;
+    let dir = &opened.resolved;
+    let Some(dir_fd) = opened.dir_fd() else {
         return Err(ToolError::new(
             ErrorCode::NotADirectory,
             format!("{} is not a directory", shown(&dir.display)),
         ));
-    }
+    };
+    let cwd = confined_cwd(ctx.workspace, dir_fd, &dir.display)?;
     let envelope = json!({
         "command": args.command, "cwd": dir.display, "exit_code": -999, "signal": 99, "timed_out": false,
         "stdout": "", "stderr": "", "stdout_bytes": u64::MAX, "stderr_bytes": u64::MAX, "truncated": false,
@@ -92,7 +94,7 @@ pub async fn run(
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(&args.command)
-        .current_dir(&dir.absolute)
+        .current_dir(&cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -149,6 +151,40 @@ pub async fn run(
         "stderr_bytes": stderr_bytes,
         "truncated": truncated,
     }))
+}
+
+/// The working directory to start the command in: the folder the walk opened, named by its
+/// descriptor (`/proc/self/fd/N`), so the child's `chdir` lands in that very folder whatever
+/// was renamed meanwhile (the descriptor is inherited across the fork and closed only at exec).
+/// That beats `fchdir` in `pre_exec`, which needs `unsafe` and gives up the spawn fast path.
+/// The descriptor's path is checked to lie in a root first: a folder moved out of the
+/// workspace after it was opened is refused.
+fn confined_cwd(
+    workspace: &crate::workspace::Workspace,
+    dir: std::os::fd::BorrowedFd,
+    display: &str,
+) -> Result<std::path::PathBuf, ToolError> {
+    use std::os::fd::AsRawFd;
+    let cwd = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    let lands = std::fs::read_link(&cwd).map_err(|e| {
+        ToolError::new(
+            ErrorCode::Io,
+            format!(
+                "cannot confine the command to {}: {e} (pen_command needs /proc)",
+                shown(display)
+            ),
+        )
+    })?;
+    if !workspace.roots().iter().any(|r| lands.starts_with(&r.path)) {
+        return Err(ToolError::new(
+            ErrorCode::OutsideWorkspace,
+            format!(
+                "{} was moved outside the workspace while it was opened",
+                shown(display)
+            ),
+        ));
+    }
+    Ok(cwd)
 }
 
 /// Kills the command's whole process group.

@@ -9,6 +9,8 @@
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
 use crate::limits::LIST_CURSOR_PREFIX_BYTES;
+use crate::workspace::Target;
+use rustix::fs::{AtFlags, FileType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -61,35 +63,49 @@ struct Entry {
 pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     let limits = ctx.limits;
     let limit = super::bounded_count(args.limit, limits.max_list_entries, "limit")?;
-    let resolved = ctx.resolve(args.path.as_deref().unwrap_or(""))?;
-    let display = resolved.display.clone();
-    if !resolved.exists {
-        return Err(ToolError::new(
-            ErrorCode::NotFound,
-            format!(
-                "{} does not exist; list its parent to see what is there",
-                shown(&display)
-            ),
-        ));
+    let opened = ctx.open(args.path.as_deref().unwrap_or(""))?;
+    let display = opened.resolved.display.clone();
+    match &opened.target {
+        Target::Dir(_) => {}
+        Target::Missing(_) | Target::DanglingLink => {
+            return Err(ToolError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "{} does not exist; list its parent to see what is there",
+                    shown(&display)
+                ),
+            ));
+        }
+        Target::File(..) | Target::Other => {
+            return Err(ToolError::new(
+                ErrorCode::NotADirectory,
+                format!(
+                    "{} is not a directory; read it with pen_read",
+                    shown(&display)
+                ),
+            ));
+        }
     }
-    if !resolved.absolute.is_dir() {
-        return Err(ToolError::new(
-            ErrorCode::NotADirectory,
-            format!(
-                "{} is not a directory; read it with pen_read",
-                shown(&display)
-            ),
-        ));
-    }
-    let reader = std::fs::read_dir(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
+    // The entries are read from the folder the walk opened, never by its path again.
+    let reader = opened.read_dir().map_err(|e| ToolError::io(&display, &e))?;
     // Names that are not UTF-8 are shown (and sorted, and cursored) in their lossy form.
-    let mut names: Vec<(String, std::fs::DirEntry)> = Vec::new();
+    let mut names: Vec<(String, rustix::fs::DirEntry)> = Vec::new();
     for entry in reader {
-        let entry = entry.map_err(|e| ToolError::io(&display, &e))?;
-        names.push((entry.file_name().to_string_lossy().into_owned(), entry));
+        let entry = entry.map_err(|e| ToolError::io(&display, &e.into()))?;
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        names.push((String::from_utf8_lossy(raw).into_owned(), entry));
     }
     names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let total = names.len();
+    let dir = opened.dir_fd().ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::NotADirectory,
+            format!("{} is not a directory", shown(&display)),
+        )
+    })?;
     let first = args
         .after
         .as_deref()
@@ -106,20 +122,23 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
     // The cursor of a page whose one entry is a cut name, when that name cannot be repeated.
     let mut cut_cursor: Option<String> = None;
     for (name, dir_entry) in names.iter().skip(first).take(limit) {
-        let file_type = dir_entry
-            .file_type()
-            .map_err(|e| ToolError::io(&display, &e))?;
-        let kind = if file_type.is_symlink() {
-            Kind::Symlink
-        } else if file_type.is_dir() {
-            Kind::Dir
-        } else if file_type.is_file() {
-            Kind::File
-        } else {
-            Kind::Other
+        // The entry's own type, never its target's; the folder's descriptor answers what the
+        // listing does not (a file system without entry types) and gives file sizes.
+        let stat = || rustix::fs::statat(dir, dir_entry.file_name(), AtFlags::SYMLINK_NOFOLLOW);
+        let file_type = match dir_entry.file_type() {
+            FileType::Unknown => {
+                stat().map_or(FileType::Unknown, |s| FileType::from_raw_mode(s.st_mode))
+            }
+            known => known,
+        };
+        let kind = match file_type {
+            FileType::Symlink => Kind::Symlink,
+            FileType::Directory => Kind::Dir,
+            FileType::RegularFile => Kind::File,
+            _ => Kind::Other,
         };
         let size = match kind {
-            Kind::File => dir_entry.metadata().ok().map(|m| m.len()),
+            Kind::File => stat().ok().map(|s| s.st_size as u64),
             _ => None,
         };
         let mut entry = Entry {
@@ -169,7 +188,7 @@ pub fn run(args: Args, ctx: &ToolContext) -> Result<Value, ToolError> {
 /// The index of the first entry after the cursor `after`: a name (exclusive), or the cursor
 /// of a cut name too long to repeat, `PREFIX/HASH`. No file name holds a `/`, so the two never
 /// meet; a string with a `/` that is not such a cursor is taken as a plain name.
-fn first_after(names: &[(String, std::fs::DirEntry)], after: &str) -> usize {
+fn first_after<E>(names: &[(String, E)], after: &str) -> usize {
     let plain = || names.partition_point(|(name, _)| name.as_bytes() <= after.as_bytes());
     let Some((prefix, hash)) = after.rsplit_once('/') else {
         return plain();

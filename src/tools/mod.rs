@@ -17,7 +17,7 @@ pub mod versions;
 pub mod write;
 
 use crate::limits::Limits;
-use crate::workspace::{Resolved, Workspace, WorkspaceError};
+use crate::workspace::{Opened, Resolved, Workspace, WorkspaceError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -83,7 +83,11 @@ impl ToolError {
 
 impl From<WorkspaceError> for ToolError {
     fn from(err: WorkspaceError) -> ToolError {
-        ToolError::new(ErrorCode::OutsideWorkspace, err.to_string())
+        let code = match err {
+            WorkspaceError::Io { .. } | WorkspaceError::TooManyLinks(_) => ErrorCode::Io,
+            _ => ErrorCode::OutsideWorkspace,
+        };
+        ToolError::new(code, err.to_string())
     }
 }
 
@@ -167,6 +171,11 @@ pub struct ToolContext<'a> {
 impl ToolContext<'_> {
     pub fn resolve(&self, path: &str) -> Result<Resolved, ToolError> {
         Ok(self.workspace.resolve(path)?)
+    }
+
+    /// Opens `path` beneath its workspace root (see [`Workspace::open`]).
+    pub fn open(&self, path: &str) -> Result<Opened, ToolError> {
+        Ok(self.workspace.open(path)?)
     }
 }
 

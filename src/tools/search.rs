@@ -22,7 +22,7 @@ use super::budget;
 use super::keys;
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
 use crate::limits::{Limits, SearchLimits};
-use crate::workspace::Workspace;
+use crate::workspace::{RootDir, Target, Workspace};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::{DirEntry, WalkBuilder};
@@ -32,7 +32,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -296,21 +295,23 @@ impl Request {
         }
         let matcher = Matcher::new(&args.query, args.case_sensitive.unwrap_or(true))?;
         let glob = args.glob.as_deref().map(FileGlob::new).transpose()?;
-        let resolved = ctx.resolve(args.path.as_deref().unwrap_or(""))?;
+        let opened = ctx.open(args.path.as_deref().unwrap_or(""))?;
+        let resolved = opened.resolved;
         let display = shown(&resolved.display).to_string();
-        if !resolved.exists {
-            return Err(ToolError::new(
-                ErrorCode::NotFound,
-                format!("{display} does not exist; use pen_list to find the right folder"),
-            ));
-        }
-        let metadata =
-            std::fs::metadata(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
-        if !metadata.is_dir() && !metadata.is_file() {
-            return Err(ToolError::new(
-                ErrorCode::NotAFile,
-                format!("{display} is neither a folder nor a regular file"),
-            ));
+        match opened.target {
+            Target::Dir(_) | Target::File(..) => {}
+            Target::Missing(_) | Target::DanglingLink => {
+                return Err(ToolError::new(
+                    ErrorCode::NotFound,
+                    format!("{display} does not exist; use pen_list to find the right folder"),
+                ));
+            }
+            Target::Other => {
+                return Err(ToolError::new(
+                    ErrorCode::NotAFile,
+                    format!("{display} is neither a folder nor a regular file"),
+                ));
+            }
         }
         let after = match args.after.as_deref() {
             None => None,
@@ -771,6 +772,10 @@ struct Done {
 
 /// What the readers share.
 struct ReadPlan<'a> {
+    /// The workspace root every file is opened beneath, following no link: the walk goes by
+    /// path, so a folder swapped for a symlink mid-walk can show it names from elsewhere, but
+    /// never a byte from outside the root.
+    root_dir: RootDir,
     workspace: &'a Workspace,
     matcher: &'a Matcher,
     max_bytes: u64,
@@ -799,11 +804,11 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
                 (size, memchr::memchr(0, head).is_some())
             }
             None => {
-                let file = File::open(&job.path)?;
                 // The size comes from the open file, not the walk: a stat by path would cost
                 // the walk, which is the one sequential part of a search, a second path lookup
                 // per file.
-                let size = file.metadata()?.len();
+                let (file, metadata) = plan.root_dir.open_file_no_links(&job.path)?;
+                let size = metadata.len();
                 if size > plan.max_bytes {
                     return Ok(Outcome::NotRead(SkipReason::TooLarge));
                 }
@@ -1413,6 +1418,7 @@ fn search(
         .filter_entry(move |entry| filter.keep(entry))
         .build();
     let plan = ReadPlan {
+        root_dir: ctx.workspace.root_dir(&request.workspace_root)?,
         workspace: ctx.workspace,
         matcher: &request.matcher,
         max_bytes: limits.max_bytes,

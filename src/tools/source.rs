@@ -8,7 +8,7 @@ use super::versions::{self, Lines, VersionKey, Versioned};
 use super::{ErrorCode, ToolContext, ToolError, shown};
 use crate::documents::Snapshot;
 use crate::limits::Limits;
-use crate::workspace::Resolved;
+use crate::workspace::{Opened, Resolved, Target};
 use serde::Serialize;
 use std::fs::File;
 use std::io;
@@ -136,43 +136,57 @@ pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::
 pub struct OpenedFile {
     pub resolved: Resolved,
     pub source: Source,
+    /// Where the file was opened beneath the root: the folder a rewrite of it lands in.
+    pub opened: Opened,
     /// The version stamp used when the file is too large to hash.
     stamp: String,
 }
 
-/// Resolves `path` in the workspace and opens it: the editor's buffer when the file is open
-/// there, else the regular file on disk.
+/// Opens `path` beneath its workspace root: the editor's buffer when the file is open there,
+/// else the regular file on disk, read from the descriptor the walk opened.
 pub fn open_file(ctx: &ToolContext, path: &str) -> Result<OpenedFile, ToolError> {
-    let resolved = ctx.resolve(path)?;
+    let opened = ctx.open(path)?;
+    let resolved = opened.resolved.clone();
     if let Some(snapshot) = ctx.editor.and_then(|e| e.snapshot(&resolved.absolute)) {
         return Ok(OpenedFile {
             resolved,
             source: Source::Editor(snapshot),
+            opened,
             stamp: String::new(),
         });
     }
     let display = shown(&resolved.display).to_string();
-    if !resolved.exists {
-        return Err(ToolError::new(
-            ErrorCode::NotFound,
-            format!("{display} does not exist; use pen_list or pen_search to find the right path"),
-        ));
+    match &opened.target {
+        Target::File(..) => {}
+        Target::Missing(_) => {
+            return Err(ToolError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "{display} does not exist; use pen_list or pen_search to find the right path"
+                ),
+            ));
+        }
+        Target::DanglingLink => {
+            // As the OS reports a dangling link: its target does not exist.
+            let err = io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(ToolError::io(&display, &err));
+        }
+        Target::Dir(_) => {
+            return Err(ToolError::new(
+                ErrorCode::NotAFile,
+                format!("{display} is a directory; use pen_list to see what it holds"),
+            ));
+        }
+        Target::Other => {
+            return Err(ToolError::new(
+                ErrorCode::NotAFile,
+                format!("{display} is not a regular file"),
+            ));
+        }
     }
-    let metadata =
-        std::fs::metadata(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
-    if metadata.is_dir() {
-        return Err(ToolError::new(
-            ErrorCode::NotAFile,
-            format!("{display} is a directory; use pen_list to see what it holds"),
-        ));
-    }
-    if !metadata.is_file() {
-        return Err(ToolError::new(
-            ErrorCode::NotAFile,
-            format!("{display} is not a regular file"),
-        ));
-    }
-    let file = File::open(&resolved.absolute).map_err(|e| ToolError::io(&display, &e))?;
+    let (file, metadata) = opened
+        .read_file()
+        .map_err(|e| ToolError::io(&display, &e))?;
     let modified = metadata
         .modified()
         .ok()
@@ -185,6 +199,7 @@ pub fn open_file(ctx: &ToolContext, path: &str) -> Result<OpenedFile, ToolError>
             file,
             len: metadata.len(),
         }),
+        opened,
         stamp,
     })
 }

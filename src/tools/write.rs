@@ -12,12 +12,13 @@ use super::Replacement;
 use super::budget::{escaped_len, page_budget, widest};
 use super::source::{self, BOM, Eol, hash_bytes};
 use super::{ErrorCode, ReadLedger, ToolContext, ToolError, ToolSpec, floor_char_boundary, keys};
+use crate::workspace::{Landing, Target, write_in};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::TextDiff;
 use std::borrow::Cow;
-use std::fs::Permissions;
-use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -155,27 +156,27 @@ pub fn edit_spec() -> ToolSpec {
 }
 
 pub fn create(args: CreateArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
-    let resolved = ctx.resolve(&args.path)?;
-    if resolved.exists {
-        // `resolve` canonicalizes a live symlink to its target, so a symlink seen here dangles.
-        let what = match std::fs::symlink_metadata(&resolved.absolute) {
-            Ok(meta) if meta.is_dir() => "a directory",
-            Ok(meta) if meta.file_type().is_symlink() => "a symlink whose target is missing",
-            _ => "a file",
-        };
+    let opened = ctx.open(&args.path)?;
+    let resolved = &opened.resolved;
+    let what = match &opened.target {
+        Target::Missing(_) => None,
+        Target::Dir(_) => Some("a directory"),
+        // The walk follows a live symlink to its target, so a symlink seen here dangles.
+        Target::DanglingLink => Some("a symlink whose target is missing"),
+        Target::File(..) | Target::Other => Some("a file"),
+    };
+    if let Some(what) = what {
         return Err(already_exists(&args.path, what));
     }
     let display = super::shown(&resolved.display).to_string();
-    if let Some(parent) = resolved.absolute.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| {
-            ToolError::new(
-                ErrorCode::Io,
-                format!("cannot create the folders above {display}: {e}"),
-            )
-        })?;
-    }
+    let (dir, name) = opened.make_parents().map_err(|e| {
+        ToolError::new(
+            ErrorCode::Io,
+            format!("cannot create the folders above {display}: {e}"),
+        )
+    })?;
     let content = args.content.as_bytes();
-    write_atomically(&resolved.absolute, content, Landing::New, &display).map_err(|e| {
+    write_in(dir.as_fd(), name, content, Landing::New).map_err(|e| {
         // Someone created the file between the check above and the write.
         if e.kind() == std::io::ErrorKind::AlreadyExists {
             already_exists(&args.path, "a file")
@@ -287,16 +288,19 @@ fn edit_or_preview(
                 })?;
             }
             _ => {
-                let permissions = std::fs::metadata(&absolute)
-                    .map_err(|e| ToolError::io(&display, &e))?
-                    .permissions();
-                write_atomically(
-                    &absolute,
-                    &new_bytes,
-                    Landing::Replace(permissions),
-                    &display,
-                )
-                .map_err(|e| ToolError::io(&display, &e))?;
+                // The rewrite lands in the folder the file was opened in, by the name it has
+                // there: a symlink on the way is never written through, or replaced.
+                let (Target::File(_, metadata), Some((dir, name))) =
+                    (&opened.opened.target, opened.opened.place())
+                else {
+                    return Err(ToolError::new(
+                        ErrorCode::NotAFile,
+                        format!("{display} is not a regular file"),
+                    ));
+                };
+                let permissions = metadata.permissions().mode() & 0o7777;
+                write_in(dir, name, &new_bytes, Landing::Replace(permissions))
+                    .map_err(|e| ToolError::io(&display, &e))?;
             }
         }
     }
@@ -808,57 +812,6 @@ fn bound_diff(diff: &str, max_bytes: usize, max_escaped: usize) -> String {
 
 fn truncation_note(cut_bytes: usize) -> String {
     format!("… diff truncated ({cut_bytes} more bytes)")
-}
-
-/// How an atomic write lands on its path.
-enum Landing {
-    /// A new file: the rename fails if anything appeared at the path meanwhile. The file gets
-    /// the usual permissions of a new file (0o666 less the umask).
-    New,
-    /// A rewrite: the file is replaced and keeps these permissions.
-    Replace(Permissions),
-}
-
-/// Writes `bytes` to a temp file beside `path`, flushes it to disk, and renames it onto `path`,
-/// so that readers see the old file or the new one, never a mix.
-fn write_atomically(
-    path: &Path,
-    bytes: &[u8],
-    landing: Landing,
-    display: &str,
-) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(dir) = path.parent() else {
-        return Err(std::io::Error::other(format!(
-            "{display} has no parent directory"
-        )));
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".pen-");
-    if matches!(landing, Landing::New) {
-        // `tempfile` creates files 0o600; a created file should look like any other new file.
-        builder.permissions(Permissions::from_mode(0o666));
-    }
-    let mut temp = builder.tempfile_in(dir)?;
-    temp.write_all(bytes)?;
-    match landing {
-        Landing::New => {
-            temp.as_file().sync_all()?;
-            temp.persist_noclobber(path).map_err(|e| e.error)?;
-        }
-        Landing::Replace(permissions) => {
-            // Set explicitly rather than at creation, where the umask would mask them.
-            temp.as_file().set_permissions(permissions)?;
-            temp.as_file().sync_all()?;
-            temp.persist(path).map_err(|e| e.error)?;
-        }
-    }
-    // Syncing the directory makes the rename itself durable. The new file is in place either
-    // way, so a filesystem that cannot sync directories does not fail the write.
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 /// Lines in `text`, counting a last line without a line break.

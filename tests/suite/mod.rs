@@ -4,6 +4,7 @@ mod agent;
 mod bedrock;
 mod cli;
 mod common;
+mod confinement;
 mod daemon_sessions;
 mod documents;
 mod durability;
