@@ -602,4 +602,137 @@ mod tests {
         bytes.extend_from_slice(b"more log\n");
         assert_eq!(check_bytes(&bytes, split, 500), Ok(()));
     }
+
+    /// One example of each form without plain armor, and where its secret lies.
+    const FORMS: &[(&str, &str, &str)] = &[
+        (
+            "ppk",
+            "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: k\nPublic-Lines: 2\n\
+             AAAAC3NzaC1lZDI1NTE5AAAAIOmT\nZ3Vlc3M=\nPrivate-Lines: 1\nAAAAIFsecretSECRETsecret0123\n\
+             Private-MAC: 6f2c\n",
+            "AAAAIFsecretSECRETsecret0123",
+        ),
+        (
+            "kubeconfig",
+            "users:\n- name: u\n  user:\n    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFsecretSECRET\n",
+            "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFsecretSECRET",
+        ),
+        (
+            "jwk",
+            "{\n  \"crv\": \"P-256\",\n  \"d\": \"secretSECRETsecret_-0123456789\",\n  \"kty\": \"EC\"\n}\n",
+            "secretSECRETsecret_-0123456789",
+        ),
+        (
+            "jwk in a JSON string",
+            "{\"jwk\": \"{\\\"kty\\\":\\\"oct\\\",\\\"k\\\":\\\"secretSECRETsecret_-01\\\"}\"}\n",
+            "secretSECRETsecret_-01",
+        ),
+        (
+            "xml",
+            "<RSAKeyValue><Modulus>AQAB</Modulus><D>secretSECRETsecret0123==</D></RSAKeyValue>\n",
+            "secretSECRETsecret0123==",
+        ),
+        (
+            "url-encoded",
+            "key=-----BEGIN%20RSA%20PRIVATE%20KEY-----%0AsecretSECRETsecret%2B0123%0A-----END%20RSA%20PRIVATE%20KEY-----\n",
+            "secretSECRETsecret%2B0123",
+        ),
+        (
+            "url-encoded dashes",
+            "key=%2D%2D%2D%2D%2DBEGIN+PRIVATE+KEY%2d%2d%2d%2d%2d%0AsecretSECRETsecret0123\n",
+            "secretSECRETsecret0123",
+        ),
+        (
+            "json escapes",
+            "{\"k\": \"\\u002d\\u002d\\u002d\\u002d\\u002dBEGIN PRIVATE KEY\\u002d\\u002d\\u002d\\u002d\\u002d\\nsecretSECRETsecret0123\"}\n",
+            "secretSECRETsecret0123",
+        ),
+        (
+            "missing BEGIN",
+            "secretSECRETsecret0123\nmoreSECRETsecret0123==\n-----END PRIVATE KEY-----\n",
+            "secretSECRETsecret0123",
+        ),
+    ];
+
+    #[test]
+    fn every_form_marks_its_secret() {
+        for (name, text, secret) in FORMS {
+            let bytes = text.as_bytes();
+            assert!(holds_key_material(bytes), "{name}");
+            let at = text.find(secret).unwrap();
+            let spans = private_key_spans(bytes);
+            assert!(
+                spans
+                    .iter()
+                    .any(|s| s.start <= at && at + secret.len() <= s.end),
+                "{name}: {spans:?}"
+            );
+            // A window on the secret's line is refused, with the look-back or without.
+            let line = text[..at].rfind('\n').map_or(0, |i| i + 1);
+            assert!(check_bytes(bytes, line, 0).is_err(), "{name}");
+        }
+    }
+
+    #[test]
+    fn base64_wrapped_keys_are_found_in_every_alignment() {
+        // The base64 of `PRIVATE KEY` after 0, 1 and 2 bytes of a three-byte group.
+        for encoded in [
+            "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t", // -----BEGIN PRIVATE KEY-----
+            "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", // -----BEGIN RSA PRIVATE KEY-----
+            "LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0t", // -----BEGIN EC PRIVATE KEY-----
+        ] {
+            assert!(holds_key_material(encoded.as_bytes()), "{encoded}");
+        }
+        // Wrapped at 76: the anchor's line and the base64 lines after it.
+        let wrapped = "tls.key: |\n  LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2Z0lCQURBTkJna3Foa2lHOXcwQkFR\n  RUZBQVNDQktnd2dnU2tBZ0VBQW9JQkFRQzdzecret\nnext: 1\n";
+        let spans = private_key_spans(wrapped.as_bytes());
+        let secret = wrapped.find("RUZBQVND").unwrap();
+        assert_eq!(spans.len(), 1);
+        assert!(spans[0].contains(&secret), "{spans:?}");
+        assert!(!spans[0].contains(&wrapped.find("next").unwrap()));
+    }
+
+    #[test]
+    fn what_is_not_a_private_key_is_not_refused() {
+        for text in [
+            // A kubeconfig with certificates only.
+            "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=\n",
+            "-----BEGIN PUBLIC KEY-----\nMIIBIjAN\n-----END PUBLIC KEY-----\n",
+            // JSON with short or non-key members, and a JWK without private members.
+            "{\"d\": 5, \"p\": \"a paragraph\", \"kty\": \"EC\", \"x\": \"AAAAAAAAAAAAAAAAAAAA\"}\n",
+            "the words private key in prose\n",
+        ] {
+            assert!(!holds_key_material(text.as_bytes()), "{text}");
+            assert!(private_key_spans(text.as_bytes()).is_empty(), "{text}");
+        }
+        // Search needs a `"kty` before it takes a key-shaped `"d"` for a JWK; a read window,
+        // which may not reach the `"kty"`, does not.
+        let d = "{\"d\": \"AAAAAAAAAAAAAAAAAAAAAAAA\"}\n";
+        assert!(!holds_key_material(d.as_bytes()));
+        assert!(check_bytes(d.as_bytes(), 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_body_without_its_begin_line_is_refused_by_the_end_line_after_it() {
+        let body = "MIIEowIBAAKCAQEAq83vEjKz4LxQ+7/abcdefghijklmnopqrstuvwxyz0123456\n".repeat(40);
+        let text = format!("{body}-----END RSA PRIVATE KEY-----\nafter\n");
+        let src: &[u8] = text.as_bytes();
+        // A first page of body lines only: the END line is past it.
+        let verdict = check_window(src, 0, 200, 128 * 1024).unwrap();
+        assert!(
+            matches!(verdict, Err(KeyRefusal::BodyBeforeEnd { .. })),
+            "{verdict:?}"
+        );
+        // The same lines followed by ordinary text are served.
+        let plain = format!("{body}after\n");
+        let src: &[u8] = plain.as_bytes();
+        assert_eq!(check_window(src, 0, 200, 128 * 1024).unwrap(), Ok(()));
+        // The page after the END line is served.
+        let after = text.find("after").unwrap() as u64;
+        let src: &[u8] = text.as_bytes();
+        assert_eq!(
+            check_window(src, after, text.len() as u64, 128 * 1024).unwrap(),
+            Ok(())
+        );
+    }
 }
