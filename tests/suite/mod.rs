@@ -7,6 +7,7 @@ mod common;
 mod daemon_sessions;
 mod documents;
 mod fake_provider;
+mod keys;
 mod list;
 mod lsp_client;
 mod providers;
