@@ -413,6 +413,8 @@ fn paged(root: &Path, form: &Form, cap: usize) -> Vec<(String, String)> {
 #[test]
 fn no_form_of_private_key_is_served_by_read_tail_or_search() {
     let mut served = Vec::new();
+    let mut searched = Vec::new();
+    let mut per_form = std::collections::BTreeMap::new();
     let mut calls = 0;
     for form in forms() {
         let dir = tempfile::tempdir().unwrap();
@@ -433,27 +435,38 @@ fn no_form_of_private_key_is_served_by_read_tail_or_search() {
                     output.clone()
                 };
                 if let Some(window) = leaked(&shown, &secret) {
+                    *per_form.entry(form.name).or_insert(0) += 1;
                     served.push(format!("{} at {cap}: {call} served {window:?}", form.name));
                 }
                 // Search skips the file whole: no match of it, counted once.
                 if call.starts_with("pen_search") {
                     let result: Value = serde_json::from_str(output).unwrap();
-                    assert_eq!(
-                        result["skipped"]["key_material"], 1,
-                        "{} at {cap}: {call}: {output}",
-                        form.name
-                    );
-                    assert_eq!(result["matches"], json!([]), "{}: {call}", form.name);
+                    if result["skipped"]["key_material"] != 1 || result["matches"] != json!([]) {
+                        searched.push(format!("{} at {cap}: {call}", form.name));
+                    }
                 }
             }
         }
     }
-    println!("key forms: {calls} calls, {} served key body", served.len());
+    println!(
+        "key forms: {calls} calls, {} served key body, {} searches did not skip the key file",
+        served.len(),
+        searched.len()
+    );
+    for (form, count) in &per_form {
+        println!("  {form}: {count} outputs served key body");
+    }
     assert!(
         served.is_empty(),
         "{} outputs served key body:\n{}",
         served.len(),
         served[..served.len().min(20)].join("\n")
+    );
+    assert!(
+        searched.is_empty(),
+        "{} searches did not skip the key file whole:\n{}",
+        searched.len(),
+        searched[..searched.len().min(20)].join("\n")
     );
 }
 
