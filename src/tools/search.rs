@@ -103,8 +103,8 @@ static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
          glob such as `*.rs`, or a path glob such as `src/**/*.ts` when it contains `/`). \
          Honours .gitignore; never follows symlinks; skips the folders {skipped} (and .NET \
          bin/obj) unless named as `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`, as are \
-         entries too deep to enter and matches on lines inside private keys, which are never \
-         shown. Limits: {entries} entries walked, {files} files read, \
+         entries too deep to enter and files holding a private key, which are never searched \
+         (whatever the query, such a file counts once in `skipped.key_material`). Limits: {entries} entries walked, {files} files read, \
          {bytes} bytes read, {depth} folder levels below `path`, {matches} matches, and the result \
          size. When a limit stops the search, `truncated` is true, `limit_hit` names it, and \
          `next_after` is a cursor: pass it as `after` with the same other arguments to continue \
@@ -364,7 +364,7 @@ impl Request {
                 too_large: entries,
                 unreadable: entries,
                 too_deep: entries,
-                key_material: budget::widest(search.max_bytes),
+                key_material: entries,
             },
             files_searched: budget::widest(search.max_files as u64),
             entries_walked: entries,
@@ -472,19 +472,14 @@ impl Matcher {
 
 /// A match found in a file, before it is placed in the result.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Found {
-    Shown {
-        line: u64,
-        column: u64,
-        excerpt: Excerpt,
-    },
-    /// Matches on lines of a private key, one after another: counted, never shown. Runs are
-    /// merged so that a key full of matches costs one entry, not one per line.
-    InKey(u64),
+struct Found {
+    line: u64,
+    column: u64,
+    excerpt: Excerpt,
 }
 
-/// The matches of `text` on lines after `after_line`, one per line, at most `max_shown` of them
-/// shown (matches in private keys are counted as they come).
+/// The matches of `text` on lines after `after_line`, one per line, at most `max_shown` of them.
+/// `text` holds no private key: files that do are skipped whole before they are scanned.
 fn scan(
     text: &str,
     matcher: &Matcher,
@@ -503,29 +498,13 @@ fn scan(
             }
         }
     };
-    // Only files with a match pay for the key scan.
-    let mut key_spans: Option<Vec<Range<usize>>> = None;
     let mut shown = 0;
     while let Some(hit) = matcher.find_at(bytes, line_start) {
         let before = &bytes[line_start..hit.start];
         line += memchr::memchr_iter(b'\n', before).count() as u64;
         let start = memchr::memrchr(b'\n', before).map_or(line_start, |i| line_start + i + 1);
         let end = memchr::memchr(b'\n', &bytes[hit.start..]).map_or(bytes.len(), |i| hit.start + i);
-        let spans = key_spans.get_or_insert_with(|| {
-            // Every armor label names a PRIVATE KEY, so one pass for that rules out most files
-            // before the four passes that find the armor lines.
-            if memmem::find(bytes, b"PRIVATE KEY").is_some() {
-                keys::private_key_spans(bytes)
-            } else {
-                Vec::new()
-            }
-        });
-        if spans.iter().any(|span| span.contains(&start)) {
-            match found.last_mut() {
-                Some(Found::InKey(run)) => *run += 1,
-                _ => found.push(Found::InKey(1)),
-            }
-        } else {
+        {
             // Editors do not show the byte-order mark, so columns do not count it.
             let start = if start == 0 && text.starts_with(BYTE_ORDER_MARK) && hit.start > 0 {
                 BYTE_ORDER_MARK.len()
@@ -540,7 +519,7 @@ fn scan(
             let content = text.get(start..content_end).unwrap_or_default();
             let in_line = hit.start - start;
             let column = content.get(..in_line).map_or(0, |s| s.chars().count()) as u64 + 1;
-            found.push(Found::Shown {
+            found.push(Found {
                 line,
                 column,
                 excerpt: excerpt(content, in_line, hit.end - start, excerpt_bytes),
@@ -651,10 +630,13 @@ enum SkipReason {
     NonUtf8,
     TooLarge,
     Unreadable,
+    /// The file holds a private key ([`keys::holds_key_material`]): nothing of it is searched,
+    /// so that no result depends on the key, whatever the query.
+    KeyMaterial,
 }
 
-/// The `skipped` counts of a result: files not searched by reason, entries too deep to enter,
-/// and matches hidden because they lie in a private key.
+/// The `skipped` counts of a result: files not searched by reason (key material included, one
+/// per file), and entries too deep to enter.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 struct Skipped {
     binary: u64,
@@ -673,6 +655,7 @@ impl Skipped {
             SkipReason::NonUtf8 => &mut self.non_utf8,
             SkipReason::TooLarge => &mut self.too_large,
             SkipReason::Unreadable => &mut self.unreadable,
+            SkipReason::KeyMaterial => &mut self.key_material,
         };
         *counter += 1;
     }
@@ -694,15 +677,8 @@ enum Outcome {
 
 #[derive(Debug)]
 enum Content {
-    Text(Vec<Prepared>),
+    Text(Vec<Shown>),
     Skipped(SkipReason),
-}
-
-/// A match as a reader hands it to the merge.
-#[derive(Debug)]
-enum Prepared {
-    Shown(Shown),
-    InKey(u64),
 }
 
 /// A match to show, its result object already built by the reader, so that the merge, the
@@ -719,24 +695,23 @@ struct Shown {
 }
 
 /// Builds the result objects of the matches of the file shown as `display`.
-fn prepare(found: Vec<Found>, display: &str) -> Vec<Prepared> {
+fn prepare(found: Vec<Found>, display: &str) -> Vec<Shown> {
     let path_len = budget::escaped_len(display);
     found
         .into_iter()
-        .map(|found| match found {
-            Found::InKey(run) => Prepared::InKey(run),
-            Found::Shown {
-                line,
-                column,
-                excerpt,
-            } => Prepared::Shown(Shown {
+        .map(
+            |Found {
+                 line,
+                 column,
+                 excerpt,
+             }| Shown {
                 line,
                 json_len: match_json_len(path_len, line, column, excerpt.escaped_len),
                 excerpt_len: excerpt.escaped_len,
                 matched: excerpt.matched,
                 value: match_value(display, line, column, excerpt.text),
-            }),
-        })
+            },
+        )
         .collect()
 }
 
@@ -830,6 +805,11 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
         } else {
             match std::str::from_utf8(buffer) {
                 Err(_) => Content::Skipped(SkipReason::NonUtf8),
+                // Decided per file, before the query is looked for, so that the count is the
+                // same whatever the query.
+                Ok(text) if keys::holds_key_material(text.as_bytes()) => {
+                    Content::Skipped(SkipReason::KeyMaterial)
+                }
                 Ok(text) => {
                     let found = scan(
                         text,
@@ -1215,14 +1195,9 @@ impl Collector<'_> {
             Content::Text(found) => found,
         };
         let path_len = budget::escaped_len(&display);
-        for found in found {
-            match found {
-                Prepared::InKey(run) => self.page.skipped.key_material += run,
-                Prepared::Shown(shown) => {
-                    if !self.add(&display, path_len, shown) {
-                        return;
-                    }
-                }
+        for shown in found {
+            if !self.add(&display, path_len, shown) {
+                return;
             }
         }
     }
@@ -1699,14 +1674,7 @@ mod tests {
         let found = scan(text, &matcher, 0, 100, 200);
         let shown: Vec<(u64, u64, String)> = found
             .into_iter()
-            .map(|f| match f {
-                Found::Shown {
-                    line,
-                    column,
-                    excerpt,
-                } => (line, column, excerpt.text),
-                Found::InKey(_) => panic!("no key here"),
-            })
+            .map(|f| (f.line, f.column, f.excerpt.text))
             .collect();
         assert_eq!(
             shown,
@@ -2089,16 +2057,19 @@ mod tests {
     }
 
     #[test]
-    fn private_key_lines_are_counted_never_shown() {
+    fn a_file_with_a_private_key_is_skipped_whole_whatever_the_query() {
         let pem = "config: x\n-----BEGIN RSA PRIVATE KEY-----\nMIIxBAAKx\nqx83vEjKz==\n\
                    -----END RSA PRIVATE KEY-----\nafter x\n";
-        let (_dir, ws) = workspace(&[("id", pem.as_bytes())]);
+        let (_dir, ws) = workspace(&[("id", pem.as_bytes()), ("other", b"x\n")]);
         let result = run(&ws, json!({"query": "x"}));
-        assert_eq!(places(&result), vec![("id".into(), 1), ("id".into(), 6)]);
-        assert_eq!(result["skipped"]["key_material"], 2);
-        let armor = run(&ws, json!({"query": "PRIVATE"}));
-        assert!(places(&armor).is_empty());
-        assert_eq!(armor["skipped"]["key_material"], 2);
+        assert_eq!(places(&result), vec![("other".into(), 1)]);
+        assert_eq!(result["skipped"]["key_material"], 1);
+        // Whether the query is in the key or not, the answer is the same but for the query.
+        for query in ["MIIxBAAK", "MIIxBAAZ", "PRIVATE", "nowhere"] {
+            let result = run(&ws, json!({"query": query}));
+            assert!(places(&result).is_empty(), "{query}");
+            assert_eq!(result["skipped"]["key_material"], 1, "{query}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod daemon_sessions;
 mod documents;
 mod durability;
 mod fake_provider;
+mod keys;
 mod list;
 mod lsp_client;
 mod providers;
