@@ -259,6 +259,18 @@ pub const EXCERPT_RESULT_BYTES: usize = 500;
 pub const TOKEN_RATIO_MIN: f64 = 0.5;
 pub const TOKEN_RATIO_MAX: f64 = 4.0;
 
+// Bounds on commands, the protocol, listings and configuration (issue 11, items 7, 10, 11).
+
+/// How long pen_command keeps reading a killed command's pipes for output already written:
+/// 500 ms. A process that escaped the process group can hold a pipe open for ever, so the
+/// readers take what arrives in this time and stop.
+pub const COMMAND_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long the body of a `pen serve` message may stall, while what has come of it is a whole
+/// JSON value, before that is taken as the whole message: 1 s. Only a `Content-Length` too
+/// long for its body makes pen wait for bytes after a complete value.
+pub const FRAME_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;

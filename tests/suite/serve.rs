@@ -305,3 +305,38 @@ fn methods_without_required_params_take_empty_objects_and_arrays() {
     let wrong = client.request_raw("pen/newSession", json!({"title": 5}));
     assert_eq!(wrong["error"]["code"], -32602);
 }
+
+/// A Content-Length counted in characters instead of bytes (a title "café") cuts the body
+/// short; the daemon answers a parse error and finds the next frame, so the ten requests after
+/// it are answered.
+#[test]
+fn a_wrong_content_length_costs_only_its_own_frame() {
+    let (_data, root, mut client) = daemon(&[]);
+    client.initialize(root.path(), &["utf-16"]);
+    let body = json!({"jsonrpc": "2.0", "id": 500, "method": "pen/newSession", "params": {"title": "café"}})
+        .to_string();
+    for length in [body.chars().count(), body.len() + 7] {
+        let mut bytes = format!("Content-Length: {length}\r\n\r\n{body}").into_bytes();
+        let ids: Vec<i64> = (0..10).map(|i| 1000 + i).collect();
+        for id in &ids {
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "pen/getConfig"});
+            bytes.extend_from_slice(&frame(request.to_string().as_bytes()));
+        }
+        client.send_raw(&bytes);
+        // Answers come in any order (requests run concurrently): gather them by id.
+        let mut answered = std::collections::BTreeSet::new();
+        while answered.len() < ids.len() {
+            let message = client.next_message().expect("pen serve closed stdout");
+            if let Some(id) = message["id"].as_i64()
+                && ids.contains(&id)
+                && message.get("result").is_some()
+            {
+                answered.insert(id);
+            }
+        }
+        let answered = answered.len();
+        assert!(answered >= 9, "length {length}: {answered} of 10 answered");
+    }
+    // And the daemon keeps serving.
+    assert!(client.request("pen/getConfig", json!(null)).is_object());
+}
