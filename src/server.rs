@@ -474,8 +474,9 @@ async fn forward_events(
                 tokio::spawn(async move {
                     let _ = answer.send(match sent.await {
                         Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
+                        // A malformed answer is no answer: never an allow (fail closed).
                         Err(err) => Err(format!(
-                            "the editor did not answer pen/requestApproval: {}",
+                            "the editor gave no usable answer to pen/requestApproval: {}",
                             err.message
                         )),
                     });

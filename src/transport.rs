@@ -139,13 +139,8 @@ pub async fn serve<I, O, S>(
         } else if value.get("id").is_some()
             && (value.get("result").is_some() || value.get("error").is_some())
         {
-            match serde_json::from_value::<Response>(value) {
-                Ok(response) => {
-                    if client_responses.send(response).await.is_err() {
-                        break;
-                    }
-                }
-                Err(e) => tracing::warn!("unusable response from the client: {e}"),
+            if client_responses.send(client_response(value)).await.is_err() {
+                break;
             }
         } else {
             send_error(
@@ -159,6 +154,40 @@ pub async fn serve<I, O, S>(
     drop(out_tx);
     // Answers already queued are written; requests still running are abandoned with the client.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+}
+
+/// The client's answer to one of pen's requests, as the request's waiter sees it. JSON-RPC
+/// allows `result` or `error`, never both: a response with both, or one that does not parse
+/// (an `error` that is not an error object), is passed on as an error, so that a waiter such as
+/// an approval fails closed instead of taking the `result` (tower-lsp-server would take it) or
+/// waiting for ever. An `"error": null` beside a result carries no error and is ignored.
+fn client_response(mut value: Value) -> Response {
+    let has_error = value.get("error").is_some_and(|e| !e.is_null());
+    if let Some(object) = value.as_object_mut() {
+        if has_error && object.remove("result").is_some() {
+            tracing::warn!(
+                "a client response carried both `result` and `error`; taken as an error"
+            );
+        } else if !has_error {
+            object.remove("error");
+        }
+    }
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    match serde_json::from_value::<Response>(value) {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::warn!("unusable response from the client: {e}");
+            let id = serde_json::from_value(id).unwrap_or(tower_lsp_server::jsonrpc::Id::Null);
+            Response::from_error(
+                id,
+                tower_lsp_server::jsonrpc::Error {
+                    code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
+                    message: format!("the client's response was malformed: {e}").into(),
+                    data: None,
+                },
+            )
+        }
+    }
 }
 
 fn send_error(out: &mpsc::UnboundedSender<Vec<u8>>, id: Value, code: i64, message: &str) {

@@ -340,3 +340,200 @@ fn a_wrong_content_length_costs_only_its_own_frame() {
     // And the daemon keeps serving.
     assert!(client.request("pen/getConfig", json!(null)).is_object());
 }
+
+/// A daemon whose provider is the fake (OpenAI wire format), as an editor starts it.
+fn agent_daemon(
+    fake: &super::fake_provider::FakeProvider,
+) -> (tempfile::TempDir, tempfile::TempDir, LspClient) {
+    let base = format!("{}/v1", fake.url());
+    let (data, root, mut client) = daemon(&[
+        ("PEN_PROVIDER", "openai"),
+        ("PEN_BASE_URL", &base),
+        ("PEN_MODEL", "fake-model"),
+    ]);
+    client.initialize(root.path(), &["utf-16"]);
+    (data, root, client)
+}
+
+fn tool_call(id: &str, name: &str, args: serde_json::Value) -> pen::providers::ToolCall {
+    pen::providers::ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn usage() -> pen::providers::Usage {
+    pen::providers::Usage {
+        input_tokens: 10,
+        output_tokens: 5,
+    }
+}
+
+fn finished_states(client: &LspClient) -> Vec<(String, String)> {
+    client
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "pen/event" && n["params"]["kind"] == "tool_call_finished")
+        .map(|n| {
+            (
+                n["params"]["data"]["callId"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                n["params"]["data"]["state"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every malformed answer to `pen/requestApproval` fails closed: the call does not run and is
+/// recorded as "approval no longer applies", not as a denial and not as an allow.
+#[test]
+fn a_malformed_approval_answer_is_never_an_allow() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    let fake = FakeProvider::start();
+    let (_data, root, mut client) = agent_daemon(&fake);
+    let session = client.request("pen/newSession", json!({}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Each shape is the raw JSON-RPC response pen receives (its id is filled in).
+    let shapes = [
+        json!({"result": ["allow"]}),
+        json!({"result": "allow"}),
+        json!({"result": null}),
+        json!({"result": {"decision": "allow"}, "error": {"code": -32603, "message": "no"}}),
+        json!({"result": {"decision": "allow"}, "error": "no"}),
+        json!({"result": {"decision": "yes"}}),
+        json!({"result": {"decision": ["allow"]}}),
+        json!({"result": {"decision": {"allow": null}}}),
+        json!({"result": {"decision": "allow", "reason": 5}}),
+        json!({"result": {"decision": "allow", "scope": "everything"}}),
+        json!({"result": {"decision": "Allow"}}),
+        json!({"result": {}}),
+    ];
+    for (round, shape) in shapes.iter().enumerate() {
+        let path = format!("f{round}.txt");
+        let id = format!("c{round}");
+        fake.push([
+            Reply::Stream(openai_frames(
+                &[],
+                &[tool_call(
+                    &id,
+                    "pen_create",
+                    json!({"path": path, "content": "x"}),
+                )],
+                usage(),
+            )),
+            Reply::Stream(openai_frames(&["Ok."], &[], usage())),
+        ]);
+        let prompt = client.send_request(
+            "pen/prompt",
+            json!({"sessionId": session, "text": "create it"}),
+        );
+        let request =
+            client.wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
+        let mut answer = shape.clone();
+        answer["jsonrpc"] = json!("2.0");
+        answer["id"] = request["id"].clone();
+        client.send_raw(&frame(answer.to_string().as_bytes()));
+        let outcome = client.wait_for_response(&prompt);
+        assert_eq!(
+            outcome["result"]["stopReason"], "end_turn",
+            "{shape}: {outcome}"
+        );
+        assert!(!root.path().join(&path).exists(), "{shape}: the call ran");
+        let state = finished_states(&client)
+            .into_iter()
+            .find(|(call, _)| *call == id)
+            .map(|(_, state)| state);
+        assert_eq!(state.as_deref(), Some("stale_authority"), "{shape}");
+    }
+    // A well-formed allow still runs the call.
+    fake.push([
+        Reply::Stream(openai_frames(
+            &[],
+            &[tool_call(
+                "ok",
+                "pen_create",
+                json!({"path": "ok.txt", "content": "x"}),
+            )],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&["Ok."], &[], usage())),
+    ]);
+    client.on_request(|method, _| match method {
+        "pen/requestApproval" => json!({"decision": "allow", "reason": null}),
+        _ => serde_json::Value::Null,
+    });
+    let outcome = client.request("pen/prompt", json!({"sessionId": session, "text": "go"}));
+    assert_eq!(outcome["stopReason"], "end_turn");
+    assert!(root.path().join("ok.txt").exists());
+}
+
+/// Stop while a command's background child holds its output pipe ends the turn at once; the
+/// call is recorded as stopped with an unknown outcome, keeping the output read so far.
+#[test]
+fn stop_ends_a_command_whose_background_child_holds_the_pipe() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    let fake = FakeProvider::start();
+    let (_data, root, mut client) = agent_daemon(&fake);
+    client.request("pen/setConfig", json!({"auto_approve": ["pen_command"]}));
+    let session = client.request("pen/newSession", json!({}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let marker = root.path().join("printed");
+    // The marker is made after the echo: once it exists, "started" is in the pipe.
+    let command = format!("sleep 30 & echo started; touch {}", marker.display());
+    fake.push([
+        Reply::Stream(openai_frames(
+            &[],
+            &[tool_call("cmd", "pen_command", json!({"command": command}))],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&["Stopped."], &[], usage())),
+    ]);
+    let prompt = client.send_request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "start it"}),
+    );
+    client.wait_for(|m| m["method"] == "pen/event" && m["params"]["kind"] == "tool_call_started");
+    // A bounded wait for the command's own progress, far below its 30 s sleep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        client.request("pen/stop", json!({"sessionId": session}))["stopped"],
+        true
+    );
+    let answer = client.wait_for_response(&prompt);
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert_eq!(
+        finished_states(&client),
+        [("cmd".to_string(), "unknown".to_string())]
+    );
+    let transcript = client.request(
+        "pen/getTranscript",
+        json!({"sessionId": session, "limit": 500}),
+    );
+    let result = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "tool_result")
+        .cloned()
+        .unwrap();
+    let content = result["payload"]["content"].as_str().unwrap();
+    assert!(content.contains("outcome unknown"), "{content}");
+    assert!(content.contains("started"), "{content}");
+}
