@@ -85,6 +85,9 @@ pub struct NewSessionParams {
 pub struct ListSessionsParams {
     pub cursor: Option<String>,
     pub limit: Option<usize>,
+    /// List sessions with no work in them too (entries but no assistant message: a first
+    /// prompt whose provider failed). Default false.
+    pub include_empty: Option<bool>,
 }
 
 /// `pen/getTranscript` params.
