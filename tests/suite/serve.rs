@@ -537,3 +537,186 @@ fn stop_ends_a_command_whose_background_child_holds_the_pipe() {
     assert!(content.contains("outcome unknown"), "{content}");
     assert!(content.contains("started"), "{content}");
 }
+
+/// Gathers every session through `pen/listSessions` pages of `limit`, checking each page's
+/// size against the page bound.
+fn list_every_session(
+    client: &mut LspClient,
+    limit: usize,
+    include_empty: bool,
+) -> Vec<serde_json::Value> {
+    let mut sessions = Vec::new();
+    let mut cursor = serde_json::Value::Null;
+    loop {
+        let response = client.request_raw(
+            "pen/listSessions",
+            json!({"cursor": cursor, "limit": limit, "includeEmpty": include_empty}),
+        );
+        let bytes = response.to_string().len();
+        assert!(
+            bytes <= pen::limits::MAX_SESSION_PAGE_BYTES + 4096,
+            "a {bytes}-byte page"
+        );
+        let page = &response["result"];
+        sessions.extend(page["sessions"].as_array().unwrap().iter().cloned());
+        match page.get("nextCursor") {
+            Some(next) => cursor = next.clone(),
+            None => return sessions,
+        }
+    }
+}
+
+/// 12 sessions with 5 MB titles (as a database written before titles were bounded holds them)
+/// and 1 MB titles sent to `pen/newSession`: every title is listed cut on a character boundary,
+/// and no page passes its byte bound.
+#[test]
+fn session_titles_and_listing_pages_are_bounded() {
+    let (data, root, mut client) = daemon(&[]);
+    client.initialize(root.path(), &["utf-16"]);
+    let long = "é".repeat(512 * 1024);
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        let created = client.request("pen/newSession", json!({"title": long}));
+        let title = created["title"].as_str().unwrap();
+        assert!(title.len() <= pen::limits::MAX_SESSION_TITLE_BYTES);
+        assert!(title.len() >= pen::limits::MAX_SESSION_TITLE_BYTES - 1);
+        assert!(title.chars().all(|c| c == 'é'));
+        ids.push(created["sessionId"].as_str().unwrap().to_string());
+    }
+    let db = rusqlite::Connection::open(data.path().join("sessions.sqlite3")).unwrap();
+    let old = format!("x{}", "é".repeat(5 * 512 * 1024));
+    for id in &ids {
+        db.execute(
+            "UPDATE sessions SET title = ?1 WHERE id = ?2",
+            rusqlite::params![old, id],
+        )
+        .unwrap();
+    }
+    let listed = list_every_session(&mut client, 200, false);
+    assert_eq!(listed.len(), 12);
+    for session in &listed {
+        let title = session["title"].as_str().unwrap();
+        assert!(
+            title.len() <= pen::limits::MAX_SESSION_TITLE_BYTES,
+            "{}",
+            title.len()
+        );
+        assert!(title.starts_with("xé"), "{title}");
+    }
+
+    // Titles of control characters escape to six bytes each: the page ends early instead of
+    // passing its bound, and paging still lists every session exactly once.
+    let wide = "\u{1}".repeat(pen::limits::MAX_SESSION_TITLE_BYTES);
+    for _ in 0..188 {
+        client.request("pen/newSession", json!({"title": wide}));
+    }
+    let first = client.request("pen/listSessions", json!({"limit": 200}));
+    let shown = first["sessions"].as_array().unwrap().len();
+    assert!(shown < 200 && first.get("nextCursor").is_some(), "{shown}");
+    let mut listed: Vec<String> = list_every_session(&mut client, 200, false)
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    listed.dedup();
+    assert_eq!(listed.len(), 200);
+}
+
+/// A first prompt whose provider refuses the connection leaves a session with only the
+/// prompt and an error: it is not listed as work (`pen/listSessions`, `pen sessions`) unless
+/// asked for, and resuming it by id still works — after which it is listed.
+#[test]
+fn a_session_whose_first_request_failed_is_not_listed_as_work() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = format!("http://127.0.0.1:{port}/v1");
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let mut client = LspClient::spawn(
+        data.path(),
+        root.path(),
+        &[
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", &refused),
+            ("PEN_MODEL", "fake-model"),
+            ("PEN_MAX_ATTEMPTS", "1"),
+        ],
+    );
+    client.initialize(root.path(), &["utf-16"]);
+    let fresh = client.request("pen/newSession", json!({"title": "fresh"}))["sessionId"].clone();
+    let failed = client.request("pen/newSession", json!({"title": "failed"}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let outcome = client.request("pen/prompt", json!({"sessionId": failed, "text": "hello"}));
+    assert_eq!(outcome["stopReason"], "error", "{outcome}");
+    let ids = |sessions: Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+        sessions.iter().map(|s| s["sessionId"].clone()).collect()
+    };
+    assert_eq!(
+        ids(list_every_session(&mut client, 50, false)),
+        [fresh.clone()]
+    );
+    assert_eq!(
+        ids(list_every_session(&mut client, 50, true)),
+        [json!(failed), fresh.clone()]
+    );
+    // `pen run` against the refused provider leaves one more such session.
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args([
+            "run",
+            "hi",
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            &refused,
+        ])
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env("PEN_MAX_ATTEMPTS", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let cli_sessions = |args: &[&str]| -> usize {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+            .args(args)
+            .env("PEN_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).lines().count()
+    };
+    assert_eq!(cli_sessions(&["sessions"]), 1);
+    assert_eq!(cli_sessions(&["sessions", "--all"]), 3);
+    drop(client);
+
+    // Resumed by id with a working provider, the session has work in it and is listed.
+    let fake = FakeProvider::start();
+    fake.push([Reply::Stream(openai_frames(&["Hello."], &[], usage()))]);
+    let base = format!("{}/v1", fake.url());
+    let mut client = LspClient::spawn(
+        data.path(),
+        root.path(),
+        &[
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", &base),
+            ("PEN_MODEL", "fake-model"),
+        ],
+    );
+    client.initialize(root.path(), &["utf-16"]);
+    let outcome = client.request("pen/prompt", json!({"sessionId": failed, "text": "again"}));
+    assert_eq!(outcome["stopReason"], "end_turn", "{outcome}");
+    assert_eq!(
+        ids(list_every_session(&mut client, 50, false)),
+        [json!(failed), fresh]
+    );
+}
