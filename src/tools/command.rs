@@ -31,7 +31,9 @@ pub fn spec() -> ToolSpec {
         description: "Run one shell command (sh -c) in the workspace and return its exit code and output. \
             Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
             and `truncated` says so. The command is killed with everything it started when it passes \
-            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Prefer the file \
+            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Its output is read \
+            until every process holding it has exited, so start a background process with its output \
+            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
             tools to read, search and edit; use this to build, test and run programs.",
         input_schema: json!({
             "type": "object",
