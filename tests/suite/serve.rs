@@ -660,7 +660,7 @@ fn a_session_whose_first_request_failed_is_not_listed_as_work() {
     };
     assert_eq!(
         ids(list_every_session(&mut client, 50, false)),
-        [fresh.clone()]
+        std::slice::from_ref(&fresh)
     );
     assert_eq!(
         ids(list_every_session(&mut client, 50, true)),
