@@ -33,7 +33,11 @@ pub enum Command {
     /// stdout. Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C).
     Run(RunCommand),
     /// List sessions, newest first, one JSON object a line (as pen/listSessions shows them).
-    Sessions,
+    Sessions {
+        /// Also list sessions with no work in them (a first prompt whose provider failed).
+        #[arg(long)]
+        all: bool,
+    },
     /// Export a session's transcript, one JSON entry a line (as pen/getTranscript shows them).
     Transcript {
         /// The session id (from `pen sessions`).
@@ -449,12 +453,13 @@ impl crate::agent::Approver for TerminalApprover {
 /// How many rows the export commands fetch per store call.
 const EXPORT_PAGE: usize = 200;
 
-/// `pen sessions`: every session, newest first, as JSON lines.
-pub fn run_sessions() -> ExitCode {
+/// `pen sessions`: every session with work in it (every one with `--all`), newest first, as
+/// JSON lines.
+pub fn run_sessions(all: bool) -> ExitCode {
     export(|store, out| {
         let mut cursor: Option<String> = None;
         loop {
-            let page = store.list_sessions(cursor.as_deref(), EXPORT_PAGE)?;
+            let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE, all)?;
             for info in page.sessions {
                 writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
             }

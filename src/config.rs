@@ -7,8 +7,10 @@
 //! at run time it is refused.
 
 use crate::limits::{
-    BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_ATTEMPTS,
-    MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REQUEST_TIMEOUT_SECS,
+    BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
+    MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
+    MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
+    REQUEST_TIMEOUT_SECS,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -30,6 +32,8 @@ pub enum ConfigError {
         got: String,
         allowed: String,
     },
+    #[error("config key `{key}` is {len} bytes long; its limit is {max} bytes")]
+    TooLong { key: String, len: usize, max: usize },
     #[error(transparent)]
     OutOfRange(#[from] LimitError),
     #[error("cannot read {path}: {reason}")]
@@ -103,11 +107,17 @@ fn integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError
     Ok(bounds.check(number)?)
 }
 
-/// A text key; `null` or `""` unsets it.
-fn text(key: &str, value: &Value) -> Result<Option<String>, ConfigError> {
+/// A text key of at most `max` bytes (after trimming); `null` or `""` unsets it. Every string a
+/// config holds is bounded: it is sent on every provider request and shown by `pen/getConfig`.
+fn text(key: &str, value: &Value, max: usize) -> Result<Option<String>, ConfigError> {
     match value {
         Value::Null => Ok(None),
         Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) if s.trim().len() > max => Err(ConfigError::TooLong {
+            key: key.to_string(),
+            len: s.trim().len(),
+            max,
+        }),
         Value::String(s) => Ok(Some(s.trim().to_string())),
         other => Err(wrong_type(key, "a string", other)),
     }
@@ -117,7 +127,18 @@ fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
     ConfigError::WrongType {
         key: key.to_string(),
         expected,
-        got: got.to_string(),
+        got: shown_value(&got.to_string()),
+    }
+}
+
+/// A refused value as an error shows it: cut to [`MAX_CONFIG_SHOWN_VALUE_BYTES`], so that a
+/// 10 MB value does not make a 10 MB error (or warning line).
+fn shown_value(text: &str) -> String {
+    let end = crate::tools::floor_char_boundary(text, MAX_CONFIG_SHOWN_VALUE_BYTES);
+    if end < text.len() {
+        format!("{}… ({} bytes)", &text[..end], text.len())
+    } else {
+        text.to_string()
     }
 }
 
@@ -129,7 +150,7 @@ fn one_of(
     match value {
         Some(v) if !allowed.contains(&v.as_str()) => Err(ConfigError::NotOneOf {
             key: key.to_string(),
-            got: v,
+            got: shown_value(&v),
             allowed: allowed.join(", "),
         }),
         other => Ok(other),
@@ -160,24 +181,30 @@ impl Config {
             "max_turn_requests" => {
                 self.max_turn_requests = integer(key, value, &MAX_TURN_REQUESTS)?
             }
-            "provider" => self.provider = one_of(key, text(key, value)?, PROVIDERS)?,
-            "model" => self.model = text(key, value)?,
-            "base_url" => self.base_url = text(key, value)?,
-            "api_key_env" => self.api_key_env = text(key, value)?,
+            // A choice is bounded by its list of values; a refused one is shown cut.
+            "provider" => self.provider = one_of(key, text(key, value, usize::MAX)?, PROVIDERS)?,
+            "model" => self.model = text(key, value, MAX_MODEL_BYTES)?,
+            "base_url" => self.base_url = text(key, value, MAX_BASE_URL_BYTES)?,
+            "api_key_env" => self.api_key_env = text(key, value, MAX_API_KEY_ENV_BYTES)?,
             "auto_approve" => {
                 let items = value
                     .as_array()
                     .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
-                let mut tools = Vec::with_capacity(items.len());
+                let mut tools: Vec<String> = Vec::new();
                 for item in items {
-                    let name = one_of(key, text(key, item)?, APPROVABLE_TOOLS)?;
-                    tools.extend(name);
+                    let name = one_of(key, text(key, item, usize::MAX)?, APPROVABLE_TOOLS)?;
+                    // Each tool once, so the list is never longer than APPROVABLE_TOOLS.
+                    if let Some(name) = name
+                        && !tools.contains(&name)
+                    {
+                        tools.push(name);
+                    }
                 }
                 self.auto_approve = tools;
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
-                    key: key.to_string(),
+                    key: shown_value(key),
                     known: KEYS.join(", "),
                 });
             }
@@ -206,7 +233,8 @@ impl Config {
         for (key, value) in values {
             if let Err(err) = self.set(key, value) {
                 warnings.push(format!(
-                    "{source}: {err}; keeping {key} = {}",
+                    "{source}: {err}; keeping {} = {}",
+                    shown_value(key),
                     self.get(key)
                 ));
             }
@@ -309,18 +337,42 @@ pub fn config_file() -> Option<PathBuf> {
         .or_else(default_config_file)
 }
 
-/// Reads a TOML config file into JSON values; a missing file is `None`.
+/// Reads a TOML config file into JSON values; a missing file is `None`. Only a regular file
+/// of at most [`MAX_CONFIG_FILE_BYTES`] is read: `/dev/zero`, a FIFO or a directory is refused
+/// at once instead of hanging or filling memory (the file is opened without blocking, so a FIFO
+/// with no writer cannot stall the open either).
 fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(ConfigError::File {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            });
-        }
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |reason: String| ConfigError::File {
+        path: path.to_path_buf(),
+        reason,
     };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(refuse(e.to_string())),
+    };
+    let metadata = file.metadata().map_err(|e| refuse(e.to_string()))?;
+    if !metadata.is_file() {
+        return Err(refuse(
+            "it is not a regular file; point PEN_CONFIG at a TOML file".to_string(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(e.to_string()))?;
+    if bytes.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(refuse(format!(
+            "it is larger than the {MAX_CONFIG_FILE_BYTES}-byte limit for a config file"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| refuse(format!("it is not UTF-8: {e}")))?;
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::File {
@@ -449,5 +501,77 @@ mod tests {
         let (config, warnings) = Config::load(Some(&dir.path().join("missing.toml")), Vec::new());
         assert_eq!(config, Config::default());
         assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn every_string_value_is_bounded_and_the_error_names_the_key() {
+        let mut config = Config::default();
+        let huge = "m".repeat(10 * 1024 * 1024);
+        for (key, max) in [
+            ("model", MAX_MODEL_BYTES),
+            ("base_url", MAX_BASE_URL_BYTES),
+            ("api_key_env", MAX_API_KEY_ENV_BYTES),
+        ] {
+            config.set(key, &json!("x".repeat(max))).unwrap();
+            let err = config.set(key, &json!("x".repeat(max + 1))).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "config key `{key}` is {} bytes long; its limit is {max} bytes",
+                    max + 1
+                )
+            );
+            let err = config.set(key, &json!(huge)).unwrap_err();
+            assert!(err.to_string().contains(&format!("`{key}`")), "{err}");
+            assert_eq!(config.get(key), json!("x".repeat(max)));
+        }
+        // A choice and a list are bounded by their values; a refused huge one is shown cut.
+        for (key, value) in [
+            ("provider", json!(huge)),
+            ("auto_approve", json!([huge])),
+            ("max_turn_requests", json!(huge)),
+        ] {
+            let err = config.set(key, &value).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{err}");
+            assert!(err.len() < 400, "{} bytes", err.len());
+        }
+        let err = config.set(&huge, &json!(1)).unwrap_err().to_string();
+        assert!(err.len() < 1_000, "{} bytes", err.len());
+        let many: Vec<&str> = std::iter::repeat_n("pen_edit", 100_000).collect();
+        config.set("auto_approve", &json!(many)).unwrap();
+        assert_eq!(config.auto_approve, ["pen_edit"]);
+    }
+
+    #[test]
+    fn config_files_are_read_with_a_size_bound_and_only_when_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        std::fs::write(
+            &big,
+            format!(
+                "model = \"{}\"\n",
+                "m".repeat(MAX_CONFIG_FILE_BYTES as usize)
+            ),
+        )
+        .unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        for (path, wanted) in [
+            (Path::new("/dev/zero"), "not a regular file"),
+            (fifo.as_path(), "not a regular file"),
+            (dir.path(), "not a regular file"),
+            (big.as_path(), "larger than the 1048576-byte limit"),
+        ] {
+            let (config, warnings) = Config::load(Some(path), Vec::new());
+            assert_eq!(config, Config::default(), "{path:?}");
+            assert_eq!(warnings.len(), 1, "{path:?}: {warnings:?}");
+            assert!(warnings[0].contains(wanted), "{path:?}: {warnings:?}");
+            assert!(
+                warnings[0].contains(&path.display().to_string()),
+                "{warnings:?}"
+            );
+        }
     }
 }

@@ -297,6 +297,43 @@ pub const EXCERPT_RESULT_BYTES: usize = 500;
 pub const TOKEN_RATIO_MIN: f64 = 0.5;
 pub const TOKEN_RATIO_MAX: f64 = 4.0;
 
+// Bounds on commands, the protocol, listings and configuration (issue 11, items 7, 10, 11).
+
+/// How long pen_command keeps reading a killed command's pipes for output already written:
+/// 500 ms. A process that escaped the process group can hold a pipe open for ever, so the
+/// readers take what arrives in this time and stop.
+pub const COMMAND_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long the body of a `pen serve` message may stall, while what has come of it is a whole
+/// JSON value, before that is taken as the whole message: 1 s. Only a `Content-Length` too
+/// long for its body makes pen wait for bytes after a complete value.
+pub const FRAME_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest session title, 200 bytes: longer ones (from `pen/newSession`, a prompt, or a
+/// database written before this bound) are cut on a character boundary.
+pub const MAX_SESSION_TITLE_BYTES: usize = 200;
+
+/// The ids and titles in one `pen/listSessions` page, 64 KiB (as JSON counts them): the page ends
+/// before the session that would pass it. 200 sessions with the longest titles come to less
+/// than twice that, so only titles of control characters make a page shorter than its limit.
+pub const MAX_SESSION_PAGE_BYTES: usize = 64 * 1024;
+
+/// The `model` config key's longest value, 256 bytes: model ids are tens of bytes (a Bedrock
+/// inference-profile ARN about 100), and the value is sent on every provider request.
+pub const MAX_MODEL_BYTES: usize = 256;
+
+/// The `base_url` config key's longest value, 2,048 bytes, the URL length every HTTP stack takes.
+pub const MAX_BASE_URL_BYTES: usize = 2_048;
+
+/// The `api_key_env` config key's longest value, 256 bytes: it names an environment variable.
+pub const MAX_API_KEY_ENV_BYTES: usize = 256;
+
+/// The largest config file read, 1 MiB; a config is a few hundred bytes.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// How much of a refused config value an error message shows: 100 bytes.
+pub const MAX_CONFIG_SHOWN_VALUE_BYTES: usize = 100;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         Command::Tool(command) => run_tool(command),
         Command::Serve => run_serve(),
         Command::Run(command) => run_turn(command),
-        Command::Sessions => run_sessions(),
+        Command::Sessions { all } => run_sessions(all),
         Command::Transcript { session_id } => run_transcript(&session_id),
     }
 }

@@ -85,6 +85,9 @@ pub struct NewSessionParams {
 pub struct ListSessionsParams {
     pub cursor: Option<String>,
     pub limit: Option<usize>,
+    /// List sessions with no work in them too (entries but no assistant message: a first
+    /// prompt whose provider failed). Default false.
+    pub include_empty: Option<bool>,
 }
 
 /// `pen/getTranscript` params.
@@ -224,13 +227,54 @@ impl tower_lsp_server::ls_types::notification::Notification for PenEvent {
 /// The `pen/requestApproval` request (pen → client).
 pub enum RequestApproval {}
 
-/// The client's answer to `pen/requestApproval`.
+/// The client's answer to `pen/requestApproval`: an object with a known `decision` and at most
+/// a string `reason`, nothing else. Anything else fails to parse, and a failed answer is never
+/// an allow (fail closed): an array (`["allow"]`, which serde would take field by field), a
+/// string, `null`, an unknown decision or field, a `reason` that is not a string.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(
+    rename_all = "camelCase",
+    try_from = "serde_json::Map<String, serde_json::Value>"
+)]
 pub struct ApprovalResponse {
     pub decision: crate::agent::Decision,
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// The fields of an approval answer, checked once its JSON is known to be an object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalFields {
+    /// A string: serde would also read an enum from `{"allow": null}`.
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl TryFrom<serde_json::Map<String, serde_json::Value>> for ApprovalResponse {
+    type Error = serde_json::Error;
+
+    fn try_from(
+        object: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ApprovalResponse, serde_json::Error> {
+        use serde::de::Error as _;
+        let fields: ApprovalFields = serde_json::from_value(serde_json::Value::Object(object))?;
+        let decision = match fields.decision.as_str() {
+            "allow" => crate::agent::Decision::Allow,
+            "allow_for_session" => crate::agent::Decision::AllowForSession,
+            "deny" => crate::agent::Decision::Deny,
+            other => {
+                return Err(serde_json::Error::custom(format!(
+                    "unknown decision `{other}`; expected allow, allow_for_session or deny"
+                )));
+            }
+        };
+        Ok(ApprovalResponse {
+            decision,
+            reason: fields.reason,
+        })
+    }
 }
 
 impl tower_lsp_server::ls_types::request::Request for RequestApproval {

@@ -245,9 +245,10 @@ impl Backend {
     async fn list_sessions(&self, params: Option<Value>) -> jsonrpc::Result<ListSessionsResponse> {
         let params = optional_params::<ListSessionsParams>(params)?;
         let limit = params.limit.unwrap_or(DEFAULT_SESSION_PAGE);
+        let include_empty = params.include_empty.unwrap_or(false);
         self.with_sessions(move |store| {
             store
-                .list_sessions(params.cursor.as_deref(), limit)
+                .list_sessions_with(params.cursor.as_deref(), limit, include_empty)
                 .map(ListSessionsResponse::from)
         })
         .await
@@ -495,8 +496,9 @@ async fn forward_events(
                 tokio::spawn(async move {
                     let _ = answer.send(match sent.await {
                         Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
+                        // A malformed answer is no answer: never an allow (fail closed).
                         Err(err) => Err(format!(
-                            "the editor did not answer pen/requestApproval: {}",
+                            "the editor gave no usable answer to pen/requestApproval: {}",
                             err.message
                         )),
                     });

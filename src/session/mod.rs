@@ -52,8 +52,8 @@ use thiserror::Error;
 use uuid::Uuid;
 
 use crate::limits::{
-    MAX_SESSION_PAGE, MAX_TRANSCRIPT_PAGE_BYTES, MAX_TRANSCRIPT_PAGE_ENTRIES, SESSION_LEASE_EXPIRY,
-    SQLITE_BUSY_BACKOFF, SQLITE_BUSY_RETRIES,
+    MAX_SESSION_PAGE, MAX_SESSION_PAGE_BYTES, MAX_SESSION_TITLE_BYTES, MAX_TRANSCRIPT_PAGE_BYTES,
+    MAX_TRANSCRIPT_PAGE_ENTRIES, SESSION_LEASE_EXPIRY, SQLITE_BUSY_BACKOFF, SQLITE_BUSY_RETRIES,
 };
 
 /// The environment variable that overrides the data directory.
@@ -381,8 +381,10 @@ impl SessionStore {
 
     /// Creates an empty session with a new id: `s_` and a UUIDv7 in hex, so ids are URL-safe
     /// and sort by creation time.
+    /// A title longer than [`MAX_SESSION_TITLE_BYTES`] is cut to it on a character boundary.
     pub fn new_session(&self, title: Option<&str>) -> Result<SessionInfo, SessionError> {
         let id = format!("{SESSION_ID_PREFIX}{}", Uuid::now_v7().simple());
+        let title = title.map(bounded_title);
         self.transaction(TransactionBehavior::Immediate, "creating a session", |tx| {
             let now = (self.now_ms)();
             let tick = next_tick(tx)?;
@@ -416,7 +418,9 @@ impl SessionStore {
     }
 
     /// Sessions, most recently updated first (ties by id, descending), at most `limit` of them
-    /// (lowered to [`MAX_SESSION_PAGE`]; 0 counts as 1).
+    /// (lowered to [`MAX_SESSION_PAGE`]; 0 counts as 1) and, beyond the first, at most
+    /// [`MAX_SESSION_PAGE_BYTES`] of ids and titles. Every session is listed, empty ones too;
+    /// see [`SessionStore::list_sessions_with`].
     ///
     /// A listing is a snapshot taken by its first page: the cursor carries it, so later pages
     /// show sessions as they were then. Sessions created meanwhile are left out, and one
@@ -428,6 +432,19 @@ impl SessionStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<SessionPage, SessionError> {
+        self.list_sessions_with(cursor, limit, true)
+    }
+
+    /// [`SessionStore::list_sessions`], leaving out the sessions with no work in them unless
+    /// `include_empty`: those with entries but no assistant message, which is what a turn whose
+    /// provider failed at once (connection refused, no key) leaves behind. They stay in the
+    /// store and can be resumed by id. A session with no entry at all (just created) is listed.
+    pub fn list_sessions_with(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+        include_empty: bool,
+    ) -> Result<SessionPage, SessionError> {
         let after = cursor.map(SessionCursor::parse).transpose()?;
         let limit = limit.clamp(1, MAX_SESSION_PAGE);
         self.transaction(TransactionBehavior::Deferred, "listing sessions", |tx| {
@@ -438,7 +455,7 @@ impl SessionStore {
             let mut sessions = tx
                 .prepare_cached(
                     "WITH snapshot AS (
-                         SELECT s.id, s.title, s.created_at,
+                         SELECT s.id, substr(s.title, 1, ?6) AS title, s.created_at,
                                 COALESCE(newest.created_at, s.created_at) AS updated_at,
                                 COALESCE(newest.seq, 0) AS entry_count
                          FROM sessions AS s
@@ -448,6 +465,10 @@ impl SessionStore {
                                             WHERE e.session_id = s.id AND e.tick <= ?1
                                             ORDER BY e.seq DESC LIMIT 1)
                          WHERE s.created_tick <= ?1
+                           AND (?5 OR newest.seq IS NULL
+                                OR EXISTS (SELECT 1 FROM entries AS a
+                                           WHERE a.session_id = s.id AND a.tick <= ?1
+                                             AND a.kind = 'assistant_message'))
                      )
                      SELECT id, title, created_at, updated_at, entry_count FROM snapshot
                      WHERE ?2 IS NULL OR (updated_at, id) < (?2, ?3)
@@ -460,13 +481,25 @@ impl SessionStore {
                         after.as_ref().map(|cursor| cursor.updated_at),
                         after.as_ref().map(|cursor| cursor.id.as_str()),
                         limit + 1,
+                        include_empty,
+                        // Characters, at most four bytes each: `session_info` cuts to bytes.
+                        MAX_SESSION_TITLE_BYTES,
                     ],
                     session_info,
                 )?
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut page_bytes = 0;
+            let fits = sessions
+                .iter()
+                .position(|info| {
+                    page_bytes += summary_bytes(info);
+                    page_bytes > MAX_SESSION_PAGE_BYTES
+                })
+                .unwrap_or(sessions.len())
+                .max(1);
             let mut next_cursor = None;
-            if sessions.len() > limit {
-                sessions.truncate(limit);
+            if sessions.len() > limit.min(fits) {
+                sessions.truncate(limit.min(fits));
                 next_cursor = sessions.last().map(|last| {
                     SessionCursor {
                         tick,
@@ -770,10 +803,35 @@ impl SessionCursor {
 }
 
 /// Maps `id, title, created_at, updated_at, entry_count` to a summary.
+/// A title cut to [`MAX_SESSION_TITLE_BYTES`] on a character boundary.
+fn bounded_title(title: &str) -> &str {
+    &title[..crate::tools::floor_char_boundary(title, MAX_SESSION_TITLE_BYTES)]
+}
+
+/// What a session's summary adds to a listing page, counted as JSON would write its id and
+/// title (a control character, quote or backslash takes up to six bytes), plus its numbers.
+fn summary_bytes(info: &SessionInfo) -> usize {
+    /// The field names, timestamps and count around the id and title.
+    const FIXED: usize = 128;
+    let title = info.title.as_deref().unwrap_or_default();
+    let escaped: usize = title
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' => 2,
+            c if c < ' ' => 6,
+            c => c.len_utf8(),
+        })
+        .sum();
+    FIXED + info.id.len() + escaped
+}
+
+/// Maps `id, title, created_at, updated_at, entry_count`; titles written before they were
+/// bounded are cut as new ones are.
 fn session_info(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    let title: Option<String> = row.get(1)?;
     Ok(SessionInfo {
         id: row.get(0)?,
-        title: row.get(1)?,
+        title: title.map(|title| bounded_title(&title).to_owned()),
         created_at: row.get(2)?,
         updated_at: row.get(3)?,
         entry_count: row.get(4)?,

@@ -6,6 +6,7 @@
 
 use super::budget::{self, escaped_len, fitting_prefix};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use crate::limits::COMMAND_DRAIN_TIMEOUT;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -30,7 +31,9 @@ pub fn spec() -> ToolSpec {
         description: "Run one shell command (sh -c) in the workspace and return its exit code and output. \
             Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
             and `truncated` says so. The command is killed with everything it started when it passes \
-            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Prefer the file \
+            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Its output is read \
+            until every process holding it has exited, so start a background process with its output \
+            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
             tools to read, search and edit; use this to build, test and run programs.",
         input_schema: json!({
             "type": "object",
@@ -46,9 +49,13 @@ pub fn spec() -> ToolSpec {
 }
 
 /// How a command ended.
-enum Ending {
-    Exited(std::process::ExitStatus),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// `sh` exited and every process holding its output had closed it.
+    Exited,
+    /// `timeout_secs` passed first; the group was killed.
     TimedOut,
+    /// The owner stopped the turn; the group was killed.
     Stopped,
 }
 
@@ -103,40 +110,73 @@ pub async fn run(
         .spawn()
         .map_err(|e| ToolError::new(ErrorCode::Io, format!("cannot start sh: {e}")))?;
     let pid = child.id();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let out_task = tokio::spawn(capture(stdout, stream_budget));
-    let err_task = tokio::spawn(capture(stderr, stream_budget));
+    // Tells the readers to stop waiting for the end of their pipe: a process outside the group
+    // (or one that survived the kill) may hold it open for ever.
+    let stop_reading = CancellationToken::new();
+    let out_task = tokio::spawn(capture(
+        child.stdout.take(),
+        stream_budget,
+        stop_reading.clone(),
+    ));
+    let err_task = tokio::spawn(capture(
+        child.stderr.take(),
+        stream_budget,
+        stop_reading.clone(),
+    ));
 
+    // The command is over when `sh` has exited *and* both pipes are closed: a background child
+    // (`sleep 15 & echo started`) keeps the pipes open after `sh` is gone, and the timeout and
+    // Stop must cut that wait short too.
+    let finished = async { tokio::join!(child.wait(), out_task, err_task) };
+    tokio::pin!(finished);
     let ending = tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => Ending::Exited(status),
-            Err(e) => return Err(ToolError::new(ErrorCode::Io, format!("waiting for the command failed: {e}"))),
-        },
-        _ = tokio::time::sleep(timeout) => Ending::TimedOut,
-        _ = cancel.cancelled() => Ending::Stopped,
+        done = &mut finished => Some(done),
+        _ = tokio::time::sleep(timeout) => None,
+        _ = cancel.cancelled() => None,
     };
-    if !matches!(ending, Ending::Exited(_)) {
-        kill_group(pid);
-        let _ = child.wait().await;
-    }
-    let (stdout, stdout_bytes) = out_task.await.unwrap_or_default();
-    let (stderr, stderr_bytes) = err_task.await.unwrap_or_default();
-    if matches!(ending, Ending::Stopped) {
+    let outcome = match &ending {
+        Some(_) => Outcome::Exited,
+        None if cancel.is_cancelled() => Outcome::Stopped,
+        None => Outcome::TimedOut,
+    };
+    let (status, stdout, stderr) = match ending {
+        Some(done) => done,
+        None => {
+            kill_group(pid);
+            stop_reading.cancel();
+            // The group is dead and the readers drain what is buffered within a bounded time,
+            // so this ends promptly even when an escaped process still holds a pipe.
+            finished.await
+        }
+    };
+    let (stdout, stdout_bytes) = stdout.unwrap_or_default();
+    let (stderr, stderr_bytes) = stderr.unwrap_or_default();
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            return Err(ToolError::new(
+                ErrorCode::Io,
+                format!("waiting for the command failed: {e}"),
+            ));
+        }
+    };
+    if outcome == Outcome::Stopped {
         return Err(ToolError::new(
             ErrorCode::Stopped,
             format!(
-                "the command was killed by Stop: outcome unknown — inspect the state before retrying. \
-                 Output before it was killed:\n{stdout}{stderr}"
+                "the command was killed by Stop with everything it started: outcome unknown — inspect \
+                 the state before retrying. Output before it was killed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
             ),
         ));
     }
-    let (exit_code, signal) = match &ending {
-        Ending::Exited(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            (status.code(), status.signal())
+    // A timed-out command reports how `sh` itself ended only if it had exited on its own
+    // before the kill (its background children kept the pipes open).
+    let (exit_code, signal) = {
+        use std::os::unix::process::ExitStatusExt;
+        match (outcome, status.signal()) {
+            (Outcome::TimedOut, Some(libc::SIGKILL)) => (None, None),
+            _ => (status.code(), status.signal()),
         }
-        _ => (None, None),
     };
     let truncated = stdout_bytes > stdout.len() as u64 || stderr_bytes > stderr.len() as u64;
     Ok(json!({
@@ -144,7 +184,7 @@ pub async fn run(
         "cwd": dir.display,
         "exit_code": exit_code,
         "signal": signal,
-        "timed_out": matches!(ending, Ending::TimedOut),
+        "timed_out": outcome == Outcome::TimedOut,
         "stdout": stdout,
         "stderr": stderr,
         "stdout_bytes": stdout_bytes,
@@ -199,8 +239,13 @@ fn kill_group(pid: Option<u32>) {
 }
 
 /// Reads a stream to its end, keeping its head and tail within `budget` escaped bytes (as
-/// lossy UTF-8), and counting every byte.
-async fn capture<R: AsyncRead + Unpin>(stream: Option<R>, budget: usize) -> (String, u64) {
+/// lossy UTF-8), and counting every byte. Once `stop` fires it reads only what arrives within
+/// [`COMMAND_DRAIN_TIMEOUT`], so it always returns soon after the command is killed.
+async fn capture<R: AsyncRead + Unpin>(
+    stream: Option<R>,
+    budget: usize,
+    stop: CancellationToken,
+) -> (String, u64) {
     let Some(mut stream) = stream else {
         return (String::new(), 0);
     };
@@ -210,8 +255,25 @@ async fn capture<R: AsyncRead + Unpin>(stream: Option<R>, budget: usize) -> (Str
     let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
     let mut total = 0u64;
     let mut buf = [0u8; 8192];
+    let mut drain_deadline = None;
     loop {
-        let n = match stream.read(&mut buf).await {
+        // `read` is cancel-safe: a read abandoned for the stop signal loses no bytes.
+        let read = match drain_deadline {
+            None => tokio::select! {
+                read = stream.read(&mut buf) => read,
+                _ = stop.cancelled() => {
+                    drain_deadline = Some(tokio::time::Instant::now() + COMMAND_DRAIN_TIMEOUT);
+                    continue;
+                }
+            },
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => break,
+                }
+            }
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -371,5 +433,68 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    /// `sh` exits at once but its background child keeps both pipes open: the timeout must
+    /// still end the command, kill the child and keep what was printed.
+    #[tokio::test]
+    async fn a_timeout_ends_a_command_whose_background_child_holds_the_pipes() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = run_in(
+            dir.path(),
+            json!({"command": "sleep 30 & echo started", "timeout_secs": 1}),
+            &CancellationToken::new(),
+            65_536,
+        )
+        .await
+        .unwrap();
+        assert_eq!(result["timed_out"], true, "{result}");
+        assert_eq!(result["stdout"], "started\n", "{result}");
+        // `sh` itself had exited on its own, and says so.
+        assert_eq!(result["exit_code"], 0, "{result}");
+    }
+
+    /// The same with Stop: the wait on the pipes ends, the error says the outcome is unknown
+    /// and carries the output read so far.
+    #[tokio::test]
+    async fn stop_ends_a_command_whose_background_child_holds_the_pipes() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("printed");
+        let cancel = CancellationToken::new();
+        let stopper = cancel.clone();
+        let watched = marker.clone();
+        // The marker is made after the echo, so the output is in the pipe when Stop comes.
+        let command = format!("sleep 30 & echo started; touch {}", marker.display());
+        let stop = async move {
+            while !watched.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            stopper.cancel();
+        };
+        let (result, ()) = tokio::join!(
+            run_in(dir.path(), json!({"command": command}), &cancel, 65_536),
+            stop
+        );
+        let err = result.unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stopped);
+        assert!(err.message.contains("outcome unknown"), "{}", err.message);
+        assert!(err.message.contains("started"), "{}", err.message);
+    }
+
+    /// A process that left the group (`setsid`) survives the kill and holds the pipe: the
+    /// readers stop after the bounded drain instead of waiting for it.
+    #[tokio::test]
+    async fn a_process_that_escaped_the_group_does_not_hold_the_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let result = run_in(
+            dir.path(),
+            json!({"command": "setsid sleep 5 & echo started; wait", "timeout_secs": 1}),
+            &CancellationToken::new(),
+            65_536,
+        )
+        .await
+        .unwrap();
+        assert_eq!(result["timed_out"], true, "{result}");
+        assert_eq!(result["stdout"], "started\n", "{result}");
     }
 }

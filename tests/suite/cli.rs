@@ -412,3 +412,68 @@ fn pen_tool_is_pretty_on_a_terminal() {
     let shown = String::from_utf8_lossy(&shown).replace("\r\n", "\n");
     assert!(shown.starts_with("{\n  \"path\": \"f.txt\",\n"), "{shown}");
 }
+
+/// A config path that is not a regular file (`/dev/zero`, a FIFO with no writer, a directory)
+/// is refused with a warning naming it, and the command runs with the defaults instead of
+/// hanging. The wait is bounded so that a hang fails the test.
+#[test]
+fn a_config_path_that_is_not_a_regular_file_is_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let root = dir.path().to_string_lossy().into_owned();
+    for config in [
+        "/dev/zero".to_string(),
+        fifo.to_string_lossy().into_owned(),
+        root.clone(),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pen"))
+            .args(["tool", "pen_list", "{}", "--root", &root])
+            .env("PEN_CONFIG", &config)
+            .env_remove("PEN_MAX_TOOL_RESULT_BYTES")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("pen tool hung reading PEN_CONFIG={config}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{config}: {stderr}");
+        assert!(
+            stderr.contains(&config) && stderr.contains("not a regular file"),
+            "{config}: {stderr}"
+        );
+    }
+}
+
+/// A huge `model` (from the config file and from the environment) is refused, naming the key,
+/// and not kept; the warnings do not repeat the value.
+#[test]
+fn a_huge_config_string_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, format!("model = \"{}\"\n", "m".repeat(600 * 1024))).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args(["tool", "pen_list", "{}", "--root"])
+        .arg(dir.path())
+        .env("PEN_CONFIG", &file)
+        .env("PEN_MODEL", "x".repeat(100 * 1024))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("config key `model` is").count(),
+        2,
+        "{stderr}"
+    );
+    assert!(stderr.len() < 2_000, "{} bytes of warnings", stderr.len());
+}
