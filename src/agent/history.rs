@@ -8,8 +8,10 @@
 //! messages.
 
 use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids};
+use crate::providers::ToolCall;
 use crate::session::{Entry, EntryKind};
 use serde_json::{Value, json};
+use std::collections::HashSet;
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
 
@@ -36,6 +38,38 @@ pub fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {
         }
     }
     None
+}
+
+/// Gives every call of a new answer an id no earlier entry of the session and no earlier call of
+/// the answer uses. The planner refuses a history with a repeated call id (its results could not
+/// be told apart), so an answer that repeats one, from a hostile model or a local server that
+/// numbers its calls per answer, would otherwise make every later request of the session fail.
+/// The first use of an id keeps it: the id only pairs a call with its result in pen's own
+/// requests, so a replacement changes nothing the model relies on. Returns how many were replaced.
+pub fn make_call_ids_unique(entries: &[Entry], calls: &mut [ToolCall]) -> usize {
+    let mut used: HashSet<&str> = HashSet::new();
+    for entry in entries {
+        match entry.kind {
+            EntryKind::AssistantMessage => {
+                let listed = entry.payload["tool_calls"].as_array().into_iter().flatten();
+                used.extend(listed.filter_map(|call| call["id"].as_str()));
+            }
+            EntryKind::ToolCall | EntryKind::ToolResult => {
+                used.extend(entry.payload["call_id"].as_str());
+            }
+            _ => {}
+        }
+    }
+    let mut fresh: HashSet<String> = HashSet::new();
+    let mut replaced = 0;
+    for call in calls {
+        if call.id.is_empty() || used.contains(call.id.as_str()) || fresh.contains(&call.id) {
+            call.id = format!("call_{}", uuid::Uuid::now_v7().simple());
+            replaced += 1;
+        }
+        fresh.insert(call.id.clone());
+    }
+    replaced
 }
 
 /// The estimator for the session's next request to `model`: calibrated by the latest answer

@@ -322,7 +322,17 @@ impl Turn {
                 .complete(&request, &on_event, &self.cancel)
                 .await
             {
-                Ok(response) => return Ok(Some((response, planned.uncalibrated_tokens))),
+                Ok(mut response) => {
+                    let replaced =
+                        history::make_call_ids_unique(&entries, &mut response.tool_calls);
+                    if replaced > 0 {
+                        tracing::warn!(
+                            replaced,
+                            "the model repeated tool call ids; gave them new ones"
+                        );
+                    }
+                    return Ok(Some((response, planned.uncalibrated_tokens)));
+                }
                 Err(err) if err.kind == crate::providers::ErrorKind::Cancelled => return Ok(None),
                 Err(err) => err,
             };

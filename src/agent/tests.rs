@@ -1289,3 +1289,56 @@ async fn a_turn_whose_lease_was_taken_over_stops_at_the_next_heartbeat() {
     assert!(matches!(held, SessionError::LeaseHeld { pid: 1, .. }));
     fx.store.release_lease(&fx.session, &other).unwrap();
 }
+
+/// A model (hostile, or a local server that numbers calls per answer) that repeats a call id —
+/// inside one answer, or one an earlier answer of the session used — must not brick the
+/// session: the repeated ids are replaced before the answer is recorded, so every later request
+/// is valid and every call is answered once.
+#[tokio::test]
+async fn a_model_that_repeats_call_ids_never_bricks_the_session() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    let read = json!({"path": "a.txt"});
+    let provider = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[
+                ("call_0", "pen_read", read.clone()),
+                ("call_0", "pen_list", json!({})),
+            ],
+        )),
+        Step::Answer(answer("", &[("call_0", "pen_read", read.clone())])),
+        Step::Answer(answer("done", &[])),
+        Step::Answer(answer("", &[("call_0", "pen_read", read)])),
+        Step::Answer(answer("done again", &[])),
+    ]);
+    for prompt in ["first", "second"] {
+        let outcome = fx
+            .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+            .run(prompt)
+            .await;
+        assert_eq!(
+            outcome.stop_reason,
+            StopReason::EndTurn,
+            "{prompt}: {outcome:?}"
+        );
+    }
+    let entries = fx.entries();
+    let ids: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::AssistantMessage)
+        .flat_map(|e| {
+            e.payload["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|call| call["id"].as_str().unwrap().to_string())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert_eq!(unique.len(), 4, "{ids:?}");
+    // The first use of an id keeps it; only repeats are renamed.
+    assert_eq!(ids[0], "call_0");
+    assert!(result_counts(&entries).iter().all(|(_, n)| *n == 1));
+}
