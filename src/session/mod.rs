@@ -284,6 +284,18 @@ impl From<SessionError> for StoreError {
     }
 }
 
+/// `NotFound` unless the session exists.
+fn require_session(tx: &Transaction<'_>, session_id: &str) -> Result<(), StoreError> {
+    let exists = tx
+        .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
+        .exists(params![session_id])?;
+    if exists {
+        Ok(())
+    } else {
+        Err(SessionError::NotFound(session_id.to_owned()).into())
+    }
+}
+
 /// Runs `op` until it succeeds, fails with something other than a busy or locked database, or
 /// has been retried [`SQLITE_BUSY_RETRIES`] times. SQLite's busy timeout already waits for
 /// most locks; this covers the cases where SQLite answers busy at once (a WAL being recovered
@@ -557,12 +569,7 @@ impl SessionStore {
             TransactionBehavior::Deferred,
             "reading a transcript",
             |tx| {
-                let exists = tx
-                    .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
-                    .exists(params![session_id])?;
-                if !exists {
-                    return Err(SessionError::NotFound(session_id.to_owned()).into());
-                }
+                require_session(tx, session_id)?;
                 let mut statement = tx.prepare_cached(
                     "SELECT seq, kind, turn_id, created_at, payload FROM entries
                      WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
@@ -661,12 +668,7 @@ impl SessionStore {
             TransactionBehavior::Immediate,
             "taking a session lease",
             |tx| {
-                let exists = tx
-                    .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
-                    .exists(params![session_id])?;
-                if !exists {
-                    return Err(SessionError::NotFound(session_id.to_owned()).into());
-                }
+                require_session(tx, session_id)?;
                 let now = (self.now_ms)();
                 let holder: Option<(i64, String, i64)> = tx
                     .prepare_cached(
