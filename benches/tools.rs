@@ -21,6 +21,8 @@ fn main() {
         bench_read_pages();
         return;
     }
+    // `cargo bench --bench tools -- search` runs only the pen_search measurements.
+    let only_search = std::env::args().any(|arg| arg == "search");
     match corpus() {
         Some(corpus) => {
             println!("corpus: {}", corpus.display());
@@ -29,6 +31,9 @@ fn main() {
         None => println!(
             "pen_search: no corpus: set PEN_BENCH_CORPUS or fetch some crates into ~/.cargo/registry/src"
         ),
+    }
+    if only_search {
+        return;
     }
     bench_read();
     bench_read_pages();
