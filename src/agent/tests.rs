@@ -1323,22 +1323,11 @@ async fn a_model_that_repeats_call_ids_never_bricks_the_session() {
             "{prompt}: {outcome:?}"
         );
     }
-    let entries = fx.entries();
-    let ids: Vec<String> = entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::AssistantMessage)
-        .flat_map(|e| {
-            e.payload["tool_calls"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .map(|call| call["id"].as_str().unwrap().to_string())
-        .collect();
-    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
-    assert_eq!(ids.len(), 4, "{ids:?}");
-    assert_eq!(unique.len(), 4, "{ids:?}");
+    let counts = result_counts(&fx.entries());
+    let unique: std::collections::BTreeSet<&String> = counts.iter().map(|(id, _)| id).collect();
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    assert_eq!(unique.len(), 4, "{counts:?}");
     // The first use of an id keeps it; only repeats are renamed.
-    assert_eq!(ids[0], "call_0");
-    assert!(result_counts(&entries).iter().all(|(_, n)| *n == 1));
+    assert_eq!(counts[0].0, "call_0");
+    assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
 }
