@@ -271,7 +271,7 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
 }
 
 async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
-    use crate::agent::{AgentEvent, LocalTools, StopReason, Turn};
+    use crate::agent::{AgentEvent, LocalTools, StopReason, Turn, TurnEvent};
     let fail = |message: String| {
         eprintln!("pen: {message}");
         ExitCode::from(1)
@@ -326,9 +326,12 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         if closed.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let written = match (json, event.kind.as_str()) {
-            (true, _) => print_line(&serde_json::to_string(&event).unwrap_or_default()),
-            (false, "text_delta") => print_text(event.data["text"].as_str().unwrap_or_default()),
+        let written = match (json, &event.event) {
+            (true, _) => print_line(
+                &serde_json::to_string(&crate::protocol::EventParams::from(event.clone()))
+                    .unwrap_or_default(),
+            ),
+            (false, TurnEvent::TextDelta { text }) => print_text(text),
             _ => true,
         };
         if !written {
@@ -338,18 +341,17 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         if json {
             return;
         }
-        match event.kind.as_str() {
-            "tool_call_started" => eprintln!(
-                "pen: → {} {}",
-                event.data["tool"].as_str().unwrap_or("?"),
-                event.data["arguments"]
+        match &event.event {
+            TurnEvent::ToolCallStarted {
+                tool, arguments, ..
+            } => eprintln!(
+                "pen: → {tool} {}",
+                arguments.clone().unwrap_or(serde_json::Value::Null)
             ),
-            "tool_call_finished" => eprintln!(
-                "pen: ← {} {}",
-                event.data["tool"].as_str().unwrap_or("?"),
-                event.data["state"].as_str().unwrap_or("?")
-            ),
-            "context_trimmed" => eprintln!("pen: {}", trim_notice(&event.data)),
+            TurnEvent::ToolCallFinished { tool, outcome, .. } => {
+                eprintln!("pen: ← {tool} {}", outcome.as_str())
+            }
+            TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim_notice(trim)),
             _ => {}
         }
     };
@@ -385,7 +387,8 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     };
     let outcome = turn.run_leased(lease, &command.prompt).await;
     let last = if json {
-        serde_json::to_string(&outcome).unwrap_or_default()
+        serde_json::to_string(&crate::protocol::TurnOutcome::from(outcome.clone()))
+            .unwrap_or_default()
     } else {
         String::new()
     };
@@ -592,57 +595,68 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 /// One line for a `context_trimmed` event: what was cut from the request and the estimate.
-fn trim_notice(data: &serde_json::Value) -> String {
-    let count = |key: &str| data[key].as_array().map_or(0, Vec::len);
-    if data["reason"] != "budget" {
-        return format!(
-            "context trimmed after the model rejected the request as too long: {} tool result(s) cut to {} bytes",
-            count("shrunkCallIds"),
-            data["headBytes"]
-        );
-    }
+fn trim_notice(trim: &crate::agent::Trim) -> String {
+    let report = match trim {
+        crate::agent::Trim::Shrunk {
+            call_ids,
+            head_bytes,
+        } => {
+            return format!(
+                "context trimmed after the model rejected the request as too long: {} tool result(s) cut to {head_bytes} bytes",
+                call_ids.len()
+            );
+        }
+        crate::agent::Trim::Budget(report) => report,
+    };
     let mut parts = Vec::new();
-    if count("excerptedCallIds") > 0 {
+    if !report.excerpted.is_empty() {
         parts.push(format!(
             "{} older tool call(s) sent as excerpts",
-            count("excerptedCallIds")
+            report.excerpted.len()
         ));
     }
-    if count("omittedCallIds") > 0 {
-        parts.push(format!("{} of them left out", count("omittedCallIds")));
+    if !report.omitted.is_empty() {
+        parts.push(format!("{} of them left out", report.omitted.len()));
     }
-    if count("droppedExchanges") > 0 {
+    if !report.dropped_exchanges.is_empty() {
         parts.push(format!(
             "{} older exchange(s) left out",
-            count("droppedExchanges")
+            report.dropped_exchanges.len()
         ));
     }
     format!(
         "context trimmed to fit the model's window: {}; about {} → {} tokens (budget {})",
         parts.join(", "),
-        data["tokensBefore"],
-        data["tokensAfter"],
-        data["budget"]
+        report.tokens_before,
+        report.tokens_after,
+        report.budget
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::trim_notice;
-    use serde_json::json;
 
     #[test]
     fn trim_notices_say_what_was_cut_and_the_estimate() {
-        let budget = json!({"reason": "budget", "policyVersion": 3, "excerptedCallIds": ["a", "b"],
-            "omittedCallIds": [], "droppedExchanges": [[1, 5]], "tokensBefore": 30000,
-            "tokensAfter": 14000, "budget": 14500});
+        let budget = crate::agent::Trim::Budget(crate::transcript::TrimReport {
+            policy_version: 3,
+            excerpted: vec!["a".into(), "b".into()],
+            omitted: vec![],
+            dropped_exchanges: vec![(1, 5)],
+            tokens_before: 30000,
+            tokens_after: 14000,
+            budget: 14500,
+        });
         assert_eq!(
             trim_notice(&budget),
             "context trimmed to fit the model's window: 2 older tool call(s) sent as excerpts, \
              1 older exchange(s) left out; about 30000 → 14000 tokens (budget 14500)"
         );
-        let rejected =
-            json!({"reason": "context_window_exceeded", "shrunkCallIds": ["r"], "headBytes": 2048});
+        let rejected = crate::agent::Trim::Shrunk {
+            call_ids: vec!["r".into()],
+            head_bytes: 2048,
+        };
         assert_eq!(
             trim_notice(&rejected),
             "context trimmed after the model rejected the request as too long: 1 tool result(s) cut to 2048 bytes"

@@ -20,11 +20,14 @@ pub mod documents;
 /// Disk changes under the workspace roots.
 pub mod watch;
 
-/// Durable, append-only session transcripts in SQLite.
-pub mod session;
-
 /// Model providers behind one trait.
 pub mod providers;
+
+/// The typed vocabulary of a session: entries, call outcomes, stop reasons, error kinds.
+pub mod transcript;
+
+/// Durable, append-only session transcripts in SQLite.
+pub mod session;
 
 /// The prompt budget: the messages of a request that fit the model's input budget.
 pub mod budget;

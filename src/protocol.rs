@@ -3,8 +3,10 @@
 //! One derive stack (`Serialize, Deserialize`, camelCase) for every params and result type;
 //! core modules never see these.
 
+use crate::agent;
 use crate::documents::{self, PositionEncoding};
 use crate::session;
+use crate::transcript::{CallOutcome, StopReason, TurnErrorKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -194,12 +196,44 @@ pub struct PromptParams {
 pub struct PromptResponse {
     pub session_id: String,
     pub turn_id: String,
-    pub stop_reason: crate::agent::StopReason,
+    pub stop_reason: StopReason,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// `history_unrepairable` when the session can never run a turn again (offer a new one).
+    /// What kind of failure ended the turn, for a client to act on (a new session for
+    /// `history_unrepairable`, the provider settings for `auth` …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<crate::agent::TurnErrorKind>,
+    pub error_kind: Option<TurnErrorKind>,
+}
+
+impl PromptResponse {
+    pub fn new(session_id: String, turn_id: String, outcome: agent::TurnOutcome) -> PromptResponse {
+        PromptResponse {
+            session_id,
+            turn_id,
+            stop_reason: outcome.stop_reason,
+            last_error: outcome.last_error,
+            error_kind: outcome.error_kind,
+        }
+    }
+}
+
+/// How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnOutcome {
+    pub stop_reason: StopReason,
+    pub last_error: Option<String>,
+    pub error_kind: Option<TurnErrorKind>,
+}
+
+impl From<agent::TurnOutcome> for TurnOutcome {
+    fn from(outcome: agent::TurnOutcome) -> TurnOutcome {
+        TurnOutcome {
+            stop_reason: outcome.stop_reason,
+            last_error: outcome.last_error,
+            error_kind: outcome.error_kind,
+        }
+    }
 }
 
 /// `pen/stop` params.
@@ -219,8 +253,171 @@ pub struct StopResponse {
 /// The `pen/event` notification (pen → client).
 pub enum PenEvent {}
 
+/// `pen/event` params: one progress event of a turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventParams {
+    pub session_id: String,
+    pub turn_id: String,
+    pub seq: u64,
+    #[serde(flatten)]
+    pub event: EventBody,
+}
+
+/// The `kind` of a `pen/event` and its `data`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    content = "data",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum EventBody {
+    TextDelta {
+        text: String,
+    },
+    ToolCallStarted {
+        call_id: String,
+        tool: String,
+        /// `null` when the model's arguments were not JSON.
+        arguments: Option<Value>,
+    },
+    ApprovalRequested(ApprovalParams),
+    ApprovalWithdrawn {
+        call_id: String,
+    },
+    ToolCallFinished {
+        call_id: String,
+        tool: String,
+        state: CallOutcome,
+        is_error: bool,
+        excerpt: String,
+    },
+    ContextTrimmed(TrimmedData),
+    TurnEnded(TurnOutcome),
+}
+
+/// `context_trimmed` data: a budget report, or the cut after a context-window rejection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "reason",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum TrimmedData {
+    Budget {
+        policy_version: u32,
+        excerpted_call_ids: Vec<String>,
+        omitted_call_ids: Vec<String>,
+        dropped_exchanges: Vec<(u64, u64)>,
+        tokens_before: u64,
+        tokens_after: u64,
+        budget: u64,
+    },
+    ContextWindowExceeded {
+        shrunk_call_ids: Vec<String>,
+        head_bytes: u64,
+    },
+}
+
+impl From<agent::Trim> for TrimmedData {
+    fn from(trim: agent::Trim) -> TrimmedData {
+        match trim {
+            agent::Trim::Budget(report) => TrimmedData::Budget {
+                policy_version: report.policy_version,
+                excerpted_call_ids: report.excerpted,
+                omitted_call_ids: report.omitted,
+                dropped_exchanges: report.dropped_exchanges,
+                tokens_before: report.tokens_before,
+                tokens_after: report.tokens_after,
+                budget: report.budget,
+            },
+            agent::Trim::Shrunk {
+                call_ids,
+                head_bytes,
+            } => TrimmedData::ContextWindowExceeded {
+                shrunk_call_ids: call_ids,
+                head_bytes,
+            },
+        }
+    }
+}
+
+impl From<agent::TurnEvent> for EventBody {
+    fn from(event: agent::TurnEvent) -> EventBody {
+        use agent::TurnEvent as E;
+        match event {
+            E::TextDelta { text } => EventBody::TextDelta { text },
+            E::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+            } => EventBody::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+            },
+            E::ApprovalRequested(request) => EventBody::ApprovalRequested(request.into()),
+            E::ApprovalWithdrawn { call_id } => EventBody::ApprovalWithdrawn { call_id },
+            E::ToolCallFinished {
+                call_id,
+                tool,
+                outcome,
+                is_error,
+                excerpt,
+            } => EventBody::ToolCallFinished {
+                call_id,
+                tool,
+                state: outcome,
+                is_error,
+                excerpt,
+            },
+            E::ContextTrimmed(trim) => EventBody::ContextTrimmed(trim.into()),
+            E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
+        }
+    }
+}
+
+impl From<agent::AgentEvent> for EventParams {
+    fn from(event: agent::AgentEvent) -> EventParams {
+        EventParams {
+            session_id: event.session_id,
+            turn_id: event.turn_id,
+            seq: event.seq,
+            event: event.event.into(),
+        }
+    }
+}
+
+/// `pen/requestApproval` params: what the owner is asked to approve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalParams {
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    /// For pen_edit: the unified diff the edit would make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+impl From<agent::ApprovalRequest> for ApprovalParams {
+    fn from(request: agent::ApprovalRequest) -> ApprovalParams {
+        ApprovalParams {
+            session_id: request.session_id,
+            turn_id: request.turn_id,
+            call_id: request.call_id,
+            tool: request.tool,
+            arguments: request.arguments,
+            diff: request.diff,
+        }
+    }
+}
+
 impl tower_lsp_server::ls_types::notification::Notification for PenEvent {
-    type Params = crate::agent::AgentEvent;
+    type Params = EventParams;
     const METHOD: &'static str = "pen/event";
 }
 
@@ -237,9 +434,28 @@ pub enum RequestApproval {}
     try_from = "serde_json::Map<String, serde_json::Value>"
 )]
 pub struct ApprovalResponse {
-    pub decision: crate::agent::Decision,
+    pub decision: Decision,
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// The owner's decision, as the client sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    AllowForSession,
+    Deny,
+}
+
+impl From<Decision> for agent::Decision {
+    fn from(decision: Decision) -> agent::Decision {
+        match decision {
+            Decision::Allow => agent::Decision::Allow,
+            Decision::AllowForSession => agent::Decision::AllowForSession,
+            Decision::Deny => agent::Decision::Deny,
+        }
+    }
 }
 
 /// The fields of an approval answer, checked once its JSON is known to be an object.
@@ -261,9 +477,9 @@ impl TryFrom<serde_json::Map<String, serde_json::Value>> for ApprovalResponse {
         use serde::de::Error as _;
         let fields: ApprovalFields = serde_json::from_value(serde_json::Value::Object(object))?;
         let decision = match fields.decision.as_str() {
-            "allow" => crate::agent::Decision::Allow,
-            "allow_for_session" => crate::agent::Decision::AllowForSession,
-            "deny" => crate::agent::Decision::Deny,
+            "allow" => Decision::Allow,
+            "allow_for_session" => Decision::AllowForSession,
+            "deny" => Decision::Deny,
             other => {
                 return Err(serde_json::Error::custom(format!(
                     "unknown decision `{other}`; expected allow, allow_for_session or deny"
@@ -278,7 +494,7 @@ impl TryFrom<serde_json::Map<String, serde_json::Value>> for ApprovalResponse {
 }
 
 impl tower_lsp_server::ls_types::request::Request for RequestApproval {
-    type Params = crate::agent::ApprovalRequest;
+    type Params = ApprovalParams;
     type Result = ApprovalResponse;
     const METHOD: &'static str = "pen/requestApproval";
 }

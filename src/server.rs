@@ -492,10 +492,11 @@ async fn forward_events(
                 // Queued now, after every earlier event; answered in its own task so that
                 // events after it (a withdrawal on Stop) are not held up.
                 let client = client.clone();
-                let sent = async move { client.send_request::<RequestApproval>(request).await };
+                let params = protocol::ApprovalParams::from(request);
+                let sent = async move { client.send_request::<RequestApproval>(params).await };
                 tokio::spawn(async move {
                     let _ = answer.send(match sent.await {
-                        Ok(ApprovalResponse { decision, reason }) => Ok((decision, reason)),
+                        Ok(ApprovalResponse { decision, reason }) => Ok((decision.into(), reason)),
                         // A malformed answer is no answer: never an allow (fail closed).
                         Err(err) => Err(format!(
                             "the editor gave no usable answer to pen/requestApproval: {}",
@@ -507,20 +508,19 @@ async fn forward_events(
             }
         };
         if let Some(progress) = &progress {
-            let message = match event.kind.as_str() {
-                "tool_call_started" => Some(format!(
-                    "running {}",
-                    event.data["tool"].as_str().unwrap_or("a tool")
-                )),
-                "approval_requested" => Some("waiting for approval".to_string()),
-                "context_trimmed" => Some("trimming context".to_string()),
+            let message = match &event.event {
+                agent::TurnEvent::ToolCallStarted { tool, .. } => Some(format!("running {tool}")),
+                agent::TurnEvent::ApprovalRequested(_) => Some("waiting for approval".to_string()),
+                agent::TurnEvent::ContextTrimmed(_) => Some("trimming context".to_string()),
                 _ => None,
             };
             if let Some(message) = message {
                 progress.report(message).await;
             }
         }
-        client.send_notification::<PenEvent>(event).await;
+        client
+            .send_notification::<PenEvent>(protocol::EventParams::from(event))
+            .await;
     }
     if let Some(progress) = progress {
         progress.finish().await;

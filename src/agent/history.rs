@@ -10,7 +10,7 @@
 use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids};
 use crate::providers::ToolCall;
 use crate::session::{Entry, EntryKind};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashSet;
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
@@ -109,32 +109,10 @@ pub const CONTEXT_WINDOW_REJECTED: &str = "context_window_rejected";
 /// The event entry type that records a budget report.
 pub const CONTEXT_TRIMMED: &str = "context_trimmed";
 
-/// The stored form of a budget report (snake_case, like every stored payload).
+/// The stored form of a budget report.
 pub fn trim_entry(report: &TrimReport) -> Value {
-    json!({
-        "type": CONTEXT_TRIMMED,
-        "policy_version": report.policy_version,
-        "excerpted_call_ids": report.excerpted,
-        "omitted_call_ids": report.omitted,
-        "dropped_exchanges": report.dropped_exchanges,
-        "tokens_before": report.tokens_before,
-        "tokens_after": report.tokens_after,
-        "budget": report.budget,
-    })
-}
-
-/// The `context_trimmed` event data of a budget report, as `pen/event` sends it.
-pub fn trim_event(report: &TrimReport) -> Value {
-    json!({
-        "reason": "budget",
-        "policyVersion": report.policy_version,
-        "excerptedCallIds": report.excerpted,
-        "omittedCallIds": report.omitted,
-        "droppedExchanges": report.dropped_exchanges,
-        "tokensBefore": report.tokens_before,
-        "tokensAfter": report.tokens_after,
-        "budget": report.budget,
-    })
+    crate::transcript::Item::Event(crate::transcript::Event::ContextTrimmed(report.clone()))
+        .to_payload()
 }
 
 /// Whether `report` cuts something other than the session's last recorded report: a request

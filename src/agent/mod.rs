@@ -22,12 +22,14 @@
 //!   decision is an event entry) and the request retried once.
 //! - The loop never reads provider wording; backends classify their errors.
 
+mod events;
 mod history;
 mod host;
 mod lease;
 mod provider_choice;
 mod system_prompt;
 
+pub use events::{AgentEvent, EventKind, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
 pub use lease::TurnLease;
@@ -41,8 +43,8 @@ use crate::providers::{
 };
 use crate::session::{EntryKind, LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::{self, ToolError};
+use crate::transcript::{CallOutcome, Event, Item, ToolResult};
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,38 +59,15 @@ pub const DENIED_BY_OWNER: &str =
 pub const OUTCOME_UNKNOWN_STOPPED: &str =
     "stopped while running: outcome unknown — inspect the state before retrying";
 
-/// Why a turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    EndTurn,
-    Cancelled,
-    MaxTurnRequests,
-    Error,
-}
+pub use crate::transcript::{StopReason, TurnErrorKind};
 
-/// What `pen/prompt` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// How a turn ended: what `pen/prompt` and `pen run --json` report.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnOutcome {
     pub stop_reason: StopReason,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// What kind of failure `last_error` is, when a client should act on it rather than show it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What kind of failure `last_error` is: clients act on it rather than on the wording.
     pub error_kind: Option<TurnErrorKind>,
-}
-
-/// A failure a client acts on (the editors offer a new session for both).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TurnErrorKind {
-    /// The session's history is inconsistent in a way that answering its unanswered calls
-    /// cannot repair (a repeated call id, a result without its call): it can never run a turn
-    /// again, and the owner should start a new session.
-    HistoryUnrepairable,
-    /// Another pen is running a turn in the session.
-    SessionBusy,
 }
 
 /// The end of `last_error` for a history that cannot be repaired.
@@ -96,8 +75,7 @@ pub const HISTORY_UNREPAIRABLE_ADVICE: &str = "pen cannot repair this by answeri
      run in this session again: start a new session (pen/newSession) and carry over what matters";
 
 /// The owner's answer to an approval request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     Allow,
     AllowForSession,
@@ -105,8 +83,7 @@ pub enum Decision {
 }
 
 /// What the owner is asked to approve.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {
     pub session_id: String,
     pub turn_id: String,
@@ -114,7 +91,6 @@ pub struct ApprovalRequest {
     pub tool: String,
     pub arguments: Value,
     /// For pen_edit: the unified diff the edit would make.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
 }
 
@@ -141,17 +117,6 @@ pub trait ToolHost: Send + Sync {
     fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError>;
     /// Caps an observation as it is stored.
     fn observation(&self, result: &Result<Value, ToolError>) -> String;
-}
-
-/// A progress event of a turn, as `pen/event` sends it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentEvent {
-    pub session_id: String,
-    pub turn_id: String,
-    pub seq: u64,
-    pub kind: String,
-    pub data: Value,
 }
 
 /// Everything one turn uses.
@@ -239,12 +204,12 @@ impl Turn {
                 last_error: Some(err.to_string()),
             },
         };
-        let _ = self.append(EntryKind::Event, json!({"type": "turn_ended", "stop_reason": outcome.stop_reason, "last_error": outcome.last_error, "error_kind": outcome.error_kind}));
-        self.emit(
-            &seq,
-            "turn_ended",
-            json!({"stopReason": outcome.stop_reason, "lastError": outcome.last_error, "errorKind": outcome.error_kind}),
-        );
+        let _ = self.append_item(Item::Event(Event::TurnEnded {
+            stop_reason: outcome.stop_reason,
+            last_error: outcome.last_error.clone(),
+            error_kind: outcome.error_kind,
+        }));
+        self.emit(&seq, TurnEvent::TurnEnded(outcome.clone()));
         outcome
     }
 
@@ -286,7 +251,13 @@ impl Turn {
             for (index, call) in response.tool_calls.iter().enumerate() {
                 if self.cancel.is_cancelled() {
                     for rest in &response.tool_calls[index..] {
-                        self.record_result(rest, NOT_EXECUTED_STOPPED, true, "not_executed", seq)?;
+                        self.record_result(
+                            rest,
+                            NOT_EXECUTED_STOPPED,
+                            true,
+                            CallOutcome::NotExecuted,
+                            seq,
+                        )?;
                     }
                     return Ok(StopReason::Cancelled);
                 }
@@ -315,7 +286,7 @@ impl Turn {
                 max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
             };
             let on_event = |event: StreamEvent| match event {
-                StreamEvent::TextDelta(text) => self.emit(seq, "text_delta", json!({"text": text})),
+                StreamEvent::TextDelta(text) => self.emit(seq, TurnEvent::TextDelta { text }),
             };
             let err = match self
                 .provider
@@ -352,7 +323,13 @@ impl Turn {
                     EntryKind::Event,
                     json!({"type": "results_shrunk", "call_ids": call_ids, "head_bytes": SHRUNK_HEAD_BYTES, "reason": err.message}),
                 )?;
-                self.emit(seq, "context_trimmed", json!({"reason": "context_window_exceeded", "shrunkCallIds": call_ids, "headBytes": SHRUNK_HEAD_BYTES}));
+                self.emit(
+                    seq,
+                    TurnEvent::ContextTrimmed(Trim::Shrunk {
+                        call_ids,
+                        head_bytes: SHRUNK_HEAD_BYTES as u64,
+                    }),
+                );
             }
             rejection = Some(err);
         }
@@ -393,7 +370,7 @@ impl Turn {
             && history::is_new_trim(entries, report)
         {
             self.append(EntryKind::Event, history::trim_entry(report))?;
-            self.emit(seq, "context_trimmed", history::trim_event(report));
+            self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report.clone())));
         }
         Ok(plan)
     }
@@ -409,8 +386,11 @@ impl Turn {
         )?;
         self.emit(
             seq,
-            "tool_call_started",
-            json!({"callId": call.id, "tool": call.name, "arguments": arguments.as_ref().ok()}),
+            TurnEvent::ToolCallStarted {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments: arguments.as_ref().ok().cloned(),
+            },
         );
         let arguments = match arguments {
             Ok(arguments) => arguments,
@@ -418,7 +398,7 @@ impl Turn {
                 let text = ToolError::new(tools::ErrorCode::InvalidArguments, message)
                     .to_value()
                     .to_string();
-                return self.record_result(call, &text, true, "error", seq);
+                return self.record_result(call, &text, true, CallOutcome::Error, seq);
             }
         };
         let mut expected_hash = None;
@@ -432,7 +412,7 @@ impl Turn {
                     // An edit that cannot apply fails as it would have; no need to ask.
                     Err(err) => {
                         let text = self.tools.observation(&Err(err));
-                        return self.record_result(call, &text, true, "error", seq);
+                        return self.record_result(call, &text, true, CallOutcome::Error, seq);
                     }
                 }
             } else {
@@ -446,16 +426,12 @@ impl Turn {
                 arguments: arguments.clone(),
                 diff,
             };
-            self.emit(
-                seq,
-                "approval_requested",
-                serde_json::to_value(&request).unwrap_or(Value::Null),
-            );
+            self.emit(seq, TurnEvent::ApprovalRequested(request.clone()));
             let answer = tokio::select! {
                 answer = self.approver.ask(request) => answer,
                 _ = self.cancel.cancelled() => {
-                    self.emit(seq, "approval_withdrawn", json!({"callId": call.id}));
-                    return self.record_result(call, NOT_EXECUTED_STOPPED, true, "not_executed", seq);
+                    self.emit(seq, TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
+                    return self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted, seq);
                 }
             };
             match answer {
@@ -472,14 +448,14 @@ impl Turn {
                         }
                         _ => DENIED_BY_OWNER.to_string(),
                     };
-                    return self.record_result(call, &text, true, "denied", seq);
+                    return self.record_result(call, &text, true, CallOutcome::Denied, seq);
                 }
                 Err(why) => {
                     let text = format!(
                         "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
                          Ask again when the owner is back."
                     );
-                    return self.record_result(call, &text, true, "stale_authority", seq);
+                    return self.record_result(call, &text, true, CallOutcome::StaleAuthority, seq);
                 }
             }
         }
@@ -506,7 +482,7 @@ impl Turn {
             Err(err) if err.code == tools::ErrorCode::Stopped => (
                 OUTCOME_UNKNOWN_STOPPED.to_string() + "\n" + &err.message,
                 true,
-                "unknown",
+                CallOutcome::Unknown,
             ),
             Err(err) if expected_hash.is_some() && err.code == tools::ErrorCode::Stale => (
                 format!(
@@ -515,10 +491,10 @@ impl Turn {
                     err.message
                 ),
                 true,
-                "stale_authority",
+                CallOutcome::StaleAuthority,
             ),
-            Err(_) => (self.tools.observation(&result), true, "error"),
-            Ok(_) => (self.tools.observation(&result), false, "done"),
+            Err(_) => (self.tools.observation(&result), true, CallOutcome::Error),
+            Ok(_) => (self.tools.observation(&result), false, CallOutcome::Done),
         };
         self.record_result(call, &text, is_error, state, seq)
     }
@@ -538,16 +514,35 @@ impl Turn {
         call: &ToolCall,
         content: &str,
         is_error: bool,
-        state: &str,
+        state: CallOutcome,
         seq: &AtomicU64,
     ) -> Result<(), TurnError> {
-        self.append(
-            EntryKind::ToolResult,
-            json!({"call_id": call.id, "name": call.name, "content": content, "is_error": is_error, "status": state}),
-        )?;
+        self.append_item(Item::ToolResult(ToolResult {
+            call_id: call.id.clone(),
+            name: Some(call.name.clone()),
+            content: content.to_string(),
+            is_error,
+            outcome: Some(state),
+        }))?;
         let excerpt: String = content.chars().take(2_000).collect();
-        self.emit(seq, "tool_call_finished", json!({"callId": call.id, "tool": call.name, "state": state, "isError": is_error, "excerpt": excerpt}));
+        self.emit(
+            seq,
+            TurnEvent::ToolCallFinished {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                outcome: state,
+                is_error,
+                excerpt,
+            },
+        );
         Ok(())
+    }
+
+    fn append_item(&self, item: Item) -> Result<u64, SessionError> {
+        self.store.append(
+            &self.session_id,
+            &NewEntry::item(Some(self.turn_id.clone()), &item),
+        )
     }
 
     fn append(&self, kind: EntryKind, payload: Value) -> Result<u64, SessionError> {
@@ -578,13 +573,12 @@ impl Turn {
         }
     }
 
-    fn emit(&self, seq: &AtomicU64, kind: &str, data: Value) {
+    fn emit(&self, seq: &AtomicU64, event: TurnEvent) {
         (self.on_event)(AgentEvent {
             session_id: self.session_id.clone(),
             turn_id: self.turn_id.clone(),
             seq: seq.fetch_add(1, Ordering::SeqCst) + 1,
-            kind: kind.to_string(),
-            data,
+            event,
         });
     }
 }

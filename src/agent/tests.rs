@@ -253,7 +253,7 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         .lock()
         .unwrap()
         .iter()
-        .map(|e| e.kind.clone())
+        .map(|e| e.event.kind().as_str().to_string())
         .collect();
     assert_eq!(
         kinds,
@@ -539,7 +539,7 @@ async fn stop_during_an_approval_withdraws_it_and_the_call_does_not_run() {
             .lock()
             .unwrap()
             .iter()
-            .any(|e| e.kind == "approval_withdrawn")
+            .any(|e| e.event.kind() == EventKind::ApprovalWithdrawn)
     );
 }
 
@@ -647,7 +647,7 @@ async fn a_context_window_rejection_cuts_the_newest_large_results_and_retries_on
             .lock()
             .unwrap()
             .iter()
-            .any(|e| e.kind == "context_trimmed")
+            .any(|e| e.event.kind() == EventKind::ContextTrimmed)
     );
 }
 

@@ -55,25 +55,7 @@ pub struct Plan {
     pub report: Option<TrimReport>,
 }
 
-/// What the budget replaced or dropped, for the `context_trimmed` event and session entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub struct TrimReport {
-    pub policy_version: u32,
-    /// Call ids whose call and result were replaced by excerpts, oldest first.
-    pub excerpted: Vec<String>,
-    /// Call ids among `excerpted` whose excerpts were left out too, oldest first, when the
-    /// excerpts and the latest two groups did not fit together. A one-line note says so.
-    pub omitted: Vec<String>,
-    /// `(first_seq, last_seq)` of each older exchange left out, oldest first.
-    pub dropped_exchanges: Vec<(u64, u64)>,
-    /// Estimated input tokens of the untouched request.
-    pub tokens_before: u64,
-    /// Estimated input tokens of the planned request.
-    pub tokens_after: u64,
-    /// The budget the request was planned under.
-    pub budget: u64,
-}
+pub use crate::transcript::TrimReport;
 
 /// Which part of the request is too large to fit at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -37,6 +37,22 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A reasoning ("thinking") block of an answer, kept so it can be sent back: Anthropic and
+/// Bedrock require the thinking blocks of the last assistant message of a tool-use loop, with
+/// their signatures, on the following requests. Reasoning blocks precede the text and calls of
+/// their message, in the order received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningBlock {
+    pub text: String,
+    /// The provider's opaque signature over the block, round-tripped unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// The opaque data of a redacted block (Anthropic `redacted_thinking`, Bedrock
+    /// `redactedContent`), round-tripped unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
 /// One message of the conversation, provider-neutral. The system prompt is not a message: it
 /// travels once, in [`ModelRequest::system`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,8 +46,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, Transaction, TransactionBehavior};
 use rusqlite::{params, types::ValueRef};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+
+use serde_json::Value;
 use thiserror::Error;
 use uuid::Uuid;
 
@@ -65,8 +65,8 @@ pub const DATABASE_FILE: &str = "sessions.sqlite3";
 /// Every session id starts with this, followed by the 32 hex digits of a UUIDv7.
 pub const SESSION_ID_PREFIX: &str = "s_";
 
-/// The `status` of the result recorded for a tool call that a crash interrupted.
-pub const INTERRUPTED_STATUS: &str = "interrupted";
+/// The outcome of the result recorded for a tool call that a crash interrupted.
+pub const INTERRUPTED_STATUS: CallOutcome = CallOutcome::Interrupted;
 
 /// The `content` of the result recorded for a tool call that a crash interrupted (SPEC §4).
 pub const INTERRUPTED_CONTENT: &str =
@@ -74,7 +74,7 @@ pub const INTERRUPTED_CONTENT: &str =
 
 /// The `status` of the result recorded for a call of an assistant message that a crash left
 /// before the call started (it has no `tool_call` entry, so it cannot have run).
-pub const NOT_STARTED_STATUS: &str = "not_executed";
+pub const NOT_STARTED_STATUS: CallOutcome = CallOutcome::NotExecuted;
 
 /// The `content` of the result recorded for a call that a crash left before it started.
 pub const NOT_STARTED_CONTENT: &str = "not executed: pen stopped (a crash or a kill) before this call started, so it did not run; \
@@ -103,47 +103,8 @@ fn resolve_data_dir(
     }
 }
 
-/// What an entry records. Serialized in snake_case (`user_prompt`, `tool_call`…), which is
-/// also how it is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    UserPrompt,
-    AssistantMessage,
-    /// A tool call the model made; its payload carries the call's `call_id`.
-    ToolCall,
-    /// The result of a tool call, with the same `call_id` in its payload.
-    ToolResult,
-    /// Anything else worth keeping: approvals, stops, compaction reports, errors.
-    Event,
-}
-
-impl EntryKind {
-    pub const ALL: [EntryKind; 5] = [
-        EntryKind::UserPrompt,
-        EntryKind::AssistantMessage,
-        EntryKind::ToolCall,
-        EntryKind::ToolResult,
-        EntryKind::Event,
-    ];
-
-    /// The snake_case name, as serialized and stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::UserPrompt => "user_prompt",
-            EntryKind::AssistantMessage => "assistant_message",
-            EntryKind::ToolCall => "tool_call",
-            EntryKind::ToolResult => "tool_result",
-            EntryKind::Event => "event",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<EntryKind> {
-        EntryKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == name)
-    }
-}
+pub use crate::transcript::EntryKind;
+use crate::transcript::{CallOutcome, Item, ToolResult};
 
 /// An entry to append. The store assigns its `seq` and `created_at`.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,6 +113,17 @@ pub struct NewEntry {
     pub turn_id: Option<String>,
     /// Free-form JSON. Tool calls and results carry a string `call_id`. Never a secret.
     pub payload: Value,
+}
+
+impl NewEntry {
+    /// The entry that records `item`.
+    pub fn item(turn_id: Option<String>, item: &Item) -> NewEntry {
+        NewEntry {
+            kind: item.kind(),
+            turn_id,
+            payload: item.to_payload(),
+        }
+    }
 }
 
 /// A stored entry.
@@ -164,6 +136,23 @@ pub struct Entry {
     pub payload: Value,
     /// Unix milliseconds; never earlier than the entry before it.
     pub created_at: i64,
+}
+
+impl Entry {
+    /// The typed content of the entry.
+    pub fn item(&self) -> Item {
+        Item::from_stored(self.kind, &self.payload)
+    }
+
+    /// The entry as a typed record.
+    pub fn record(&self) -> crate::transcript::Record {
+        crate::transcript::Record {
+            seq: self.seq,
+            turn_id: self.turn_id.clone(),
+            created_at: self.created_at,
+            item: self.item(),
+        }
+    }
 }
 
 /// A session's summary.
@@ -636,16 +625,16 @@ impl SessionStore {
                         } else {
                             (NOT_STARTED_STATUS, NOT_STARTED_CONTENT)
                         };
-                        NewEntry {
-                            kind: EntryKind::ToolResult,
-                            turn_id: call.turn_id,
-                            payload: json!({
-                                "call_id": call.call_id,
-                                "status": status,
-                                "content": content,
-                                "is_error": true,
+                        NewEntry::item(
+                            call.turn_id,
+                            &Item::ToolResult(ToolResult {
+                                call_id: call.call_id,
+                                name: None,
+                                content: content.to_string(),
+                                is_error: true,
+                                outcome: Some(status),
                             }),
-                        }
+                        )
                     })
                     .collect();
                 let first = insert_entries(tx, session_id, &results, (self.now_ms)())?;
