@@ -364,7 +364,7 @@ impl Backend {
                     turn_id,
                     stop_reason: StopReason::Error,
                     last_error: Some(message),
-                    error_kind: None,
+                    error_kind: Some(agent::TurnErrorKind::NoProvider),
                 });
             }
         };

@@ -142,19 +142,40 @@ enum TurnError {
     Store(#[from] SessionError),
     #[error("{0}")]
     Provider(ProviderError),
+    /// Still over the context window after recovery.
     #[error("{0}")]
-    Message(String),
+    ContextWindow(String),
+    /// The prompt or the fixed parts alone are over the budget.
+    #[error("{0}")]
+    TooLarge(String),
     /// The history is inconsistent beyond what recovery repairs.
     #[error("{0}; {HISTORY_UNREPAIRABLE_ADVICE}")]
     Unrepairable(BudgetError),
 }
 
 impl TurnError {
-    fn kind(&self) -> Option<TurnErrorKind> {
+    fn kind(&self) -> TurnErrorKind {
         match self {
-            TurnError::Unrepairable(_) => Some(TurnErrorKind::HistoryUnrepairable),
-            _ => None,
+            TurnError::Store(SessionError::LeaseHeld { .. }) => TurnErrorKind::SessionBusy,
+            TurnError::Store(_) => TurnErrorKind::Store,
+            TurnError::Provider(err) => provider_error_kind(err),
+            TurnError::ContextWindow(_) => TurnErrorKind::ContextWindow,
+            TurnError::TooLarge(_) => TurnErrorKind::BudgetTooLarge,
+            TurnError::Unrepairable(_) => TurnErrorKind::HistoryUnrepairable,
         }
+    }
+}
+
+/// The kind a client acts on for a provider failure that ended a turn.
+pub fn provider_error_kind(err: &ProviderError) -> TurnErrorKind {
+    use crate::providers::ErrorKind as P;
+    match err.kind {
+        P::ContextWindowExceeded => TurnErrorKind::ContextWindow,
+        P::Auth => TurnErrorKind::Auth,
+        P::RateLimited => TurnErrorKind::RateLimit,
+        P::Server | P::Network | P::Timeout | P::Cancelled => TurnErrorKind::Network,
+        P::BadRequest | P::Protocol => TurnErrorKind::ProviderBadRequest,
+        P::Config => TurnErrorKind::NoProvider,
     }
 }
 
@@ -200,7 +221,7 @@ impl Turn {
             },
             Err(err) => TurnOutcome {
                 stop_reason: StopReason::Error,
-                error_kind: err.kind(),
+                error_kind: Some(err.kind()),
                 last_error: Some(err.to_string()),
             },
         };
@@ -316,7 +337,7 @@ impl Turn {
                 json!({"type": history::CONTEXT_WINDOW_REJECTED, "model": self.model, "estimated_tokens": planned.estimated_tokens, "reason": err.message}),
             )?;
             if rejection.is_some() {
-                return Err(TurnError::Message(context_message(&err)));
+                return Err(TurnError::ContextWindow(context_message(&err)));
             }
             if let Some(call_ids) = history::newest_large_group(&entries) {
                 self.append(
@@ -356,12 +377,12 @@ impl Turn {
         }
         let plan = budget::plan(entries, SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
             |err| match (rejection, err) {
-                (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::Message(format!(
+                (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::ContextWindow(format!(
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
                     rejected.message
                 )),
                 (_, err @ BudgetError::TooLarge { .. }) => {
-                    TurnError::Message(format!("The request does not fit the prompt budget: {err}."))
+                    TurnError::TooLarge(format!("The request does not fit the prompt budget: {err}."))
                 }
                 (_, err @ BudgetError::InvalidHistory { .. }) => TurnError::Unrepairable(err),
             },

@@ -716,7 +716,7 @@ async fn other_provider_errors_end_the_turn_with_their_message() {
         TurnOutcome {
             stop_reason: StopReason::Error,
             last_error: Some("max_tokens: 64000 > 8192".into()),
-            error_kind: None,
+            error_kind: Some(TurnErrorKind::ProviderBadRequest),
         }
     );
 }
