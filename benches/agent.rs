@@ -5,7 +5,7 @@
 //! `cargo bench --bench agent`.
 
 use futures::future::BoxFuture;
-use pen::agent::{ApprovalAnswer, ApprovalRequest, Approver, LocalTools, Turn};
+use pen::agent::{ApprovalAnswer, ApprovalRequest, Approver, Engine, LocalTools, TurnSpec};
 use pen::providers::{
     FinishReason, ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall,
 };
@@ -96,12 +96,8 @@ fn main() {
         inside_nanos: AtomicU64::new(0),
     });
     let session = store.new_session(None).expect("session").id;
-    let turn = Turn {
-        store: Arc::clone(&store),
-        session_id: session,
-        turn_id: "bench".into(),
-        provider: provider.clone(),
-        model: "instant".into(),
+    let engine = Engine::with_provider(Arc::clone(&store), provider.clone(), "instant");
+    let spec = TurnSpec {
         config: pen::config::Config {
             max_turn_requests: STEPS,
             ..pen::config::Config::default()
@@ -114,12 +110,10 @@ fn main() {
             editor: None,
         }),
         approver: Arc::new(Nobody),
-        session_allowed: Arc::default(),
         on_event: Arc::new(|_| {}),
-        cancel: CancellationToken::new(),
     };
     let started = Instant::now();
-    let outcome = runtime.block_on(turn.run("go"));
+    let outcome = runtime.block_on(engine.run_turn(&session, "go", spec, CancellationToken::new()));
     let total = started.elapsed();
     let inside = Duration::from_nanos(provider.inside_nanos.load(Ordering::SeqCst));
     let per_step = (total - inside) / STEPS as u32;

@@ -271,19 +271,20 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
 }
 
 async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
-    use crate::agent::{AgentEvent, LocalTools, StopReason, Turn, TurnEvent};
+    use crate::agent::{AgentEvent, BeginError, Engine, LocalTools, StopReason, TurnEvent};
     let fail = |message: String| {
         eprintln!("pen: {message}");
         ExitCode::from(1)
-    };
-    let (provider, model) = match crate::agent::provider_from_config(&config).await {
-        Ok(found) => found,
-        Err(message) => return fail(message),
     };
     let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
         Ok(store) => std::sync::Arc::new(store),
         Err(e) => return fail(e.to_string()),
     };
+    let engine = Engine::new(store.clone());
+    // No provider, no session: the failure is reported before anything is written.
+    if let Err(message) = engine.provider(&config).await {
+        return fail(message);
+    }
     let session_id = match &command.session {
         Some(id) => match store.get_session(id) {
             Ok(info) => info.id,
@@ -357,9 +358,9 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     };
     // One turn per session across processes: a session a daemon (or another `pen run`) is
     // running a turn in is refused, before anything is written.
-    let lease = match crate::agent::TurnLease::acquire(store.clone(), &session_id).await {
-        Ok(lease) => lease,
-        Err(e @ session::SessionError::LeaseHeld { .. }) => {
+    let pending = match engine.begin(&session_id, cancel).await {
+        Ok(pending) => pending,
+        Err(BeginError::Store(e @ session::SessionError::LeaseHeld { .. })) => {
             return fail(format!(
                 "{e}; wait for that turn to end (or stop it there) and run this again"
             ));
@@ -367,12 +368,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         Err(e) => return fail(e.to_string()),
     };
     eprintln!("pen: session {session_id}");
-    let turn = Turn {
-        store,
-        session_id: session_id.clone(),
-        turn_id: format!("t_{}", uuid::Uuid::now_v7().simple()),
-        provider,
-        model,
+    let spec = crate::agent::TurnSpec {
         tools: std::sync::Arc::new(LocalTools {
             workspace,
             limits: config.limits(),
@@ -381,11 +377,9 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         }),
         config,
         approver: std::sync::Arc::new(TerminalApprover),
-        session_allowed: std::sync::Arc::default(),
         on_event: std::sync::Arc::new(on_event),
-        cancel,
     };
-    let outcome = turn.run_leased(lease, &command.prompt).await;
+    let outcome = pending.run(&command.prompt, spec).await;
     let last = if json {
         serde_json::to_string(&crate::protocol::TurnOutcome::from(outcome.clone()))
             .unwrap_or_default()

@@ -216,6 +216,10 @@ pub const MAX_SESSION_PAGE: usize = 200;
 /// Entries in one `SessionStore::transcript` page; a larger `limit` is lowered to it.
 pub const MAX_TRANSCRIPT_PAGE_ENTRIES: usize = 500;
 
+/// Sessions whose history the turn engine keeps in memory between turns (default 16): a turn
+/// in one of them reads only what was appended since; any other reads its session once.
+pub const MAX_CACHED_HISTORIES: usize = 16;
+
 /// Payload bytes in one transcript page, 4 MiB: the page ends before the entry that would pass
 /// it, so 500 entries near the 1 MiB result ceiling do not make one 500 MiB reply. An entry larger
 /// than this still comes back, alone on its page.

@@ -6,9 +6,7 @@
 //! `session`. A panic in any handler is caught in one place ([`CatchPanic`]) and answered with
 //! an InternalError; the daemon keeps serving.
 
-use crate::agent::{
-    self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools, StopReason, Turn,
-};
+use crate::agent::{self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools};
 use crate::config::Config;
 use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
 use crate::protocol::{
@@ -51,11 +49,6 @@ pub struct State {
     /// Whether the client takes versioned `documentChanges` in a workspace edit.
     versioned_edits: RwLock<bool>,
     ledger: Arc<ReadLedger>,
-    /// The Stop switch of each session with a running turn; one turn per session.
-    running: std::sync::Mutex<std::collections::HashMap<String, CancellationToken>>,
-    /// Tools the owner allowed for the rest of each session ("Allow for session").
-    session_allowed:
-        std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::Mutex<Vec<String>>>>>,
     /// Whether the client creates `$/progress` tokens when asked (`window.workDoneProgress`).
     work_done_progress: RwLock<bool>,
     /// The disk watcher over the current roots; replaced when the roots change.
@@ -64,6 +57,8 @@ pub struct State {
     disk_changed: tokio::sync::Notify,
     /// The session store, or why it could not be opened (the tools still work without it).
     sessions: Result<Arc<SessionStore>, String>,
+    /// The turn engine over that store.
+    engine: Result<Arc<agent::Engine>, String>,
     /// Used as the workspace when the client names none.
     fallback_root: PathBuf,
     runtime: tokio::runtime::Handle,
@@ -107,11 +102,10 @@ where
             documents: RwLock::new(DocumentStore::default()),
             versioned_edits: RwLock::new(false),
             ledger: Arc::default(),
-            running: std::sync::Mutex::default(),
-            session_allowed: std::sync::Mutex::default(),
             work_done_progress: RwLock::new(false),
             watcher: std::sync::Mutex::new(None),
             disk_changed: tokio::sync::Notify::new(),
+            engine: sessions.clone().map(agent::Engine::new),
             sessions,
             fallback_root: options.fallback_root,
             runtime,
@@ -305,9 +299,9 @@ impl Backend {
     /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
     /// `$/progress` report it; `pen/stop` ends it.
     async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
-        let store = self
+        let engine = self
             .state
-            .sessions
+            .engine
             .clone()
             .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
         let session_id = params.session_id.clone();
@@ -316,58 +310,33 @@ impl Backend {
             .with_sessions(move |store| store.get_session(&lookup))
             .await;
         exists?;
-        let cancel = CancellationToken::new();
-        {
-            let mut running = self.state.running.lock().unwrap_or_else(|p| p.into_inner());
-            if running.contains_key(&session_id) {
+        // One turn per session here and across every pen sharing the database (SPEC §4): the
+        // session is claimed before anything of the turn runs, and released when it ends.
+        let pending = match engine.begin(&session_id, CancellationToken::new()).await {
+            Ok(pending) => pending,
+            Err(err @ agent::BeginError::Running(_)) => {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
-                    message: format!(
-                        "a turn is already running in session {session_id}; wait for its pen/prompt answer or send pen/stop"
-                    )
-                    .into(),
+                    message: err.to_string().into(),
                     data: Some(serde_json::json!({"kind": "session_busy"})),
                 });
             }
-            running.insert(session_id.clone(), cancel.clone());
-        }
-        let _running = RunningTurn {
-            state: Arc::clone(&self.state),
-            session_id: session_id.clone(),
-        };
-        // One turn per session across every pen sharing the database (SPEC §4): the lease is
-        // taken before anything of the turn runs, and released when the turn ends (or, on an
-        // early return, when it is dropped).
-        let lease = match agent::TurnLease::acquire(Arc::clone(&store), &session_id).await {
-            Ok(lease) => lease,
-            Err(SessionError::LeaseHeld { pid, .. }) => {
+            Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
                     message: format!("session is running a turn in another pen (pid {pid})").into(),
                     data: Some(serde_json::json!({"kind": "session_busy", "pid": pid})),
                 });
             }
-            Err(SessionError::NotFound(_)) => {
+            Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
                 return Err(jsonrpc::Error::invalid_params(format!(
                     "no session has the id {session_id:?}"
                 )));
             }
-            Err(other) => return Err(internal(&other.to_string())),
+            Err(agent::BeginError::Store(other)) => return Err(internal(&other.to_string())),
         };
-        let turn_id = format!("t_{}", uuid::Uuid::now_v7().simple());
+        let turn_id = pending.turn_id().to_string();
         let config = read(&self.state.config).clone();
-        let (provider, model) = match agent::provider_from_config(&config).await {
-            Ok(found) => found,
-            Err(message) => {
-                return Ok(PromptResponse {
-                    session_id,
-                    turn_id,
-                    stop_reason: StopReason::Error,
-                    last_error: Some(message),
-                    error_kind: Some(agent::TurnErrorKind::NoProvider),
-                });
-            }
-        };
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
         let forwarder = tokio::spawn(forward_events(
             self.client.clone(),
@@ -376,20 +345,7 @@ impl Backend {
             turn_id.clone(),
         ));
         let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
-        let session_allowed = Arc::clone(
-            self.state
-                .session_allowed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(session_id.clone())
-                .or_default(),
-        );
-        let turn = Turn {
-            store,
-            session_id: session_id.clone(),
-            turn_id: turn_id.clone(),
-            provider,
-            model,
+        let spec = agent::TurnSpec {
             tools: Arc::new(LocalTools {
                 workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
                 limits: config.limits(),
@@ -400,50 +356,22 @@ impl Backend {
             approver: Arc::new(ClientApprover {
                 outgoing: events_tx.clone(),
             }),
-            session_allowed,
             on_event: Arc::new(move |event| {
                 let _ = events_tx.send(Outgoing::Event(event));
             }),
-            cancel,
         };
-        let outcome = turn.run_leased(lease, &params.text).await;
+        let outcome = pending.run(&params.text, spec).await;
         // Every event of the turn reaches the client before the answer does.
         let _ = forwarder.await;
-        Ok(PromptResponse {
-            session_id,
-            turn_id,
-            stop_reason: outcome.stop_reason,
-            last_error: outcome.last_error,
-            error_kind: outcome.error_kind,
-        })
+        Ok(PromptResponse::new(session_id, turn_id, outcome))
     }
 
     async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {
-        let running = self.state.running.lock().unwrap_or_else(|p| p.into_inner());
-        let stopped = match running.get(&params.session_id) {
-            Some(cancel) => {
-                cancel.cancel();
-                true
-            }
-            None => false,
+        let stopped = match &self.state.engine {
+            Ok(engine) => engine.stop(&params.session_id),
+            Err(_) => false,
         };
         Ok(StopResponse { stopped })
-    }
-}
-
-/// Removes a session's Stop switch when its turn ends, however it ends.
-struct RunningTurn {
-    state: Arc<State>,
-    session_id: String,
-}
-
-impl Drop for RunningTurn {
-    fn drop(&mut self) {
-        self.state
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.session_id);
     }
 }
 

@@ -15,6 +15,99 @@ use std::collections::HashSet;
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
 
+/// A session's history as the turn engine keeps it: the entries in seq order, and the tools
+/// the owner allowed for the session. Write-through: the turn adds each entry once it is
+/// committed; entries another process appended are read with [`SessionHistory::sync`].
+#[derive(Debug, Default)]
+pub struct SessionHistory {
+    entries: Vec<Entry>,
+    grants: std::collections::BTreeSet<String>,
+    /// False once an append may have committed without reaching the history.
+    in_step: bool,
+}
+
+impl SessionHistory {
+    /// The seq of the last entry held (0 for none).
+    pub fn last_seq(&self) -> u64 {
+        self.entries.last().map_or(0, |e| e.seq)
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Whether the owner allowed `tool` for the rest of the session.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.grants.contains(tool)
+    }
+
+    /// Whether the history holds every entry the store had when it was last synced and
+    /// every entry appended since through it.
+    pub fn in_step(&self) -> bool {
+        self.in_step
+    }
+
+    /// Marks the history as possibly behind the store.
+    pub fn lost_step(&mut self) {
+        self.in_step = false;
+    }
+
+    /// Adds a committed entry; entries must come in seq order without gaps.
+    pub fn push(&mut self, entry: Entry) {
+        if entry.seq != self.last_seq() + 1 {
+            self.in_step = false;
+            return;
+        }
+        if entry.kind == EntryKind::Event
+            && let crate::transcript::Item::Event(crate::transcript::Event::ToolAllowedForSession {
+                tool,
+            }) = entry.item()
+        {
+            self.grants.insert(tool);
+        }
+        self.entries.push(entry);
+    }
+
+    /// Reads what the store holds after the last entry held (blocking: call it on a blocking
+    /// thread). Afterwards the history is in step with the store.
+    pub fn sync(
+        &mut self,
+        store: &crate::session::SessionStore,
+        session_id: &str,
+    ) -> Result<(), crate::session::SessionError> {
+        if !self.in_step {
+            *self = SessionHistory::default();
+        }
+        self.in_step = true;
+        // An append-only store read in seq order has no gap; if one is seen anyway, the whole
+        // session is read again, once.
+        for _ in 0..2 {
+            loop {
+                let page = store.transcript(
+                    session_id,
+                    Some(self.last_seq()),
+                    crate::limits::MAX_TRANSCRIPT_PAGE_ENTRIES,
+                )?;
+                let more = page.next_after_seq.is_some();
+                for entry in page.entries {
+                    self.push(entry);
+                }
+                if !self.in_step || !more {
+                    break;
+                }
+            }
+            if self.in_step {
+                return Ok(());
+            }
+            *self = SessionHistory {
+                in_step: true,
+                ..SessionHistory::default()
+            };
+        }
+        Ok(())
+    }
+}
+
 /// The call ids of the newest group of tool results that has a result over
 /// [`SHRUNK_HEAD_BYTES`] not already cut, for the context-window recovery step.
 pub fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {

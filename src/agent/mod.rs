@@ -22,6 +22,7 @@
 //!   decision is an event entry) and the request retried once.
 //! - The loop never reads provider wording; backends classify their errors.
 
+mod engine;
 mod events;
 mod history;
 mod host;
@@ -29,6 +30,7 @@ mod lease;
 mod provider_choice;
 mod system_prompt;
 
+pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{AgentEvent, EventKind, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
@@ -41,14 +43,16 @@ use crate::config::Config;
 use crate::providers::{
     ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
 };
-use crate::session::{EntryKind, LeaseOwner, NewEntry, SessionError, SessionStore};
+use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::{self, ToolError};
-use crate::transcript::{CallOutcome, Event, Item, ToolResult};
+use crate::transcript::{AssistantMessage, CallOutcome, CallStarted, Event, Item, ToolResult};
 use futures::future::BoxFuture;
+use history::SessionHistory;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Result texts the model reads for calls that did not run normally. Each is distinct, so the
 /// model (and the owner reading the transcript) can tell them apart.
@@ -119,20 +123,21 @@ pub trait ToolHost: Send + Sync {
     fn observation(&self, result: &Result<Value, ToolError>) -> String;
 }
 
-/// Everything one turn uses.
-pub struct Turn {
-    pub store: Arc<SessionStore>,
-    pub session_id: String,
-    pub turn_id: String,
-    pub provider: Arc<dyn Provider>,
-    pub model: String,
-    pub config: Config,
-    pub tools: Arc<dyn ToolHost>,
-    pub approver: Arc<dyn Approver>,
-    /// Tools the owner allowed for the rest of the session; shared across turns.
-    pub session_allowed: Arc<std::sync::Mutex<Vec<String>>>,
-    pub on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
-    pub cancel: CancellationToken,
+/// Everything one turn uses. Built by the [`Engine`], which holds the session (registry and
+/// lease) while it runs.
+struct Turn {
+    store: Arc<SessionStore>,
+    session_id: String,
+    turn_id: String,
+    provider: Arc<dyn Provider>,
+    model: String,
+    config: Config,
+    tools: Arc<dyn ToolHost>,
+    approver: Arc<dyn Approver>,
+    /// The session's entries, in step with the store (write-through).
+    history: Mutex<SessionHistory>,
+    on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
+    cancel: CancellationToken,
 }
 
 /// A failure that ends the turn with `error`.
@@ -180,37 +185,6 @@ pub fn provider_error_kind(err: &ProviderError) -> TurnErrorKind {
 }
 
 impl Turn {
-    /// Runs the turn for `prompt` to its end under the session's lease, which it takes first:
-    /// while another pen runs a turn in the session, it ends at once with `error` (kind
-    /// `session_busy`) and writes nothing.
-    pub async fn run(self, prompt: &str) -> TurnOutcome {
-        match TurnLease::acquire(Arc::clone(&self.store), &self.session_id).await {
-            Ok(lease) => self.run_leased(lease, prompt).await,
-            Err(err) => TurnOutcome {
-                stop_reason: StopReason::Error,
-                error_kind: matches!(err, SessionError::LeaseHeld { .. })
-                    .then_some(TurnErrorKind::SessionBusy),
-                last_error: Some(err.to_string()),
-            },
-        }
-    }
-
-    /// Runs the turn for `prompt` to its end under `lease` (this session's, taken by the
-    /// caller), and releases the lease when the turn has ended, however it ends. A lease lost
-    /// while the turn runs stops the turn.
-    pub async fn run_leased(self, lease: TurnLease, prompt: &str) -> TurnOutcome {
-        let lost = lease.lost();
-        let cancel = self.cancel.clone();
-        let stopper = tokio::spawn(async move {
-            lost.cancelled().await;
-            cancel.cancel();
-        });
-        let outcome = self.run_to_end(prompt).await;
-        stopper.abort();
-        lease.release().await;
-        outcome
-    }
-
     async fn run_to_end(&self, prompt: &str) -> TurnOutcome {
         let seq = AtomicU64::new(0);
         let outcome = match self.run_inner(prompt, &seq).await {
@@ -225,11 +199,13 @@ impl Turn {
                 last_error: Some(err.to_string()),
             },
         };
-        let _ = self.append_item(Item::Event(Event::TurnEnded {
-            stop_reason: outcome.stop_reason,
-            last_error: outcome.last_error.clone(),
-            error_kind: outcome.error_kind,
-        }));
+        let _ = self
+            .append_item(Item::Event(Event::TurnEnded {
+                stop_reason: outcome.stop_reason,
+                last_error: outcome.last_error.clone(),
+                error_kind: outcome.error_kind,
+            }))
+            .await;
         self.emit(&seq, TurnEvent::TurnEnded(outcome.clone()));
         outcome
     }
@@ -238,9 +214,22 @@ impl Turn {
         // Every call a crashed pen left without a result is answered before anything else
         // (under the lease, so no live process is running any of them). This is also the repair
         // of an inconsistent history: the planner takes these late answers into their groups.
-        self.store
-            .recover_interrupted(&self.session_id, LeaseOwner::this_process())?;
-        self.append(EntryKind::UserPrompt, json!({"text": prompt}))?;
+        // Then the history catches up with the store: the recovered results and whatever
+        // another pen appended since this engine last ran a turn here.
+        let store = Arc::clone(&self.store);
+        let session_id = self.session_id.clone();
+        let mut history = std::mem::take(&mut *self.lock_history());
+        let history = blocking(move || {
+            store.recover_interrupted(&session_id, LeaseOwner::this_process())?;
+            history.sync(&store, &session_id)?;
+            Ok::<_, SessionError>(history)
+        })
+        .await?;
+        *self.lock_history() = history;
+        self.append_item(Item::UserPrompt {
+            text: prompt.to_string(),
+        })
+        .await?;
         let definitions = tool_definitions();
         let mut requests = 0u64;
         loop {
@@ -251,34 +240,48 @@ impl Turn {
                 return Ok(StopReason::MaxTurnRequests);
             }
             requests += 1;
-            let (response, estimated) = match self.request_with_recovery(&definitions, seq).await? {
+            let span = tracing::debug_span!("request", n = requests);
+            let answer = self
+                .request_with_recovery(&definitions, seq)
+                .instrument(span)
+                .await?;
+            let (response, estimated) = match answer {
                 Some(answer) => answer,
                 None => return Ok(StopReason::Cancelled),
             };
             let stopped = self.cancel.is_cancelled();
             // The answer is kept even when Stop came while it was on its way. The model and the
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
-            self.append(
-                EntryKind::AssistantMessage,
-                json!({"text": response.text, "tool_calls": response.tool_calls, "finish_reason": response.finish_reason, "usage": response.usage, "model": self.model, "estimated_input_tokens": estimated}),
-            )?;
-            if response.tool_calls.is_empty() {
+            let calls = response.tool_calls.clone();
+            self.append_item(Item::AssistantMessage(AssistantMessage {
+                text: response.text,
+                tool_calls: response.tool_calls,
+                reasoning: Vec::new(),
+                finish_reason: Some(response.finish_reason),
+                usage: response.usage,
+                model: Some(self.model.clone()),
+                estimated_input_tokens: Some(estimated),
+                malformed_calls: false,
+            }))
+            .await?;
+            if calls.is_empty() {
                 return Ok(if stopped {
                     StopReason::Cancelled
                 } else {
                     StopReason::EndTurn
                 });
             }
-            for (index, call) in response.tool_calls.iter().enumerate() {
+            for (index, call) in calls.iter().enumerate() {
                 if self.cancel.is_cancelled() {
-                    for rest in &response.tool_calls[index..] {
+                    for rest in &calls[index..] {
                         self.record_result(
                             rest,
                             NOT_EXECUTED_STOPPED,
                             true,
                             CallOutcome::NotExecuted,
                             seq,
-                        )?;
+                        )
+                        .await?;
                     }
                     return Ok(StopReason::Cancelled);
                 }
@@ -297,8 +300,12 @@ impl Turn {
     ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
-            let entries = self.all_entries()?;
-            let planned = self.plan_request(&entries, definitions, seq, rejection.as_ref())?;
+            let (planned, report) = self.plan_request(definitions, rejection.as_ref())?;
+            if let Some(report) = report {
+                self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
+                    .await?;
+                self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report)));
+            }
             let request = ModelRequest {
                 model: self.model.clone(),
                 system: SYSTEM_PROMPT.to_string(),
@@ -315,8 +322,10 @@ impl Turn {
                 .await
             {
                 Ok(mut response) => {
-                    let replaced =
-                        history::make_call_ids_unique(&entries, &mut response.tool_calls);
+                    let replaced = history::make_call_ids_unique(
+                        self.lock_history().entries(),
+                        &mut response.tool_calls,
+                    );
                     if replaced > 0 {
                         tracing::warn!(
                             replaced,
@@ -332,18 +341,23 @@ impl Turn {
                 return Err(TurnError::Provider(err));
             }
             // Later requests of the session, in this turn or the next, plan under this estimate.
-            self.append(
-                EntryKind::Event,
-                json!({"type": history::CONTEXT_WINDOW_REJECTED, "model": self.model, "estimated_tokens": planned.estimated_tokens, "reason": err.message}),
-            )?;
+            self.append_item(Item::Event(Event::ContextWindowRejected {
+                model: self.model.clone(),
+                estimated_tokens: planned.estimated_tokens,
+                reason: err.message.clone(),
+            }))
+            .await?;
             if rejection.is_some() {
                 return Err(TurnError::ContextWindow(context_message(&err)));
             }
-            if let Some(call_ids) = history::newest_large_group(&entries) {
-                self.append(
-                    EntryKind::Event,
-                    json!({"type": "results_shrunk", "call_ids": call_ids, "head_bytes": SHRUNK_HEAD_BYTES, "reason": err.message}),
-                )?;
+            let large = history::newest_large_group(self.lock_history().entries());
+            if let Some(call_ids) = large {
+                self.append_item(Item::Event(Event::ResultsShrunk {
+                    call_ids: call_ids.clone(),
+                    head_bytes: SHRUNK_HEAD_BYTES as u64,
+                    reason: err.message.clone(),
+                }))
+                .await?;
                 self.emit(
                     seq,
                     TurnEvent::ContextTrimmed(Trim::Shrunk {
@@ -356,15 +370,15 @@ impl Turn {
         }
     }
 
-    /// Plans the next request from the session's entries under the prompt budget (SPEC §6),
-    /// recording a report that cuts something new.
+    /// Plans the next request from the session's history under the prompt budget (SPEC §6),
+    /// with the report to record when it cuts something new.
     fn plan_request(
         &self,
-        entries: &[crate::session::Entry],
         definitions: &[ToolDefinition],
-        seq: &AtomicU64,
         rejection: Option<&ProviderError>,
-    ) -> Result<budget::Plan, TurnError> {
+    ) -> Result<(budget::Plan, Option<budget::TrimReport>), TurnError> {
+        let history = self.lock_history();
+        let entries = history.entries();
         let family = provider_family(&self.config);
         let estimator = history::estimator(entries, &self.model, family);
         let mut limit = Budget::new(
@@ -387,13 +401,12 @@ impl Turn {
                 (_, err @ BudgetError::InvalidHistory { .. }) => TurnError::Unrepairable(err),
             },
         )?;
-        if let Some(report) = &plan.report
-            && history::is_new_trim(entries, report)
-        {
-            self.append(EntryKind::Event, history::trim_entry(report))?;
-            self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report.clone())));
-        }
-        Ok(plan)
+        let report = plan
+            .report
+            .as_ref()
+            .filter(|report| history::is_new_trim(entries, report))
+            .cloned();
+        Ok((plan, report))
     }
 
     /// Runs one tool call: records it, asks for approval where needed, runs it, records the
@@ -401,10 +414,16 @@ impl Turn {
     async fn run_call(&self, call: &ToolCall, seq: &AtomicU64) -> Result<(), TurnError> {
         let arguments: Result<Value, String> = serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"));
-        self.append(
-            EntryKind::ToolCall,
-            json!({"call_id": call.id, "name": call.name, "arguments": arguments.as_ref().ok().cloned().unwrap_or(Value::String(call.arguments.clone()))}),
-        )?;
+        self.append_item(Item::ToolCall(CallStarted {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: arguments
+                .as_ref()
+                .ok()
+                .cloned()
+                .unwrap_or(Value::String(call.arguments.clone())),
+        }))
+        .await?;
         self.emit(
             seq,
             TurnEvent::ToolCallStarted {
@@ -419,7 +438,9 @@ impl Turn {
                 let text = ToolError::new(tools::ErrorCode::InvalidArguments, message)
                     .to_value()
                     .to_string();
-                return self.record_result(call, &text, true, CallOutcome::Error, seq);
+                return self
+                    .record_result(call, &text, true, CallOutcome::Error, seq)
+                    .await;
             }
         };
         let mut expected_hash = None;
@@ -433,7 +454,9 @@ impl Turn {
                     // An edit that cannot apply fails as it would have; no need to ask.
                     Err(err) => {
                         let text = self.tools.observation(&Err(err));
-                        return self.record_result(call, &text, true, CallOutcome::Error, seq);
+                        return self
+                            .record_result(call, &text, true, CallOutcome::Error, seq)
+                            .await;
                     }
                 }
             } else {
@@ -452,14 +475,21 @@ impl Turn {
                 answer = self.approver.ask(request) => answer,
                 _ = self.cancel.cancelled() => {
                     self.emit(seq, TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
-                    return self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted, seq);
+                    return self
+                        .record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted, seq)
+                        .await;
                 }
             };
             match answer {
                 Ok((Decision::Allow, _)) => {}
                 Ok((Decision::AllowForSession, _)) => {
-                    if let Ok(mut allowed) = self.session_allowed.lock() {
-                        allowed.push(call.name.clone());
+                    // Stored, so the grant holds for the session's later turns, in this pen
+                    // after a restart and in any other pen that runs the session.
+                    if !self.lock_history().allows(&call.name) {
+                        self.append_item(Item::Event(Event::ToolAllowedForSession {
+                            tool: call.name.clone(),
+                        }))
+                        .await?;
                     }
                 }
                 Ok((Decision::Deny, reason)) => {
@@ -469,14 +499,18 @@ impl Turn {
                         }
                         _ => DENIED_BY_OWNER.to_string(),
                     };
-                    return self.record_result(call, &text, true, CallOutcome::Denied, seq);
+                    return self
+                        .record_result(call, &text, true, CallOutcome::Denied, seq)
+                        .await;
                 }
                 Err(why) => {
                     let text = format!(
                         "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
                          Ask again when the owner is back."
                     );
-                    return self.record_result(call, &text, true, CallOutcome::StaleAuthority, seq);
+                    return self
+                        .record_result(call, &text, true, CallOutcome::StaleAuthority, seq)
+                        .await;
                 }
             }
         }
@@ -517,20 +551,17 @@ impl Turn {
             Err(_) => (self.tools.observation(&result), true, CallOutcome::Error),
             Ok(_) => (self.tools.observation(&result), false, CallOutcome::Done),
         };
-        self.record_result(call, &text, is_error, state, seq)
+        self.record_result(call, &text, is_error, state, seq).await
     }
 
     fn needs_approval(&self, tool: &str) -> bool {
         let asks = matches!(tool, "pen_create" | "pen_edit" | "pen_command");
-        let allowed = self.config.auto_approve.iter().any(|t| t == tool)
-            || self
-                .session_allowed
-                .lock()
-                .is_ok_and(|allowed| allowed.iter().any(|t| t == tool));
+        let allowed =
+            self.config.auto_approve.iter().any(|t| t == tool) || self.lock_history().allows(tool);
         asks && !allowed
     }
 
-    fn record_result(
+    async fn record_result(
         &self,
         call: &ToolCall,
         content: &str,
@@ -544,7 +575,8 @@ impl Turn {
             content: content.to_string(),
             is_error,
             outcome: Some(state),
-        }))?;
+        }))
+        .await?;
         let excerpt: String = content.chars().take(2_000).collect();
         self.emit(
             seq,
@@ -559,37 +591,33 @@ impl Turn {
         Ok(())
     }
 
-    fn append_item(&self, item: Item) -> Result<u64, SessionError> {
-        self.store.append(
-            &self.session_id,
-            &NewEntry::item(Some(self.turn_id.clone()), &item),
-        )
+    fn lock_history(&self) -> std::sync::MutexGuard<'_, SessionHistory> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn append(&self, kind: EntryKind, payload: Value) -> Result<u64, SessionError> {
-        self.store.append(
-            &self.session_id,
-            &NewEntry {
-                kind,
-                turn_id: Some(self.turn_id.clone()),
-                payload,
-            },
-        )
-    }
-
-    fn all_entries(&self) -> Result<Vec<crate::session::Entry>, SessionError> {
-        let mut entries = Vec::new();
-        let mut after = None;
-        loop {
-            let page = self.store.transcript(
-                &self.session_id,
-                after,
-                crate::limits::MAX_TRANSCRIPT_PAGE_ENTRIES,
-            )?;
-            entries.extend(page.entries);
-            match page.next_after_seq {
-                Some(next) => after = Some(next),
-                None => return Ok(entries),
+    /// Commits `item` (on a blocking thread) and adds it to the history.
+    async fn append_item(&self, item: Item) -> Result<u64, SessionError> {
+        let entry = NewEntry::item(Some(self.turn_id.clone()), &item);
+        let store = Arc::clone(&self.store);
+        let session_id = self.session_id.clone();
+        let stored = entry.clone();
+        let appended = blocking(move || store.append(&session_id, &stored)).await;
+        let mut history = self.lock_history();
+        match appended {
+            Ok(seq) => {
+                history.push(crate::session::Entry {
+                    seq,
+                    kind: entry.kind,
+                    turn_id: entry.turn_id,
+                    payload: entry.payload,
+                    created_at: crate::session::now_ms(),
+                });
+                Ok(seq)
+            }
+            Err(err) => {
+                // It may have committed before failing: the next turn reads the session again.
+                history.lost_step();
+                Err(err)
             }
         }
     }
@@ -602,6 +630,15 @@ impl Turn {
             event,
         });
     }
+}
+
+/// Runs blocking store work on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SessionError> + Send + 'static,
+) -> Result<T, SessionError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(SessionError::Task(e.to_string())))
 }
 
 /// The turn's last error after a second context-window rejection.

@@ -5,7 +5,7 @@
 use super::*;
 use crate::budget::{ProviderFamily, TokenEstimator};
 use crate::providers::{ErrorKind, FinishReason, Message};
-use crate::session::Entry;
+use crate::session::{Entry, EntryKind};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -132,6 +132,31 @@ fn answer(text: &str, calls: &[(&str, &str, Value)]) -> ModelResponse {
     }
 }
 
+/// One turn of the fixture's session, run through the engine.
+struct TestTurn {
+    engine: Arc<Engine>,
+    session_id: String,
+    cancel: CancellationToken,
+    tools: Arc<dyn ToolHost>,
+    config: Config,
+    approver: Arc<dyn Approver>,
+    on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
+}
+
+impl TestTurn {
+    async fn run(self, prompt: &str) -> TurnOutcome {
+        let spec = TurnSpec {
+            config: self.config,
+            tools: self.tools,
+            approver: self.approver,
+            on_event: self.on_event,
+        };
+        self.engine
+            .run_turn(&self.session_id, prompt, spec, self.cancel)
+            .await
+    }
+}
+
 struct Fixture {
     _data: tempfile::TempDir,
     root: tempfile::TempDir,
@@ -157,15 +182,13 @@ impl Fixture {
         }
     }
 
-    fn turn(&self, provider: Arc<Scripted>, approver: Arc<Owner>, config: Config) -> Turn {
+    /// A turn as every front end builds one: through the engine.
+    fn turn(&self, provider: Arc<Scripted>, approver: Arc<Owner>, config: Config) -> TestTurn {
         let events = Arc::clone(&self.events);
-        Turn {
-            store: Arc::clone(&self.store),
+        TestTurn {
+            engine: Engine::with_provider(Arc::clone(&self.store), provider, "test-model"),
             session_id: self.session.clone(),
-            turn_id: "t1".into(),
-            provider,
-            model: "test-model".into(),
-            config,
+            cancel: self.cancel.clone(),
             tools: Arc::new(LocalTools {
                 workspace: crate::workspace::Workspace::new(&[self.root.path().to_path_buf()])
                     .unwrap(),
@@ -173,10 +196,9 @@ impl Fixture {
                 ledger: Arc::default(),
                 editor: None,
             }),
+            config,
             approver,
-            session_allowed: Arc::default(),
             on_event: Arc::new(move |event| events.lock().unwrap().push(event)),
-            cancel: self.cancel.clone(),
         }
     }
 

@@ -232,6 +232,9 @@ pub enum SessionError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The blocking thread that ran a store call failed (it panicked or was cancelled).
+    #[error("the session store call failed: {0}")]
+    Task(String),
     #[error(
         "invalid session cursor {0:?}: pass back the next_cursor of the previous page as it was"
     )]
@@ -1031,6 +1034,11 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// The wall clock in Unix milliseconds. A clock set before 1970 reads as 0 rather than
 /// failing a write; entry times are kept non-decreasing in any case.
+/// Unix milliseconds now, as the store stamps entries.
+pub fn now_ms() -> i64 {
+    unix_now_ms()
+}
+
 fn unix_now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -415,12 +415,12 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
     let data = tempfile::tempdir().unwrap();
     let store = std::sync::Arc::new(pen::session::SessionStore::open(data.path()).unwrap());
     let session_id = store.new_session(None).unwrap().id;
-    let turn = pen::agent::Turn {
-        store: std::sync::Arc::clone(&store),
-        session_id: session_id.clone(),
-        turn_id: "t1".into(),
-        provider: std::sync::Arc::new(provider(&url)),
-        model: MODEL.into(),
+    let engine = pen::agent::Engine::with_provider(
+        std::sync::Arc::clone(&store),
+        std::sync::Arc::new(provider(&url)),
+        MODEL,
+    );
+    let spec = pen::agent::TurnSpec {
         config: pen::config::Config::default(),
         tools: std::sync::Arc::new(pen::agent::LocalTools {
             workspace: pen::workspace::Workspace::new(&[root.path().to_path_buf()]).unwrap(),
@@ -429,11 +429,16 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
             editor: None,
         }),
         approver: std::sync::Arc::new(NoOwner),
-        session_allowed: std::sync::Arc::default(),
         on_event: std::sync::Arc::new(|_| {}),
-        cancel: tokio_util::sync::CancellationToken::new(),
     };
-    let outcome = turn.run("What is README.md?").await;
+    let outcome = engine
+        .run_turn(
+            &session_id,
+            "What is README.md?",
+            spec,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
     assert_eq!(
         outcome.stop_reason,
         pen::agent::StopReason::EndTurn,
