@@ -310,3 +310,38 @@ impl TurnOutcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(model: &str) -> Config {
+        let mut config = Config::default();
+        for (key, value) in [
+            ("provider", "openai"),
+            ("base_url", "http://127.0.0.1:9/v1"),
+            ("model", model),
+        ] {
+            config
+                .set(key, &serde_json::Value::String(value.into()))
+                .unwrap();
+        }
+        config
+    }
+
+    /// The provider is built once per configuration and rebuilt when it changes (building one
+    /// may probe a local server, and a built client keeps its connections).
+    #[tokio::test]
+    async fn the_provider_is_built_once_per_configuration() {
+        let data = tempfile::tempdir().unwrap();
+        let store = Arc::new(SessionStore::open(data.path()).unwrap());
+        let engine = Engine::new(store);
+        let (first, model) = engine.provider(&local("a")).await.unwrap();
+        assert_eq!(model, "a");
+        let (again, _) = engine.provider(&local("a")).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "the same configuration");
+        let (other, model) = engine.provider(&local("b")).await.unwrap();
+        assert_eq!(model, "b");
+        assert!(!Arc::ptr_eq(&first, &other), "a changed configuration");
+    }
+}

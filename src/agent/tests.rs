@@ -1353,3 +1353,156 @@ async fn a_model_that_repeats_call_ids_never_bricks_the_session() {
     assert_eq!(counts[0].0, "call_0");
     assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
 }
+
+/// "Allow for session" is a session entry: a later turn run by another engine (a restarted
+/// daemon, or a second pen on the same database) does not ask again for that tool, and still
+/// asks for the others.
+#[tokio::test]
+async fn an_allow_for_session_grant_is_stored_and_holds_in_another_engine() {
+    let fx = Fixture::new();
+    let first = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[(
+                "a",
+                "pen_create",
+                json!({"path": "a.txt", "content": "a\n"}),
+            )],
+        )),
+        Step::Answer(answer("done", &[])),
+    ]);
+    let approver = owner(vec![Ok((Decision::AllowForSession, None))]);
+    fx.turn(first, Arc::clone(&approver), Config::default())
+        .run("make a")
+        .await;
+    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+    let grants: Vec<Item> = fx
+        .entries()
+        .iter()
+        .map(Entry::item)
+        .filter(|item| matches!(item, Item::Event(Event::ToolAllowedForSession { .. })))
+        .collect();
+    assert_eq!(
+        grants,
+        [Item::Event(Event::ToolAllowedForSession {
+            tool: "pen_create".into()
+        })]
+    );
+    // A new engine (each fixture turn builds one) reads the grant from the store.
+    let second = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[
+                (
+                    "b",
+                    "pen_create",
+                    json!({"path": "b.txt", "content": "b\n"}),
+                ),
+                ("c", "pen_command", json!({"command": "true"})),
+            ],
+        )),
+        Step::Answer(answer("done", &[])),
+    ]);
+    let approver = owner(vec![Ok((Decision::Deny, None))]);
+    fx.turn(second, Arc::clone(&approver), Config::default())
+        .run("make b")
+        .await;
+    let asked: Vec<String> = approver
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.tool.clone())
+        .collect();
+    assert_eq!(asked, ["pen_command"], "pen_create stays allowed");
+    assert!(fx.root.path().join("b.txt").exists());
+}
+
+/// The engine keeps each session's history between turns and reads only what was appended
+/// since: entries another pen wrote meanwhile reach the next request.
+#[tokio::test]
+async fn the_history_catches_up_with_entries_another_pen_appended() {
+    let fx = Fixture::new();
+    let provider = Scripted::new(vec![
+        Step::Answer(answer("one", &[])),
+        Step::Answer(answer("two", &[])),
+    ]);
+    let engine = Engine::with_provider(
+        Arc::clone(&fx.store),
+        Arc::clone(&provider) as Arc<dyn Provider>,
+        "test-model",
+    );
+    let spec = |fx: &Fixture| TurnSpec {
+        config: Config::default(),
+        tools: Arc::new(LocalTools {
+            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+            limits: crate::limits::Limits::default(),
+            ledger: Arc::default(),
+            editor: None,
+        }),
+        approver: owner(vec![]),
+        on_event: Arc::new(|_| {}),
+    };
+    let run = engine
+        .run_turn(&fx.session, "first", spec(&fx), CancellationToken::new())
+        .await;
+    assert_eq!(run.stop_reason, StopReason::EndTurn);
+    // Another pen's turn, written straight to the store.
+    for item in [
+        Item::UserPrompt {
+            text: "from the other pen".into(),
+        },
+        Item::AssistantMessage(AssistantMessage {
+            text: "its answer".into(),
+            ..AssistantMessage::default()
+        }),
+    ] {
+        fx.store
+            .append(&fx.session, &NewEntry::item(None, &item))
+            .unwrap();
+    }
+    let run = engine
+        .run_turn(&fx.session, "second", spec(&fx), CancellationToken::new())
+        .await;
+    assert_eq!(run.stop_reason, StopReason::EndTurn);
+    let requests = provider.requests.lock().unwrap();
+    let texts: Vec<&str> = requests[1]
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::User { text } => text.as_str(),
+            Message::Assistant { text, .. } => text.as_str(),
+            Message::ToolResult { content, .. } => content.as_str(),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["first", "one", "from the other pen", "its answer", "second"]
+    );
+}
+
+/// A second turn while one runs in this engine is refused before anything is written.
+#[tokio::test]
+async fn the_engine_runs_one_turn_per_session() {
+    let fx = Fixture::new();
+    let engine = Engine::with_provider(
+        Arc::clone(&fx.store),
+        Scripted::new(vec![]) as Arc<dyn Provider>,
+        "test-model",
+    );
+    let first = engine
+        .begin(&fx.session, CancellationToken::new())
+        .await
+        .expect("the first claim");
+    assert!(engine.is_running(&fx.session));
+    let second = engine.begin(&fx.session, CancellationToken::new()).await;
+    assert!(matches!(second, Err(BeginError::Running(_))));
+    assert_eq!(
+        second.err().map(|e| e.kind()),
+        Some(TurnErrorKind::SessionBusy)
+    );
+    drop(first);
+    assert!(!engine.is_running(&fx.session), "a dropped claim releases");
+    assert!(fx.entries().is_empty());
+    assert!(!engine.stop(&fx.session));
+}

@@ -12,6 +12,7 @@ mod fake_provider;
 mod keys;
 mod list;
 mod lsp_client;
+mod old_sessions;
 mod providers;
 mod read;
 mod repo;
