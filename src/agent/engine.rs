@@ -61,10 +61,13 @@ impl BeginError {
     }
 }
 
+/// A provider built for a configuration: the configuration's key, the provider, its model.
+type BuiltProvider = (String, Arc<dyn Provider>, String);
+
 /// Where the engine's provider comes from.
 enum Providers {
     /// Built from the turn's configuration, kept while the configuration stays the same.
-    FromConfig(tokio::sync::Mutex<Option<(String, Arc<dyn Provider>, String)>>),
+    FromConfig(tokio::sync::Mutex<Option<BuiltProvider>>),
     /// One provider for every turn (tests and benchmarks).
     Fixed(Arc<dyn Provider>, String),
 }

@@ -39,6 +39,14 @@ use tower_lsp_server::ls_types::{
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
+mod catch_panic;
+mod editor;
+mod test_hooks;
+mod turns;
+
+use catch_panic::CatchPanic;
+use test_hooks::TEST_HOOKS_VAR;
+
 /// State shared by every handler.
 pub struct State {
     client: Client,
@@ -139,58 +147,7 @@ const OPTIONAL_PARAMS: &[&str] = &[
     "pen/listSessions",
 ];
 
-/// Set to expose `pen/test/panic`, which the tests use to check that a panicking handler is
-/// answered with an InternalError and the daemon keeps serving.
-const TEST_HOOKS_VAR: &str = "PEN_TEST_HOOKS";
-/// The longest a test hook waits for an event.
-const TEST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
-
 impl Backend {
-    async fn test_panic(&self) -> jsonrpc::Result<Value> {
-        panic!("pen/test/panic was called");
-    }
-
-    /// Waits (at most `TEST_WAIT`) until the watcher has reported a change of `path` since the
-    /// model read it; answers whether it did.
-    async fn test_await_disk_change(&self, params: Value) -> jsonrpc::Result<Value> {
-        let path = params
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| jsonrpc::Error::invalid_params("path is required"))?;
-        let path = crate::workspace::canonical(Path::new(path));
-        let wait = async {
-            loop {
-                let notified = self.state.disk_changed.notified();
-                if self.state.ledger.changed_on_disk(&path) {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let changed = tokio::time::timeout(TEST_WAIT, wait).await.is_ok();
-        Ok(serde_json::json!({ "changed": changed }))
-    }
-
-    /// Waits (at most `TEST_WAIT`) until the disk watcher runs; answers its figures.
-    async fn test_watch_status(&self) -> jsonrpc::Result<Value> {
-        let wait = async {
-            loop {
-                let notified = self.state.disk_changed.notified();
-                let status = {
-                    let guard = self.state.watcher.lock().unwrap_or_else(|p| p.into_inner());
-                    guard.as_ref().map(|w| serde_json::json!({"watching": true, "watched": w.watched, "truncated": w.truncated}))
-                };
-                if let Some(status) = status {
-                    return status;
-                }
-                notified.await;
-            }
-        };
-        Ok(tokio::time::timeout(TEST_WAIT, wait)
-            .await
-            .unwrap_or_else(|_| serde_json::json!({"watching": false})))
-    }
-
     async fn call_tool(&self, params: CallToolParams) -> jsonrpc::Result<Value> {
         let state = Arc::clone(&self.state);
         let outcome =
@@ -291,190 +248,6 @@ impl Backend {
     }
 }
 
-/// The JSON-RPC error code for a second prompt while a session's turn runs (the range
-/// -32000..-32099 is for implementation-defined server errors).
-const SESSION_BUSY: i64 = -32001;
-
-impl Backend {
-    /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
-    /// `$/progress` report it; `pen/stop` ends it.
-    async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
-        let session_id = params.session_id.clone();
-        let lookup = session_id.clone();
-        let exists = self
-            .with_sessions(move |store| store.get_session(&lookup))
-            .await;
-        exists?;
-        // One turn per session here and across every pen sharing the database (SPEC §4): the
-        // session is claimed before anything of the turn runs, and released when it ends.
-        let pending = match engine.begin(&session_id, CancellationToken::new()).await {
-            Ok(pending) => pending,
-            Err(err @ agent::BeginError::Running(_)) => {
-                return Err(jsonrpc::Error {
-                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
-                    message: err.to_string().into(),
-                    data: Some(serde_json::json!({"kind": "session_busy"})),
-                });
-            }
-            Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
-                return Err(jsonrpc::Error {
-                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
-                    message: format!("session is running a turn in another pen (pid {pid})").into(),
-                    data: Some(serde_json::json!({"kind": "session_busy", "pid": pid})),
-                });
-            }
-            Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
-                return Err(jsonrpc::Error::invalid_params(format!(
-                    "no session has the id {session_id:?}"
-                )));
-            }
-            Err(agent::BeginError::Store(other)) => return Err(internal(&other.to_string())),
-        };
-        let turn_id = pending.turn_id().to_string();
-        let config = read(&self.state.config).clone();
-        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
-        let forwarder = tokio::spawn(forward_events(
-            self.client.clone(),
-            events_rx,
-            *read(&self.state.work_done_progress),
-            turn_id.clone(),
-        ));
-        let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
-        let spec = agent::TurnSpec {
-            tools: Arc::new(LocalTools {
-                workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
-                limits: config.limits(),
-                ledger: Arc::clone(&self.state.ledger),
-                editor: Some(editor),
-            }),
-            config,
-            approver: Arc::new(ClientApprover {
-                outgoing: events_tx.clone(),
-            }),
-            on_event: Arc::new(move |event| {
-                let _ = events_tx.send(Outgoing::Event(event));
-            }),
-        };
-        let outcome = pending.run(&params.text, spec).await;
-        // Every event of the turn reaches the client before the answer does.
-        let _ = forwarder.await;
-        Ok(PromptResponse::new(session_id, turn_id, outcome))
-    }
-
-    async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {
-        let stopped = match &self.state.engine {
-            Ok(engine) => engine.stop(&params.session_id),
-            Err(_) => false,
-        };
-        Ok(StopResponse { stopped })
-    }
-}
-
-/// What a turn sends the client, in the order the turn produced it.
-enum Outgoing {
-    Event(AgentEvent),
-    /// `pen/requestApproval`, answered on the channel.
-    Approval(
-        agent::ApprovalRequest,
-        tokio::sync::oneshot::Sender<ApprovalAnswer>,
-    ),
-}
-
-/// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`
-/// when the client takes progress tokens. Approval requests travel the same queue, so one is
-/// never written before the events that came before it (the assistant's text, the call's
-/// `tool_call_started`).
-async fn forward_events(
-    client: Client,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
-    progress_supported: bool,
-    turn_id: String,
-) {
-    use tower_lsp_server::ls_types::ProgressToken;
-    let token = ProgressToken::String(format!("pen/{turn_id}"));
-    let progress = if progress_supported
-        && client
-            .create_work_done_progress(token.clone())
-            .await
-            .is_ok()
-    {
-        Some(
-            client
-                .progress(token, "pen")
-                .with_message("thinking")
-                .begin()
-                .await,
-        )
-    } else {
-        None
-    };
-    while let Some(outgoing) = events.recv().await {
-        let event = match outgoing {
-            Outgoing::Event(event) => event,
-            Outgoing::Approval(request, answer) => {
-                // Queued now, after every earlier event; answered in its own task so that
-                // events after it (a withdrawal on Stop) are not held up.
-                let client = client.clone();
-                let params = protocol::ApprovalParams::from(request);
-                let sent = async move { client.send_request::<RequestApproval>(params).await };
-                tokio::spawn(async move {
-                    let _ = answer.send(match sent.await {
-                        Ok(ApprovalResponse { decision, reason }) => Ok((decision.into(), reason)),
-                        // A malformed answer is no answer: never an allow (fail closed).
-                        Err(err) => Err(format!(
-                            "the editor gave no usable answer to pen/requestApproval: {}",
-                            err.message
-                        )),
-                    });
-                });
-                continue;
-            }
-        };
-        if let Some(progress) = &progress {
-            let message = match &event.event {
-                agent::TurnEvent::ToolCallStarted { tool, .. } => Some(format!("running {tool}")),
-                agent::TurnEvent::ApprovalRequested(_) => Some("waiting for approval".to_string()),
-                agent::TurnEvent::ContextTrimmed(_) => Some("trimming context".to_string()),
-                _ => None,
-            };
-            if let Some(message) = message {
-                progress.report(message).await;
-            }
-        }
-        client
-            .send_notification::<PenEvent>(protocol::EventParams::from(event))
-            .await;
-    }
-    if let Some(progress) = progress {
-        progress.finish().await;
-    }
-}
-
-/// Asks the editor with `pen/requestApproval`, through the turn's outgoing queue.
-struct ClientApprover {
-    outgoing: tokio::sync::mpsc::UnboundedSender<Outgoing>,
-}
-
-impl Approver for ClientApprover {
-    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
-        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
-        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
-        Box::pin(async move {
-            if queued.is_err() {
-                return Err("the turn's connection to the editor is gone".to_string());
-            }
-            answer_rx
-                .await
-                .unwrap_or_else(|_| Err("the editor's answer was lost".to_string()))
-        })
-    }
-}
-
 impl State {
     /// The workspace the tools are confined to now.
     fn current_workspace(&self) -> Result<Workspace, String> {
@@ -552,84 +325,6 @@ fn restart_watcher(state: &Arc<State>) {
         *state.watcher.lock().unwrap_or_else(|p| p.into_inner()) = watcher;
         state.disk_changed.notify_waiters();
     });
-}
-
-impl tools::Editor for State {
-    fn snapshot(&self, path: &Path) -> Option<Snapshot> {
-        read(&self.documents).get(path)
-    }
-
-    /// Sends `workspace/applyEdit` and waits for the editor's answer. Called from a tool's
-    /// blocking thread, never from the async runtime's own threads.
-    fn apply(&self, path: &Path, version: i32, replacements: &[Replacement]) -> Result<(), String> {
-        let (snapshot, encoding) = {
-            let documents = read(&self.documents);
-            (documents.get(path), documents.encoding())
-        };
-        let snapshot = snapshot.ok_or("the document was closed in the editor")?;
-        if snapshot.version != version {
-            return Err(format!(
-                "the document changed in the editor (version {version} was read, it is now {})",
-                snapshot.version
-            ));
-        }
-        let uri = protocol::path_to_uri(path).ok_or("the path has no file URI")?;
-        let edit = workspace_edit(
-            uri,
-            version,
-            &snapshot,
-            encoding,
-            replacements,
-            *read(&self.versioned_edits),
-        );
-        let answer = self
-            .runtime
-            .block_on(self.client.apply_edit(edit))
-            .map_err(|e| format!("the editor did not answer workspace/applyEdit ({e})"))?;
-        if answer.applied {
-            Ok(())
-        } else {
-            Err(answer
-                .failure_reason
-                .unwrap_or_else(|| "the editor refused it without a reason".to_string()))
-        }
-    }
-}
-
-/// The workspace edit for `replacements` of one document: versioned when the client supports
-/// it, so the editor itself refuses an edit of a buffer that moved on.
-fn workspace_edit(
-    uri: tower_lsp_server::ls_types::Uri,
-    version: i32,
-    snapshot: &Snapshot,
-    encoding: PositionEncoding,
-    replacements: &[Replacement],
-    versioned: bool,
-) -> WorkspaceEdit {
-    let edits: Vec<TextEdit> = replacements
-        .iter()
-        .map(|r| TextEdit {
-            range: protocol::to_lsp_range(snapshot.range_of(r.range.clone(), encoding)),
-            new_text: r.text.clone(),
-        })
-        .collect();
-    if versioned {
-        WorkspaceEdit {
-            document_changes: Some(DocumentChanges::Edits(vec![TextDocumentEdit {
-                text_document: OptionalVersionedTextDocumentIdentifier {
-                    uri,
-                    version: Some(version),
-                },
-                edits: edits.into_iter().map(OneOf::Left).collect(),
-            }])),
-            ..Default::default()
-        }
-    } else {
-        WorkspaceEdit {
-            changes: Some([(uri, edits)].into_iter().collect()),
-            ..Default::default()
-        }
-    }
 }
 
 impl LanguageServer for Backend {
@@ -818,48 +513,4 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Catches a panic in any handler and answers the request with an InternalError, so one bad
-/// request never takes the daemon down.
-struct CatchPanic<S>(S);
-
-impl<S> Service<Request> for CatchPanic<S>
-where
-    S: Service<Request, Response = Option<Response>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = Option<Response>;
-    type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<Option<Response>, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let id = request.id().cloned();
-        let method = request.method().to_string();
-        let future = AssertUnwindSafe(self.0.call(request)).catch_unwind();
-        Box::pin(async move {
-            match future.await {
-                Ok(result) => result,
-                Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    tracing::error!(%method, "handler panicked: {what}");
-                    Ok(id.map(|id| {
-                        Response::from_error(
-                            id,
-                            internal(&format!("pen failed while handling {method}: {what}")),
-                        )
-                    }))
-                }
-            }
-        })
-    }
 }

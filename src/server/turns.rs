@@ -1,0 +1,188 @@
+//! `pen/prompt` and `pen/stop`: a thin front end over the turn engine, and the ordered queue that
+//! carries a turn's events and approval requests to the client.
+
+use super::*;
+
+/// The JSON-RPC error code for a second prompt while a session's turn runs (the range
+/// -32000..-32099 is for implementation-defined server errors).
+const SESSION_BUSY: i64 = -32001;
+
+impl Backend {
+    /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
+    /// `$/progress` report it; `pen/stop` ends it.
+    pub(super) async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
+        let engine = self
+            .state
+            .engine
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let session_id = params.session_id.clone();
+        let lookup = session_id.clone();
+        let exists = self
+            .with_sessions(move |store| store.get_session(&lookup))
+            .await;
+        exists?;
+        // One turn per session here and across every pen sharing the database (SPEC §4): the
+        // session is claimed before anything of the turn runs, and released when it ends.
+        let pending = match engine.begin(&session_id, CancellationToken::new()).await {
+            Ok(pending) => pending,
+            Err(err @ agent::BeginError::Running(_)) => {
+                return Err(jsonrpc::Error {
+                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+                    message: err.to_string().into(),
+                    data: Some(serde_json::json!({"kind": "session_busy"})),
+                });
+            }
+            Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
+                return Err(jsonrpc::Error {
+                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+                    message: format!("session is running a turn in another pen (pid {pid})").into(),
+                    data: Some(serde_json::json!({"kind": "session_busy", "pid": pid})),
+                });
+            }
+            Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
+                return Err(jsonrpc::Error::invalid_params(format!(
+                    "no session has the id {session_id:?}"
+                )));
+            }
+            Err(agent::BeginError::Store(other)) => return Err(internal(&other.to_string())),
+        };
+        let turn_id = pending.turn_id().to_string();
+        let config = read(&self.state.config).clone();
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
+        let forwarder = tokio::spawn(forward_events(
+            self.client.clone(),
+            events_rx,
+            *read(&self.state.work_done_progress),
+            turn_id.clone(),
+        ));
+        let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
+        let spec = agent::TurnSpec {
+            tools: Arc::new(LocalTools {
+                workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
+                limits: config.limits(),
+                ledger: Arc::clone(&self.state.ledger),
+                editor: Some(editor),
+            }),
+            config,
+            approver: Arc::new(ClientApprover {
+                outgoing: events_tx.clone(),
+            }),
+            on_event: Arc::new(move |event| {
+                let _ = events_tx.send(Outgoing::Event(event));
+            }),
+        };
+        let outcome = pending.run(&params.text, spec).await;
+        // Every event of the turn reaches the client before the answer does.
+        let _ = forwarder.await;
+        Ok(PromptResponse::new(session_id, turn_id, outcome))
+    }
+
+    pub(super) async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {
+        let stopped = match &self.state.engine {
+            Ok(engine) => engine.stop(&params.session_id),
+            Err(_) => false,
+        };
+        Ok(StopResponse { stopped })
+    }
+}
+
+/// What a turn sends the client, in the order the turn produced it.
+enum Outgoing {
+    Event(AgentEvent),
+    /// `pen/requestApproval`, answered on the channel.
+    Approval(
+        agent::ApprovalRequest,
+        tokio::sync::oneshot::Sender<ApprovalAnswer>,
+    ),
+}
+
+/// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`
+/// when the client takes progress tokens. Approval requests travel the same queue, so one is
+/// never written before the events that came before it (the assistant's text, the call's
+/// `tool_call_started`).
+async fn forward_events(
+    client: Client,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
+    progress_supported: bool,
+    turn_id: String,
+) {
+    use tower_lsp_server::ls_types::ProgressToken;
+    let token = ProgressToken::String(format!("pen/{turn_id}"));
+    let progress = if progress_supported
+        && client
+            .create_work_done_progress(token.clone())
+            .await
+            .is_ok()
+    {
+        Some(
+            client
+                .progress(token, "pen")
+                .with_message("thinking")
+                .begin()
+                .await,
+        )
+    } else {
+        None
+    };
+    while let Some(outgoing) = events.recv().await {
+        let event = match outgoing {
+            Outgoing::Event(event) => event,
+            Outgoing::Approval(request, answer) => {
+                // Queued now, after every earlier event; answered in its own task so that
+                // events after it (a withdrawal on Stop) are not held up.
+                let client = client.clone();
+                let params = protocol::ApprovalParams::from(request);
+                let sent = async move { client.send_request::<RequestApproval>(params).await };
+                tokio::spawn(async move {
+                    let _ = answer.send(match sent.await {
+                        Ok(ApprovalResponse { decision, reason }) => Ok((decision.into(), reason)),
+                        // A malformed answer is no answer: never an allow (fail closed).
+                        Err(err) => Err(format!(
+                            "the editor gave no usable answer to pen/requestApproval: {}",
+                            err.message
+                        )),
+                    });
+                });
+                continue;
+            }
+        };
+        if let Some(progress) = &progress {
+            let message = match &event.event {
+                agent::TurnEvent::ToolCallStarted { tool, .. } => Some(format!("running {tool}")),
+                agent::TurnEvent::ApprovalRequested(_) => Some("waiting for approval".to_string()),
+                agent::TurnEvent::ContextTrimmed(_) => Some("trimming context".to_string()),
+                _ => None,
+            };
+            if let Some(message) = message {
+                progress.report(message).await;
+            }
+        }
+        client
+            .send_notification::<PenEvent>(protocol::EventParams::from(event))
+            .await;
+    }
+    if let Some(progress) = progress {
+        progress.finish().await;
+    }
+}
+
+/// Asks the editor with `pen/requestApproval`, through the turn's outgoing queue.
+struct ClientApprover {
+    outgoing: tokio::sync::mpsc::UnboundedSender<Outgoing>,
+}
+
+impl Approver for ClientApprover {
+    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
+        Box::pin(async move {
+            if queued.is_err() {
+                return Err("the turn's connection to the editor is gone".to_string());
+            }
+            answer_rx
+                .await
+                .unwrap_or_else(|_| Err("the editor's answer was lost".to_string()))
+        })
+    }
+}
