@@ -5,6 +5,9 @@
 /// Every bound, named once.
 pub mod limits;
 
+/// Random access to the bytes of a file or buffer (`ByteSource`).
+pub mod bytes;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 

@@ -8,8 +8,9 @@
 
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::keys::{self, KeyRefusal};
-use super::source::{self, ByteSource, Eol, FileFacts, read_range};
+use super::source::{self, Eol, FileFacts};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use crate::bytes::{ByteSource, read_range};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -770,7 +770,7 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
         let (size, binary) = match snapshot {
             // An open document is searched as the editor has it, unsaved changes and all.
             Some(snapshot) => {
-                let size = super::source::ByteSource::len(&snapshot);
+                let size = crate::bytes::ByteSource::len(&snapshot);
                 if size > plan.max_bytes {
                     return Ok(Outcome::NotRead(SkipReason::TooLarge));
                 }
