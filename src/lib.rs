@@ -8,6 +8,9 @@ pub mod limits;
 /// Random access to the bytes of a file or buffer (`ByteSource`).
 pub mod bytes;
 
+/// Cutting text to a byte bound on a character boundary.
+pub mod text;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 

@@ -21,7 +21,7 @@
 use super::budget;
 use super::keys;
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
-use crate::limits::{Limits, SearchLimits};
+use crate::limits::{Limits, SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES, SearchLimits};
 use crate::workspace::{RootDir, Target, Workspace};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -76,15 +76,6 @@ const DOTNET_OUTPUT_FOLDERS: &[&str] = &["bin", "obj"];
 
 /// The extensions of the files that mark a folder as a .NET project.
 const DOTNET_PROJECT_EXTENSIONS: &[&str] = &["csproj", "fsproj", "vbproj", "sln"];
-
-/// Files go to the readers in batches of this many: one hand-over per batch instead of per file
-/// keeps thread wake-ups off the hot path, and a small batch keeps small the reading done for
-/// nothing after an early stop.
-const BATCH_FILES: usize = 16;
-
-/// Batches queued for the readers ahead of the in-order merge: enough to keep every reader busy
-/// while the walk lists a large folder.
-const READ_AHEAD_BATCHES: usize = 4;
 
 /// Marks the cut end of an excerpt. Its bytes count toward `excerpt_bytes`.
 const ELLIPSIS: &str = "…";
@@ -578,13 +569,8 @@ fn excerpt(line: &str, start: usize, end: usize, max: usize) -> Excerpt {
     } else if to == len {
         from = len.saturating_sub(one_cut);
     }
-    while !line.is_char_boundary(from) {
-        from += 1;
-    }
-    while !line.is_char_boundary(to) {
-        to -= 1;
-    }
-    let to = to.max(from);
+    let from = crate::text::ceil_char_boundary(line, from);
+    let to = crate::text::floor_char_boundary(line, to).max(from);
     let mut text = String::with_capacity(max);
     if from > 0 {
         text.push_str(ELLIPSIS);
@@ -1428,7 +1414,8 @@ fn search(
     let mut entry_limit = false;
     let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
-        let (batch_sender, batch_receiver) = mpsc::sync_channel::<Vec<Job>>(READ_AHEAD_BATCHES);
+        let (batch_sender, batch_receiver) =
+            mpsc::sync_channel::<Vec<Job>>(SEARCH_READ_AHEAD_BATCHES);
         // Only the readers hold the receiver, so that if they all ended, a send fails instead
         // of waiting forever.
         let batch_receiver = Arc::new(Mutex::new(batch_receiver));
@@ -1439,7 +1426,7 @@ fn search(
             scope.spawn(move || reader(&batches, done, stop_readers, plan));
         }
         drop((batch_receiver, done_sender));
-        let mut batch = Vec::with_capacity(BATCH_FILES);
+        let mut batch = Vec::with_capacity(SEARCH_BATCH_FILES);
         for entry in walk {
             for done in done_receiver.try_iter().flatten() {
                 collector.accept(done);
@@ -1456,8 +1443,9 @@ fn search(
                 }
                 Step::Read(job) => {
                     batch.push(job);
-                    if batch.len() >= BATCH_FILES {
-                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_FILES));
+                    if batch.len() >= SEARCH_BATCH_FILES {
+                        let full =
+                            std::mem::replace(&mut batch, Vec::with_capacity(SEARCH_BATCH_FILES));
                         if batch_sender.send(full).is_err() {
                             break;
                         }
