@@ -22,10 +22,10 @@ use super::budget;
 use super::keys;
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
 use crate::limits::{Limits, SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES, SearchLimits};
-use crate::workspace::{RootDir, Target, Workspace};
+use crate::workspace::{RootDir, SKIPPED_FOLDERS, Target, Workspace, is_skipped_folder};
 use globset::{GlobBuilder, GlobMatcher};
+use ignore::DirEntry;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use ignore::{DirEntry, WalkBuilder};
 use memchr::memmem;
 use serde::Deserialize;
 use serde::Serialize;
@@ -48,34 +48,6 @@ pub struct SearchArgs {
     pub case_sensitive: Option<bool>,
     pub after: Option<String>,
 }
-
-/// Folders never searched below the search root: version-control metadata and the usual
-/// dependency, cache and build-output folders, which are large, generated and rarely what the
-/// model is looking for. Naming one of them as `path` still searches it.
-pub const SKIPPED_FOLDERS: &[&str] = &[
-    ".git",
-    ".hg",
-    ".svn",
-    "node_modules",
-    "target",
-    "dist",
-    "build",
-    "vendor",
-    ".venv",
-    "venv",
-    "__pycache__",
-    ".tox",
-    ".gradle",
-    ".next",
-    "out",
-];
-
-/// Folders that are .NET build output only when they sit beside a project or solution file;
-/// elsewhere (`src/bin` in a Rust crate, say) they hold source and are searched.
-const DOTNET_OUTPUT_FOLDERS: &[&str] = &["bin", "obj"];
-
-/// The extensions of the files that mark a folder as a .NET project.
-const DOTNET_PROJECT_EXTENSIONS: &[&str] = &["csproj", "fsproj", "vbproj", "sln"];
 
 /// Marks the cut end of an excerpt. Its bytes count toward `excerpt_bytes`.
 const ELLIPSIS: &str = "…";
@@ -917,28 +889,6 @@ impl EntryFilter {
     }
 }
 
-/// Whether search (and the disk watcher) skips this folder: a VCS or dependency/build folder by
-/// name, or .NET build output beside a project file.
-pub fn is_skipped_folder(path: &Path) -> bool {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    if SKIPPED_FOLDERS.contains(&name) {
-        return true;
-    }
-    DOTNET_OUTPUT_FOLDERS.contains(&name)
-        && path.parent().is_some_and(|parent| {
-            std::fs::read_dir(parent).is_ok_and(|entries| {
-                entries.flatten().any(|e| {
-                    Path::new(&e.file_name())
-                        .extension()
-                        .and_then(|x| x.to_str())
-                        .is_some_and(|x| DOTNET_PROJECT_EXTENSIONS.contains(&x))
-                })
-            })
-        })
-}
-
 /// The ignore files of the folders from the workspace root down to just above `root`, deepest
 /// first, so that searching a sub-folder skips what searching the whole workspace skips.
 fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
@@ -1366,16 +1316,7 @@ fn search(
         too_deep: Arc::clone(&too_deep),
         enclosing_ignores: enclosing_ignores(&request.workspace_root, &request.root),
     };
-    let walk = WalkBuilder::new(&request.root)
-        .hidden(false)
-        .parents(false)
-        .ignore(true)
-        .git_ignore(true)
-        .git_exclude(true)
-        .git_global(false)
-        .require_git(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
+    let walk = crate::workspace::tree_walk(&request.root)
         .filter_entry(move |entry| filter.keep(entry))
         .build();
     let plan = ReadPlan {
