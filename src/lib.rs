@@ -17,11 +17,11 @@ pub mod config;
 /// Workspace roots and path confinement.
 pub mod workspace;
 
-/// The native tools the model is given.
-pub mod tools;
-
 /// Exact rope-backed views of the files open in the editor.
 pub mod documents;
+
+/// The native tools the model is given.
+pub mod tools;
 
 /// Disk changes under the workspace roots.
 pub mod watch;
