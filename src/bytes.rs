@@ -1,8 +1,9 @@
 //! Random access to the bytes of a file or buffer, below both the editor's documents and the
 //! tools, so that paging code is a pure function over bytes at offsets.
 //!
-//! This module depends on nothing else in pen: `documents` implements [`ByteSource`] for its
-//! snapshots and `tools::source` for disk files, and neither needs the other to do so.
+//! This module depends on nothing else in pen: `documents` implements
+//! [`ByteSource`](crate::bytes::ByteSource) for its snapshots and `tools::source` for disk
+//! files, and neither needs the other to do so.
 
 use std::io;
 
