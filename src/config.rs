@@ -134,12 +134,12 @@ fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
 /// A refused value as an error shows it: cut to [`MAX_CONFIG_SHOWN_VALUE_BYTES`], so that a
 /// 10 MB value does not make a 10 MB error (or warning line).
 fn shown_value(text: &str) -> String {
-    let end = crate::tools::floor_char_boundary(text, MAX_CONFIG_SHOWN_VALUE_BYTES);
-    if end < text.len() {
-        format!("{}… ({} bytes)", &text[..end], text.len())
-    } else {
-        text.to_string()
-    }
+    crate::text::cut_with_note(
+        text,
+        MAX_CONFIG_SHOWN_VALUE_BYTES,
+        format_args!("… ({} bytes)", text.len()),
+    )
+    .into_owned()
 }
 
 fn one_of(

@@ -11,7 +11,7 @@
 //! and without `unicode_lines` so that it agrees (U+2028, NEL and form feed are ordinary
 //! characters to an LSP client).
 
-use crate::tools::source::ByteSource;
+use crate::bytes::ByteSource;
 use ropey::Rope;
 use std::collections::HashMap;
 use std::fmt;

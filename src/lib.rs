@@ -5,17 +5,23 @@
 /// Every bound, named once.
 pub mod limits;
 
+/// Random access to the bytes of a file or buffer (`ByteSource`).
+pub mod bytes;
+
+/// Cutting text to a byte bound on a character boundary.
+pub mod text;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 
 /// Workspace roots and path confinement.
 pub mod workspace;
 
-/// The native tools the model is given.
-pub mod tools;
-
 /// Exact rope-backed views of the files open in the editor.
 pub mod documents;
+
+/// The native tools the model is given.
+pub mod tools;
 
 /// Disk changes under the workspace roots.
 pub mod watch;

@@ -338,6 +338,55 @@ pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 /// How much of a refused config value an error message shows: 100 bytes.
 pub const MAX_CONFIG_SHOWN_VALUE_BYTES: usize = 100;
 
+// Bounds of the transport, pen_command, pen_read and pen_search that lived in their modules
+// (issue 13, item 7).
+
+/// The largest JSON-RPC message the transport reads, 256 MiB. A larger one is skipped unread
+/// and answered with an error: far above any real edit (a whole large file in `didOpen`), and
+/// low enough that a hostile `Content-Length` cannot make pen allocate without bound.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// The longest header line the transport accepts, 8 KiB; a longer one is not a header.
+/// `Content-Length: N` and `Content-Type: …` take a few dozen bytes.
+pub const MAX_HEADER_LINE_BYTES: usize = 8 * 1024;
+
+/// Bytes the transport reads from stdin at a time, 64 KiB: a pipe's default capacity.
+pub const TRANSPORT_READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How much of a bad header line a transport error message quotes, 80 bytes: enough to
+/// recognise it, small enough that the error stays one short line.
+pub const FRAME_EXCERPT_BYTES: usize = 80;
+
+/// How long the transport waits, once stdin closes, for the answers already queued to be
+/// written, 2 s; requests still running are abandoned with the client.
+pub const TRANSPORT_WRITER_DRAIN: Duration = Duration::from_secs(2);
+
+/// pen_command's timeout when the model names none, 120 s: long enough for a typical build or
+/// test run.
+pub const COMMAND_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest timeout the model may give pen_command, 1,800 s (30 minutes); a longer
+/// `timeout_secs` is lowered to it.
+pub const COMMAND_MAX_TIMEOUT: Duration = Duration::from_secs(1_800);
+
+/// Bytes pen_command reads from a command's stdout or stderr at a time, 8 KiB.
+pub const COMMAND_READ_CHUNK_BYTES: usize = 8 * 1024;
+
+/// How far past a refused page pen_read looks for the END of the key, to tell the model where it
+/// may resume, 256 KiB: longer than any armored key.
+pub const KEY_END_LOOKAHEAD: u64 = 256 * 1024;
+
+/// pen_search hands files to its readers in batches of this many, 16: one hand-over per batch
+/// instead of per file keeps thread wake-ups off the hot path, and a small batch keeps small the
+/// reading done for nothing after an early stop.
+pub const SEARCH_BATCH_FILES: usize = 16;
+
+/// Batches pen_search queues for its readers ahead of the in-order merge, 4: enough to keep
+/// every reader busy while the walk lists a large folder.
+pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
+
+// End of the issue 13, item 7 block.
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,10 @@
 //! every answer are written by one writer task, a whole frame at a time, server-to-client
 //! messages first, so a handler's notifications reach the client before its answer.
 
-use crate::limits::FRAME_IDLE_TIMEOUT;
+use crate::limits::{
+    FRAME_EXCERPT_BYTES, FRAME_IDLE_TIMEOUT, MAX_HEADER_LINE_BYTES, MAX_MESSAGE_BYTES,
+    TRANSPORT_READ_CHUNK_BYTES, TRANSPORT_WRITER_DRAIN,
+};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::future::poll_fn;
@@ -19,12 +22,6 @@ use tokio::sync::mpsc;
 use tower::Service;
 use tower_lsp_server::ClientSocket;
 use tower_lsp_server::jsonrpc::{Request, Response};
-
-/// The largest message read. A larger one is skipped unread and answered with an error.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
-
-/// The longest header line accepted; a longer one is not a header.
-const MAX_HEADER_LINE: usize = 8 * 1024;
 
 /// JSON-RPC error codes this layer answers with.
 const PARSE_ERROR: i64 = -32700;
@@ -153,7 +150,7 @@ pub async fn serve<I, O, S>(
     }
     drop(out_tx);
     // Answers already queued are written; requests still running are abandoned with the client.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+    let _ = tokio::time::timeout(TRANSPORT_WRITER_DRAIN, writer).await;
 }
 
 /// The client's answer to one of pen's requests, as the request's waiter sees it. JSON-RPC
@@ -257,7 +254,7 @@ struct FrameReader<R> {
 enum Line {
     /// A whole line (with its line break, unless the stream ended).
     Text(Vec<u8>),
-    /// A line over [`MAX_HEADER_LINE`], skipped up to its end or to an embedded header.
+    /// A line over [`MAX_HEADER_LINE_BYTES`], skipped up to its end or to an embedded header.
     TooLong,
     Eof,
 }
@@ -279,7 +276,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads more bytes into `pending`; 0 at the end of the stream (or on a read error, which
     /// ends the stream as well).
     async fn fill(&mut self) -> usize {
-        let mut chunk = vec![0u8; READ_CHUNK];
+        let mut chunk = vec![0u8; TRANSPORT_READ_CHUNK_BYTES];
         match self.inner.read(&mut chunk).await {
             Ok(n) => {
                 self.pending.extend_from_slice(&chunk[..n]);
@@ -299,11 +296,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         loop {
             if let Some(end) = memchr::memchr(b'\n', &self.pending[scanned..]) {
                 let end = scanned + end + 1;
-                if end <= MAX_HEADER_LINE {
+                if end <= MAX_HEADER_LINE_BYTES {
                     return Line::Text(self.pending.drain(..end).collect());
                 }
             }
-            if self.pending.len() > MAX_HEADER_LINE {
+            if self.pending.len() > MAX_HEADER_LINE_BYTES {
                 self.skip_long_line().await;
                 return Line::TooLong;
             }
@@ -384,7 +381,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 return bad(
                     PARSE_ERROR,
-                    &format!("Parse error: `{}` is not a header", truncate(text)),
+                    &format!(
+                        "Parse error: `{}` is not a header",
+                        crate::text::cut(text, FRAME_EXCERPT_BYTES)
+                    ),
                 );
             };
             saw_header = true;
@@ -393,7 +393,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 length = Some(value.trim().parse::<usize>().map_err(|_| {
                     format!(
                         "Parse error: Content-Length `{}` is not a number",
-                        truncate(value.trim())
+                        crate::text::cut(value.trim(), FRAME_EXCERPT_BYTES)
                     )
                 }));
             }
@@ -504,9 +504,6 @@ impl<R> FrameReader<R> {
     }
 }
 
-/// Bytes read from stdin at a time.
-const READ_CHUNK: usize = 64 * 1024;
-
 /// How far back a scan for an embedded header looks into bytes already scanned: longer than
 /// `Content-Length: ` with any plausible number and spaces.
 const HEADER_SCAN_OVERLAP: usize = 64;
@@ -565,10 +562,6 @@ fn bad(code: i64, message: &str) -> Frame {
         code,
         message: message.to_string(),
     }
-}
-
-fn truncate(text: &str) -> &str {
-    &text[..crate::tools::floor_char_boundary(text, 80)]
 }
 
 #[cfg(test)]
@@ -670,7 +663,7 @@ mod tests {
     async fn garbage_too_long_for_a_header_line_still_finds_the_next_header() {
         let (bodies, rest) = valid_requests();
         let mut input = b"Content-Length: 5\r\n\r\n{\"a\":".to_vec();
-        input.extend(std::iter::repeat_n(b'x', 3 * MAX_HEADER_LINE));
+        input.extend(std::iter::repeat_n(b'x', 3 * MAX_HEADER_LINE_BYTES));
         input.extend_from_slice(&rest);
         let frames = frames(&input).await;
         assert_eq!(answered(&frames, &bodies), 10, "{frames:?}");

@@ -7,6 +7,7 @@
 //! Directories created later are added as their events arrive. Events are debounced.
 
 use crate::limits::{MAX_WATCHED_DIRS, WATCH_DEBOUNCE};
+use crate::workspace::{is_skipped_folder, tree_walk};
 use notify::RecursiveMode;
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use std::collections::HashSet;
@@ -18,16 +19,10 @@ use std::sync::{Arc, Mutex, Weak};
 pub fn watched_dirs(roots: &[PathBuf], max: usize) -> (Vec<PathBuf>, bool) {
     let mut dirs = Vec::new();
     for root in roots {
-        let walk = ignore::WalkBuilder::new(root)
-            .hidden(false)
-            .git_ignore(true)
-            .git_global(false)
-            .require_git(false)
-            .follow_links(false)
-            .sort_by_file_name(|a, b| a.cmp(b))
+        let walk = tree_walk(root)
             .filter_entry(|entry| {
                 let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                is_dir && !crate::tools::search::is_skipped_folder(entry.path())
+                is_dir && !is_skipped_folder(entry.path())
             })
             .build();
         for entry in walk.flatten() {
@@ -119,7 +114,7 @@ fn watch_new_dirs(
             continue;
         }
         if path.is_dir()
-            && !crate::tools::search::is_skipped_folder(path)
+            && !is_skipped_folder(path)
             && debouncer
                 .watcher()
                 .watch(path, RecursiveMode::NonRecursive)
@@ -165,6 +160,91 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["", "docs", "src", "src/deep"]);
+    }
+
+    /// The watcher watches exactly the folders pen_search enters: a folder in a result is watched
+    /// and a watched folder shows up in a search for a word each folder's file holds. The tree
+    /// has every kind of folder the two could disagree on, and an ignore file above the root,
+    /// which neither may read.
+    #[test]
+    fn the_watcher_and_search_agree_on_the_folders_they_enter() {
+        let dir = tempfile::tempdir().unwrap();
+        let outer = dir.path().canonicalize().unwrap();
+        fs::write(outer.join(".gitignore"), "ws/above/\n").unwrap();
+        let root = outer.join("ws");
+        let folders = [
+            "",
+            "src/deep",
+            "node_modules/m",
+            "target/debug",
+            ".git/objects",
+            ".hidden",
+            "app/bin/Debug",
+            "app/obj",
+            "crate/src/bin",
+            "gen",
+            "sub/local",
+            "above",
+        ];
+        for folder in folders {
+            fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        fs::write(root.join("app/App.csproj"), "<Project/>").unwrap();
+        fs::write(root.join(".gitignore"), "gen/\n").unwrap();
+        fs::write(root.join("sub/.gitignore"), "local/\n").unwrap();
+        let (dirs, _) = watched_dirs(std::slice::from_ref(&root), MAX_WATCHED_DIRS);
+        for dir in &dirs {
+            fs::write(dir.join("n.txt"), "needle\n").unwrap();
+        }
+        // Folders no watch covers get the file too, so search finds them if it enters them.
+        for folder in folders {
+            let file = root.join(folder).join("n.txt");
+            if !file.exists() {
+                fs::write(file, "needle\n").unwrap();
+            }
+        }
+
+        let workspace = crate::workspace::Workspace::new(std::slice::from_ref(&root)).unwrap();
+        let limits = crate::limits::Limits::default();
+        let ctx = crate::tools::ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        let result =
+            crate::tools::call("pen_search", &serde_json::json!({"query": "needle"}), &ctx)
+                .unwrap();
+        let mut searched: Vec<String> = result["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let path = m["path"].as_str().unwrap();
+                path.strip_suffix("n.txt")
+                    .unwrap()
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .collect();
+        searched.sort();
+        let mut watched: Vec<String> = dirs
+            .iter()
+            .map(|d| {
+                d.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        watched.sort();
+        assert_eq!(watched, searched);
+        assert!(watched.contains(&"above".to_string()), "{watched:?}");
+        assert!(
+            watched.contains(&"crate/src/bin".to_string()),
+            "{watched:?}"
+        );
+        assert!(!watched.contains(&"app/bin".to_string()), "{watched:?}");
     }
 
     #[test]

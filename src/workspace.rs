@@ -761,6 +761,76 @@ pub fn canonical(path: &Path) -> PathBuf {
     }
 }
 
+/// Folders pen_search never enters below its root and the disk watcher never watches:
+/// version-control metadata and the usual dependency, cache and build-output folders, which are
+/// large, generated and rarely what the model is looking for. Naming one of them as pen_search's
+/// `path` still searches it.
+pub const SKIPPED_FOLDERS: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "target",
+    "dist",
+    "build",
+    "vendor",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tox",
+    ".gradle",
+    ".next",
+    "out",
+];
+
+/// Folders that are .NET build output only when they sit beside a project or solution file;
+/// elsewhere (`src/bin` in a Rust crate, say) they hold source and are searched.
+const DOTNET_OUTPUT_FOLDERS: &[&str] = &["bin", "obj"];
+
+/// The extensions of the files that mark a folder as a .NET project.
+const DOTNET_PROJECT_EXTENSIONS: &[&str] = &["csproj", "fsproj", "vbproj", "sln"];
+
+/// Whether pen_search and the disk watcher skip this folder: a VCS or dependency/build folder by
+/// name, or .NET build output beside a project file.
+pub fn is_skipped_folder(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    if SKIPPED_FOLDERS.contains(&name) {
+        return true;
+    }
+    DOTNET_OUTPUT_FOLDERS.contains(&name)
+        && path.parent().is_some_and(|parent| {
+            std::fs::read_dir(parent).is_ok_and(|entries| {
+                entries.flatten().any(|e| {
+                    Path::new(&e.file_name())
+                        .extension()
+                        .and_then(|x| x.to_str())
+                        .is_some_and(|x| DOTNET_PROJECT_EXTENSIONS.contains(&x))
+                })
+            })
+        })
+}
+
+/// The walk of a tree as pen_search and the disk watcher both see it: sorted by file name,
+/// hidden files included, symlinks not followed, `.gitignore`, `.ignore` and `.git/info/exclude`
+/// honoured without a `.git`, and neither the user's global git configuration nor ignore files
+/// above `root` read (a result must not depend on who runs it or where the workspace sits).
+/// Callers add their own `filter_entry`, each calling [`is_skipped_folder`].
+pub fn tree_walk(root: &Path) -> ignore::WalkBuilder {
+    let mut walk = ignore::WalkBuilder::new(root);
+    walk.hidden(false)
+        .parents(false)
+        .ignore(true)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b));
+    walk
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

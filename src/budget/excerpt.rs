@@ -6,7 +6,6 @@
 
 use super::{Answered, Group};
 use crate::limits::{EXCERPT_ARGUMENT_BYTES, EXCERPT_RESULT_BYTES};
-use crate::tools::floor_char_boundary;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -22,11 +21,7 @@ pub(super) const OMITTED_NOTE: &str = "[earlier tool calls of this exchange are 
 
 /// `text` cut to `max` bytes on a character boundary, saying how long it was.
 fn cut(text: &str, max: usize) -> Cow<'_, str> {
-    if text.len() <= max {
-        return Cow::Borrowed(text);
-    }
-    let end = floor_char_boundary(text, max);
-    Cow::Owned(format!("{}…[cut; {} bytes]", &text[..end], text.len()))
+    crate::text::cut_with_note(text, max, format_args!("…[cut; {} bytes]", text.len()))
 }
 
 /// The arguments with each string, and the JSON of each larger value, cut to the argument bound.

@@ -29,7 +29,6 @@ pub use estimate::{Budget, ProviderFamily, TokenEstimator};
 
 use crate::providers::{Message, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};
-use crate::tools::floor_char_boundary;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -225,16 +224,12 @@ pub(crate) fn shrunk_ids(entries: &[Entry]) -> FxHashSet<String> {
 
 /// The head of a cut result, with a note of its full size.
 fn shrink(content: &str) -> String {
-    if content.len() <= SHRUNK_HEAD_BYTES {
-        return content.to_string();
-    }
-    let end = floor_char_boundary(content, SHRUNK_HEAD_BYTES);
-    format!(
-        "{}…[cut to its first 2 KiB after the provider rejected the request as too long; the full result \
+    crate::text::cut_with_note(content, SHRUNK_HEAD_BYTES, format_args!(
+        "…[cut to its first 2 KiB after the provider rejected the request as too long; the full result \
          was {} bytes. Ask for less: a smaller line_count, a narrower path or glob]",
-        &content[..end],
         content.len()
-    )
+    ))
+    .into_owned()
 }
 
 /// A result entry's call id, content, error flag and status, read in one pass over its fields.

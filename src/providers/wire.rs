@@ -301,10 +301,7 @@ pub(crate) fn says_context_overflow(message: &str) -> bool {
 /// boundary, on one line.
 pub(crate) fn excerpt(text: &str) -> String {
     let text = text.trim();
-    let mut end = text.len().min(PROVIDER_ERROR_MESSAGE_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = crate::text::floor_char_boundary(text, PROVIDER_ERROR_MESSAGE_BYTES);
     let mut cut: String = text[..end]
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

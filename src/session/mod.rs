@@ -799,7 +799,7 @@ impl SessionCursor {
 /// Maps `id, title, created_at, updated_at, entry_count` to a summary.
 /// A title cut to [`MAX_SESSION_TITLE_BYTES`] on a character boundary.
 fn bounded_title(title: &str) -> &str {
-    &title[..crate::tools::floor_char_boundary(title, MAX_SESSION_TITLE_BYTES)]
+    crate::text::cut(title, MAX_SESSION_TITLE_BYTES)
 }
 
 /// What a session's summary adds to a listing page, counted as JSON would write its id and

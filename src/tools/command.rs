@@ -6,16 +6,15 @@
 
 use super::budget::{self, escaped_len, fitting_prefix};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
-use crate::limits::COMMAND_DRAIN_TIMEOUT;
+use crate::limits::{
+    COMMAND_DEFAULT_TIMEOUT, COMMAND_DRAIN_TIMEOUT, COMMAND_MAX_TIMEOUT, COMMAND_READ_CHUNK_BYTES,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
-
-/// The timeout when the model names none, and the longest it may name.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(1_800);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,22 +24,40 @@ pub struct Args {
     pub timeout_secs: Option<u64>,
 }
 
+/// The tool's description, naming its timeouts from [`COMMAND_DEFAULT_TIMEOUT`] and
+/// [`COMMAND_MAX_TIMEOUT`] so the text cannot drift from the bounds.
+static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "Run one shell command (sh -c) in the workspace and return its exit code and output. \
+         Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
+         and `truncated` says so. The command is killed with everything it started when it passes \
+         `timeout_secs` (default {default}, at most {max}) or when the owner stops the turn. Its output is read \
+         until every process holding it has exited, so start a background process with its output \
+         redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
+         tools to read, search and edit; use this to build, test and run programs.",
+        default = COMMAND_DEFAULT_TIMEOUT.as_secs(),
+        max = COMMAND_MAX_TIMEOUT.as_secs(),
+    )
+});
+
 pub fn spec() -> ToolSpec {
     ToolSpec {
         name: "pen_command",
-        description: "Run one shell command (sh -c) in the workspace and return its exit code and output. \
-            Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
-            and `truncated` says so. The command is killed with everything it started when it passes \
-            `timeout_secs` (default 120, at most 1800) or when the owner stops the turn. Its output is read \
-            until every process holding it has exited, so start a background process with its output \
-            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
-            tools to read, search and edit; use this to build, test and run programs.",
+        description: DESCRIPTION.as_str(),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The shell command line."},
                 "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)."},
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": 1800, "description": "Seconds before the command is killed (default 120)."}
+                "timeout_secs": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": COMMAND_MAX_TIMEOUT.as_secs(),
+                    "description": format!(
+                        "Seconds before the command is killed (default {}).",
+                        COMMAND_DEFAULT_TIMEOUT.as_secs()
+                    ),
+                }
             },
             "required": ["command"],
             "additionalProperties": false
@@ -79,8 +96,8 @@ pub async fn run(
                 "timeout_secs must be at least 1",
             ));
         }
-        Some(secs) => Duration::from_secs(secs).min(MAX_TIMEOUT),
-        None => DEFAULT_TIMEOUT,
+        Some(secs) => Duration::from_secs(secs).min(COMMAND_MAX_TIMEOUT),
+        None => COMMAND_DEFAULT_TIMEOUT,
     };
     let opened = ctx.open(args.cwd.as_deref().unwrap_or(""))?;
     let dir = &opened.resolved;
@@ -254,7 +271,7 @@ async fn capture<R: AsyncRead + Unpin>(
     let mut head: Vec<u8> = Vec::new();
     let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
     let mut total = 0u64;
-    let mut buf = [0u8; 8192];
+    let mut buf = [0u8; COMMAND_READ_CHUNK_BYTES];
     let mut drain_deadline = None;
     loop {
         // `read` is cancel-safe: a read abandoned for the stop signal loses no bytes.

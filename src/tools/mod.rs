@@ -266,28 +266,7 @@ pub fn cap_observation(text: String, cap: usize) -> String {
          narrow with path or glob, or lower line_count/limit]",
         text.len()
     );
-    let keep = floor_char_boundary(&text, cap.saturating_sub(note.len()));
-    let mut out = String::with_capacity(keep + note.len());
-    out.push_str(&text[..keep]);
-    out.push_str(&note);
-    if out.len() > cap {
-        // Only a cap smaller than the note itself gets here; cut the note too.
-        let end = floor_char_boundary(&out, cap);
-        out.truncate(end);
-    }
-    out
-}
-
-/// The largest index `<= index` that is a char boundary of `text`.
-pub fn floor_char_boundary(text: &str, index: usize) -> usize {
-    if index >= text.len() {
-        return text.len();
-    }
-    let mut i = index;
-    while !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
+    crate::text::cut_to_fit(&text, cap, &note).into_owned()
 }
 
 /// A count argument (`line_count`, `limit`): its default and maximum is `max`; larger values

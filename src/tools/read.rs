@@ -8,8 +8,10 @@
 
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::keys::{self, KeyRefusal};
-use super::source::{self, ByteSource, Eol, FileFacts, read_range};
+use super::source::{self, Eol, FileFacts};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use crate::bytes::{ByteSource, read_range};
+use crate::limits::KEY_END_LOOKAHEAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -295,10 +297,6 @@ fn invalid(message: &str) -> ToolError {
 fn cursor_error(message: &str) -> ToolError {
     ToolError::new(ErrorCode::BadCursor, message)
 }
-
-/// How far past a refused window pen_read looks for the END of the key, to tell the model
-/// where it may resume.
-const KEY_END_LOOKAHEAD: u64 = 256 * 1024;
 
 /// The error for a page that would show key material, with where reading may go on.
 fn key_error<S: ByteSource + ?Sized>(

@@ -1,11 +1,13 @@
 //! Opening files for the text tools and the facts every page reports: size, BOM, final newline,
 //! line-ending style and a version hash for the stale-write guard.
 //!
-//! Reads go through [`ByteSource`] so that the paging code is a pure function over bytes at
+//! Reads go through [`ByteSource`] (defined in [`crate::bytes`], below both this module and
+//! `documents`, and re-exported here) so that the paging code is a pure function over bytes at
 //! offsets, testable on an in-memory slice and O(page) on a file of any size.
 
 use super::versions::{self, Lines, VersionKey, Versioned};
 use super::{ErrorCode, ToolContext, ToolError, shown};
+pub use crate::bytes::{ByteSource, read_range};
 use crate::documents::Snapshot;
 use crate::limits::Limits;
 use crate::workspace::{Opened, Resolved, Target};
@@ -13,29 +15,6 @@ use serde::Serialize;
 use std::fs::File;
 use std::io;
 use std::time::UNIX_EPOCH;
-
-/// Random access to the bytes of a file or buffer.
-pub trait ByteSource {
-    fn len(&self) -> u64;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Reads at `offset` into `buf`; returns fewer bytes only at the end of the source.
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
-}
-
-impl ByteSource for [u8] {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let start = (offset as usize).min(<[u8]>::len(self));
-        let n = buf.len().min(<[u8]>::len(self) - start);
-        buf[..n].copy_from_slice(&self[start..start + n]);
-        Ok(n)
-    }
-}
 
 /// An open disk file with its length fixed when it was opened.
 pub struct DiskFile {
@@ -120,16 +99,6 @@ impl versions::Versioned for Source {
             Source::Editor(_) => None,
         }
     }
-}
-
-/// Reads `[start, end)` clamped to the source.
-pub fn read_range<S: ByteSource + ?Sized>(src: &S, start: u64, end: u64) -> io::Result<Vec<u8>> {
-    let end = end.min(src.len());
-    let start = start.min(end);
-    let mut buf = vec![0; (end - start) as usize];
-    let n = src.read_at(start, &mut buf)?;
-    buf.truncate(n);
-    Ok(buf)
 }
 
 /// A text file opened for reading, with its workspace path.

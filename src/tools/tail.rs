@@ -7,8 +7,9 @@
 
 use super::budget::{self, escaped_len, widest};
 use super::keys;
-use super::source::{self, ByteSource, Eol, read_range};
+use super::source::{self, Eol};
 use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use crate::bytes::{ByteSource, read_range};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@
 //! The cache is process-wide, so `pen tool`, `pen run` and `pen serve` all use it; it holds at
 //! most [`FILE_VERSION_CACHE_ENTRIES`] versions and forgets the least recently used.
 
-use super::source::{ByteSource, read_range};
+use crate::bytes::{ByteSource, read_range};
 use crate::limits::{
     FILE_VERSION_CACHE_ENTRIES, FILE_VERSION_SETTLE, LINE_INDEX_MAX_MARKS, LINE_INDEX_STRIDE,
 };

@@ -11,7 +11,7 @@
 use super::Replacement;
 use super::budget::{escaped_len, page_budget, widest};
 use super::source::{self, BOM, Eol, hash_bytes};
-use super::{ErrorCode, ReadLedger, ToolContext, ToolError, ToolSpec, floor_char_boundary, keys};
+use super::{ErrorCode, ReadLedger, ToolContext, ToolError, ToolSpec, keys};
 use crate::workspace::{Landing, Target, write_in};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -818,11 +818,7 @@ fn ambiguous_match(text: &str, starts: &[usize], which: EditIndex, display: &str
 
 /// A line of the file as an error message quotes it: cut to [`QUOTED_LINE_BYTES`].
 fn quoted(line: &str) -> Cow<'_, str> {
-    if line.len() <= QUOTED_LINE_BYTES {
-        return Cow::Borrowed(line);
-    }
-    let end = floor_char_boundary(line, QUOTED_LINE_BYTES);
-    Cow::Owned(format!("{}…", &line[..end]))
+    crate::text::cut_with_note(line, QUOTED_LINE_BYTES, "…")
 }
 
 /// The unified diff of an edit, with `a/PATH` and `b/PATH` headers and the file's own

@@ -129,3 +129,234 @@ fn the_readme_and_both_editors_give_the_same_install_command() {
         assert!(text.contains(install), "{file} does not say `{install}`");
     }
 }
+
+/// The lower layers of pen: the modules below the agent, sessions and the daemon. Among them
+/// references may not form a cycle, so each can be read, tested and changed without the ones
+/// above it (issue 13, item 7).
+const LOWER_LAYERS: &[&str] = &[
+    "limits",
+    "bytes",
+    "text",
+    "config",
+    "workspace",
+    "documents",
+    "tools",
+    "watch",
+    "transport",
+];
+
+/// Cycles among the other (upper-layer) modules that are known and still to be broken, each
+/// given as the set of modules it runs through. Empty: pen has none today. A cycle that appears
+/// must be broken or listed here, with a comment saying why it is allowed for now; a listed
+/// cycle that is gone must be removed.
+const ALLOWED_CYCLES: &[&[&str]] = &[];
+
+/// The references of each top-level module of `src/` to the others, as
+/// `(from, to) -> first place it is made`. A reference is a `crate::NAME` path anywhere outside
+/// a comment, or a name in a `use crate::{…}` group; a file in `src/NAME/` belongs to `NAME`.
+fn module_references() -> std::collections::BTreeMap<(String, String), String> {
+    let path_reference = regex::Regex::new(r"\bcrate::([a-z_][a-z0-9_]*)").expect("regex");
+    let group = regex::Regex::new(r"\bcrate::\{").expect("regex");
+    let mut references = std::collections::BTreeMap::new();
+    for (path, text) in text_files() {
+        let Ok(relative) = path.strip_prefix(root().join("src")) else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let first = relative
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .unwrap_or_default();
+        let from = first.strip_suffix(".rs").unwrap_or(first);
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        // Comments cite modules without depending on them; a line's code ends where `//` starts.
+        let code: Vec<&str> = text
+            .lines()
+            .map(|line| line.find("//").map_or(line, |at| &line[..at]))
+            .collect();
+        let mut add = |to: &str, number: usize| {
+            if to != from {
+                let place = format!("{}:{}", relative.display(), number + 1);
+                references
+                    .entry((from.to_string(), to.to_string()))
+                    .or_insert(place);
+            }
+        };
+        for (number, line) in code.iter().enumerate() {
+            for found in path_reference.captures_iter(line) {
+                add(&found[1], number);
+            }
+        }
+        // `use crate::{a::X, b}` may span lines: the names at the group's top level count.
+        let joined = code.join("\n");
+        for start in group.find_iter(&joined) {
+            let number = joined[..start.start()].matches('\n').count();
+            let mut depth = 0;
+            let mut name = String::new();
+            let mut at_item_start = true;
+            for c in joined[start.end()..].chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => at_item_start = true,
+                    c if depth == 0 && at_item_start && (c.is_alphanumeric() || c == '_') => {
+                        name.push(c);
+                        continue;
+                    }
+                    _ => {}
+                }
+                if !name.is_empty() {
+                    add(&name, number);
+                    name.clear();
+                    at_item_start = false;
+                }
+            }
+        }
+    }
+    references
+}
+
+/// A cycle in `edges` among `nodes`, as the modules it passes through with the first one
+/// repeated at the end, or `None`.
+fn find_cycle(nodes: &[&str], edges: &[(String, String)]) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &[(String, String)],
+        nodes: &[&str],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.iter().any(|n| n == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for (_, to) in edges
+            .iter()
+            .filter(|(from, to)| from == node && nodes.contains(&to.as_str()))
+        {
+            if let Some(cycle) = visit(to, edges, nodes, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    nodes
+        .iter()
+        .find_map(|node| visit(node, edges, nodes, &mut Vec::new(), &mut done))
+}
+
+/// The cycle with the place of each of its references, for a failure message.
+fn described(
+    cycle: &[String],
+    references: &std::collections::BTreeMap<(String, String), String>,
+) -> String {
+    cycle
+        .windows(2)
+        .map(|pair| {
+            let place = &references[&(pair[0].clone(), pair[1].clone())];
+            format!("{} -> {} ({place})", pair[0], pair[1])
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn the_cycle_finder_names_a_cycle_and_passes_a_layered_graph() {
+    let edges = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    let nodes = ["a", "b", "c", "d"];
+    let layered = edges(&[("d", "c"), ("c", "a"), ("d", "a"), ("b", "a")]);
+    assert_eq!(find_cycle(&nodes, &layered), None);
+    let cyclic = edges(&[("d", "c"), ("c", "b"), ("b", "d"), ("b", "a")]);
+    assert_eq!(
+        find_cycle(&nodes, &cyclic),
+        Some(vec!["b".into(), "d".into(), "c".into(), "b".into()])
+    );
+    // An edge to a module outside the checked set is not followed.
+    assert_eq!(find_cycle(&["b", "c", "d"][..2], &cyclic), None);
+}
+
+#[test]
+fn the_lower_layers_reference_each_other_without_a_cycle() {
+    let references = module_references();
+    // The reader must see the references that are known to exist, or the check proves nothing.
+    for known in [
+        ("tools", "workspace"),
+        ("tools", "limits"),
+        ("watch", "limits"),
+    ] {
+        assert!(
+            references.contains_key(&(known.0.to_string(), known.1.to_string())),
+            "no reference {known:?} found; the module reader is broken"
+        );
+    }
+    let edges: Vec<(String, String)> = references.keys().cloned().collect();
+    if let Some(cycle) = find_cycle(LOWER_LAYERS, &edges) {
+        panic!(
+            "the lower layers reference each other in a cycle: {}. Move what both need to a \
+             module below both.",
+            described(&cycle, &references)
+        );
+    }
+}
+
+#[test]
+fn every_module_cycle_is_a_known_one() {
+    let references = module_references();
+    let mut edges: Vec<(String, String)> = references.keys().cloned().collect();
+    let modules: std::collections::BTreeSet<String> = edges
+        .iter()
+        .flat_map(|(a, b)| [a.clone(), b.clone()])
+        .collect();
+    let modules: Vec<&str> = modules.iter().map(String::as_str).collect();
+    let mut found = Vec::new();
+    // Each cycle found is recorded and one of its references dropped, until none is left.
+    while let Some(cycle) = find_cycle(&modules, &edges) {
+        let mut members: Vec<String> = cycle[1..].to_vec();
+        members.sort();
+        let known = ALLOWED_CYCLES.iter().any(|allowed| {
+            let mut allowed: Vec<String> = allowed.iter().map(|m| m.to_string()).collect();
+            allowed.sort();
+            allowed == members
+        });
+        if !known {
+            panic!(
+                "a cycle among pen's modules: {}. Break it, or list it in ALLOWED_CYCLES \
+                 saying why.",
+                described(&cycle, &references)
+            );
+        }
+        found.push(members);
+        let last = (
+            cycle[cycle.len() - 2].clone(),
+            cycle[cycle.len() - 1].clone(),
+        );
+        edges.retain(|edge| *edge != last);
+    }
+    for allowed in ALLOWED_CYCLES {
+        let mut allowed: Vec<String> = allowed.iter().map(|m| m.to_string()).collect();
+        allowed.sort();
+        assert!(
+            found.contains(&allowed),
+            "{allowed:?} is in ALLOWED_CYCLES but is no longer a cycle: remove it"
+        );
+    }
+}

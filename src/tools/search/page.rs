@@ -1,0 +1,404 @@
+//! The page: outcomes merged in walk order, every limit decided where a sequential search would
+//! decide it, cursors that resume exactly where a page ended, and the result kept within the cap.
+
+use super::pipeline::{Content, Done, Outcome, Walked};
+use super::scan::{Excerpt, Found};
+use super::{Cursor, LimitHit, Resume};
+use crate::limits::Limits;
+use crate::tools::ToolError;
+use crate::tools::budget;
+use crate::workspace::Workspace;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Why a file was not searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SkipReason {
+    Binary,
+    NonUtf8,
+    TooLarge,
+    Unreadable,
+    /// The file holds a private key ([`keys::holds_key_material`]): nothing of it is searched,
+    /// so that no result depends on the key, whatever the query.
+    KeyMaterial,
+}
+
+/// The `skipped` counts of a result: files not searched by reason (key material included, one
+/// per file), and entries too deep to enter.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct Skipped {
+    pub(super) binary: u64,
+    pub(super) non_utf8: u64,
+    pub(super) too_large: u64,
+    pub(super) unreadable: u64,
+    /// Entries not entered because they lie more than `max_depth` levels below the root.
+    pub(super) too_deep: u64,
+    pub(super) key_material: u64,
+}
+
+impl Skipped {
+    fn count(&mut self, reason: SkipReason) {
+        let counter = match reason {
+            SkipReason::Binary => &mut self.binary,
+            SkipReason::NonUtf8 => &mut self.non_utf8,
+            SkipReason::TooLarge => &mut self.too_large,
+            SkipReason::Unreadable => &mut self.unreadable,
+            SkipReason::KeyMaterial => &mut self.key_material,
+        };
+        *counter += 1;
+    }
+}
+
+/// A match to show, its result object already built by the reader, so that the merge, the
+/// sequential part of a search, only places it.
+#[derive(Debug)]
+pub(super) struct Shown {
+    line: u64,
+    value: Value,
+    /// The serialized length of `value`, and of the escaped excerpt in it.
+    json_len: usize,
+    excerpt_len: usize,
+    /// Where the match lies in the excerpt, to cut a shorter one.
+    matched: Range<usize>,
+}
+
+/// Builds the result objects of the matches of the file shown as `display`.
+pub(super) fn prepare(found: Vec<Found>, display: &str) -> Vec<Shown> {
+    let path_len = budget::escaped_len(display);
+    found
+        .into_iter()
+        .map(
+            |Found {
+                 line,
+                 column,
+                 excerpt,
+             }| Shown {
+                line,
+                json_len: match_json_len(path_len, line, column, excerpt.escaped_len),
+                excerpt_len: excerpt.escaped_len,
+                matched: excerpt.matched,
+                value: match_value(display, line, column, excerpt.text),
+            },
+        )
+        .collect()
+}
+
+/// A search stopped by a limit, and where to resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stop {
+    pub(super) limit: LimitHit,
+    pub(super) cursor: Option<String>,
+}
+
+/// The bytes of a serialized match besides its path, numbers and excerpt.
+const MATCH_FIXED_LEN: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
+
+/// The bytes a match object takes serialized, from the escaped lengths of its strings.
+fn match_json_len(path_len: usize, line: u64, column: u64, excerpt_len: usize) -> usize {
+    MATCH_FIXED_LEN + path_len + decimal_len(line) + decimal_len(column) + excerpt_len
+}
+
+/// A match as the result shows it: `{path, line, column, excerpt}`.
+fn match_value(display: &str, line: u64, column: u64, excerpt: String) -> Value {
+    let mut object = serde_json::Map::new();
+    object.insert("path".into(), display.into());
+    object.insert("line".into(), line.into());
+    object.insert("column".into(), column.into());
+    object.insert("excerpt".into(), Value::String(excerpt));
+    Value::Object(object)
+}
+
+/// The cursor that resumes at a match object's line: a page that stops because that match did
+/// not fit hands it on, so that the next page starts exactly where this one ended.
+fn cursor_before(shown: &Value) -> String {
+    resume_before(
+        shown["path"].as_str().unwrap_or_default(),
+        shown["line"].as_u64().unwrap_or_default(),
+    )
+}
+
+/// The cursor that resumes after the walked entry `last`, or, when the page walked nothing,
+/// where it began (`page_start`).
+pub(super) fn resume_after(
+    workspace: &Workspace,
+    last: Option<&Path>,
+    page_start: Option<&str>,
+) -> Option<String> {
+    match last {
+        Some(path) => Some(
+            Cursor {
+                display: workspace.display(path),
+                resume: Resume::AfterEntry,
+            }
+            .to_string(),
+        ),
+        None => page_start.map(str::to_string),
+    }
+}
+
+/// The cursor that resumes at `line` of the file shown as `display`: after the line before it.
+fn resume_before(display: &str, line: u64) -> String {
+    Cursor {
+        display: display.to_string(),
+        resume: Resume::AfterLine(line.saturating_sub(1)),
+    }
+    .to_string()
+}
+
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
+}
+
+/// A search's result before serialization.
+#[derive(Debug, Default)]
+pub(super) struct Page {
+    pub(super) matches: Vec<Value>,
+    /// Escaped bytes the matches take in the result, commas included.
+    pub(super) matches_len: usize,
+    pub(super) stop: Option<Stop>,
+    pub(super) skipped: Skipped,
+    pub(super) files_searched: u64,
+    pub(super) entries_walked: u64,
+    pub(super) bytes_read: u64,
+}
+
+impl Page {
+    /// The result object, with `matches` in place of the page's own. Built field by field so
+    /// that the matches are moved in, not copied.
+    pub(super) fn to_value(&self, query: &str, limits: &Limits, matches: Vec<Value>) -> Value {
+        let mut object = serde_json::Map::new();
+        object.insert("query".into(), query.into());
+        object.insert("matches".into(), Value::Array(matches));
+        object.insert("truncated".into(), self.stop.is_some().into());
+        if let Some(stop) = &self.stop {
+            object.insert("limit_hit".into(), json!(stop.limit));
+            if let Some(cursor) = &stop.cursor {
+                object.insert("next_after".into(), cursor.as_str().into());
+            }
+            object.insert("guidance".into(), stop.limit.guidance(limits).into());
+        }
+        object.insert("skipped".into(), json!(self.skipped));
+        object.insert("files_searched".into(), self.files_searched.into());
+        object.insert("entries_walked".into(), self.entries_walked.into());
+        object.insert("bytes_read".into(), self.bytes_read.into());
+        Value::Object(object)
+    }
+
+    /// Takes the walk's counts at the point where the page ends (so far).
+    pub(super) fn walked_to(&mut self, walked: Walked) {
+        self.entries_walked = walked.entries;
+        self.skipped.too_deep = walked.too_deep;
+    }
+
+    /// Adds a match whose serialized length is `json_len`.
+    fn push(&mut self, shown: Value, json_len: usize) {
+        self.matches_len += json_len + usize::from(!self.matches.is_empty());
+        self.matches.push(shown);
+    }
+
+    fn pop(&mut self) -> Option<Value> {
+        let last = self.matches.pop()?;
+        self.matches_len -= last.to_string().len() + usize::from(!self.matches.is_empty());
+        Some(last)
+    }
+
+    /// The result object, within the cap. The matches and their cursor always fit the page
+    /// budget, and the guidance the other half of what the envelope leaves; only a longer cursor
+    /// (the path of a deep entry at a small cap) can overflow. Then matches are given back until
+    /// the result fits.
+    pub(super) fn finish(mut self, query: &str, limits: &Limits) -> Result<Value, ToolError> {
+        loop {
+            // Measure everything but the matches, whose length is already known, so that a
+            // result with thousands of matches is not serialized just to be measured.
+            let len = self.to_value(query, limits, Vec::new()).to_string().len() + self.matches_len;
+            if len <= limits.max_tool_result_bytes {
+                let matches = std::mem::take(&mut self.matches);
+                return Ok(self.to_value(query, limits, matches));
+            }
+            let Some(last) = self.pop().filter(|_| !self.matches.is_empty()) else {
+                return Err(budget::budget_too_small(len, limits));
+            };
+            self.stop = Some(Stop {
+                limit: LimitHit::ResultBytes,
+                cursor: Some(cursor_before(&last)),
+            });
+        }
+    }
+}
+
+/// Merges outcomes in walk order into a page, deciding the file, byte, match and result-size
+/// limits at the file where a sequential search would decide them.
+pub(super) struct Collector<'a> {
+    pub(super) limits: &'a Limits,
+    pub(super) workspace: &'a Workspace,
+    /// The cursor this page began at: where to resume when it stops before walking anything.
+    pub(super) after_text: Option<&'a str>,
+    pub(super) budget: usize,
+    pub(super) envelope_len: usize,
+    pub(super) page: Page,
+    /// Bytes charged to the byte limit so far.
+    pub(super) charged: u64,
+    /// Outcomes that arrived before an earlier one, by walk index.
+    pub(super) waiting: BTreeMap<usize, Done>,
+    pub(super) next: usize,
+    /// Tells the readers to skip the files still queued.
+    pub(super) stop_readers: &'a AtomicBool,
+    pub(super) stopped: bool,
+    pub(super) error: Option<ToolError>,
+}
+
+impl Collector<'_> {
+    pub(super) fn accept(&mut self, done: Done) {
+        self.waiting.insert(done.job.index, done);
+        while !self.stopped {
+            let Some(done) = self.waiting.remove(&self.next) else {
+                break;
+            };
+            self.next += 1;
+            self.merge(done);
+        }
+    }
+
+    fn merge(&mut self, done: Done) {
+        let Done {
+            job,
+            display,
+            outcome,
+        } = done;
+        let (size, bytes_read, content) = match outcome {
+            Outcome::NotRead(reason) => {
+                self.page.walked_to(job.walked);
+                self.page.skipped.count(reason);
+                return;
+            }
+            Outcome::Read {
+                size,
+                bytes_read,
+                content,
+            } => (size, bytes_read, content),
+        };
+        let search = &self.limits.search;
+        let limit = if self.page.files_searched >= search.max_files as u64 {
+            Some(LimitHit::Files)
+        } else if self.charged + size > search.max_bytes {
+            Some(LimitHit::Bytes)
+        } else {
+            None
+        };
+        if let Some(limit) = limit {
+            // This file is not part of the page: the next one starts with it.
+            self.page.walked_to(job.before);
+            let cursor = resume_after(self.workspace, job.previous.as_deref(), self.after_text);
+            self.stop(limit, cursor);
+            return;
+        }
+        self.page.walked_to(job.walked);
+        self.page.files_searched += 1;
+        self.page.bytes_read += bytes_read;
+        self.charged += size;
+        let found = match content {
+            Content::Skipped(reason) => {
+                self.page.skipped.count(reason);
+                return;
+            }
+            Content::Text(found) => found,
+        };
+        let path_len = budget::escaped_len(&display);
+        for shown in found {
+            if !self.add(&display, path_len, shown) {
+                return;
+            }
+        }
+    }
+
+    /// Adds a match of the file shown as `display` (`path_len` bytes escaped) if the limits
+    /// allow; otherwise ends the page before it and returns false.
+    fn add(&mut self, display: &str, path_len: usize, shown: Shown) -> bool {
+        // The next page starts at the match this one could not show.
+        let next_page = || Some(resume_before(display, shown.line));
+        if self.page.matches.len() >= self.limits.search.max_matches {
+            self.stop(LimitHit::Matches, next_page());
+            return false;
+        }
+        // Room for the excerpt once the rest of this match and a cursor as long as its own are
+        // counted: a page's cursor names the first match it could not show, usually alike.
+        let cursor = path_len + "#L".len() + decimal_len(shown.line);
+        let fields = shown.json_len - shown.excerpt_len;
+        let comma = usize::from(!self.page.matches.is_empty());
+        let room = self
+            .budget
+            .saturating_sub(self.page.matches_len + comma + fields + cursor);
+        if shown.excerpt_len <= room {
+            self.page.push(shown.value, shown.json_len);
+            return true;
+        }
+        if !self.page.matches.is_empty() {
+            self.stop(LimitHit::ResultBytes, next_page());
+            return false;
+        }
+        // The first match of a page is shown with a shorter excerpt rather than not at all.
+        let excerpt = Excerpt {
+            text: shown.value["excerpt"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            matched: shown.matched,
+            escaped_len: shown.excerpt_len,
+        };
+        let mut value = shown.value;
+        match (excerpt.shrunk_to(room), value.as_object_mut()) {
+            (Some(shorter), Some(object)) => {
+                object.insert("excerpt".into(), Value::String(shorter.text));
+                self.page.push(value, fields + shorter.escaped_len);
+                true
+            }
+            _ => {
+                self.error = Some(budget::budget_too_small(
+                    self.envelope_len + fields + cursor,
+                    self.limits,
+                ));
+                self.stopped = true;
+                self.stop_readers.store(true, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Ends the page with `limit`; the next page starts at `cursor`.
+    fn stop(&mut self, limit: LimitHit, cursor: Option<String>) {
+        self.page.stop = Some(Stop { limit, cursor });
+        self.stopped = true;
+        self.stop_readers.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn match_length_is_computed_as_serde_json_writes_it() {
+        let samples = [
+            ("src/a.rs", 1, 9, "plain"),
+            ("dir/\"quoted\"\\é", 1_234_567, 10, "tab\tnul\u{0}😀…"),
+        ];
+        for (path, line, column, excerpt) in samples {
+            let value = match_value(path, line, column, excerpt.to_string());
+            assert_eq!(
+                value,
+                json!({"path": path, "line": line, "column": column, "excerpt": excerpt})
+            );
+            let len = match_json_len(
+                budget::escaped_len(path),
+                line,
+                column,
+                budget::escaped_len(excerpt),
+            );
+            assert_eq!(len, value.to_string().len(), "{value}");
+        }
+    }
+}

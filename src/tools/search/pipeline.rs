@@ -1,0 +1,325 @@
+//! The search itself: the sequential walk hands files in batches to reader threads, which read
+//! (the editor's buffer for open files), sniff, scan and prepare matches; their outcomes come
+//! back to the one in-order merge.
+
+use super::page::{Collector, Page, Shown, SkipReason, Stop, prepare, resume_after};
+use super::scan::{Matcher, scan};
+use super::walk::{EntryFilter, Step, Walker, enclosing_ignores};
+use super::{LimitHit, Request};
+use crate::limits::{SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES};
+use crate::tools::keys;
+use crate::tools::{ToolContext, ToolError};
+use crate::workspace::{RootDir, Workspace};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+/// What became of one walked file.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// The file was opened. Its size when opened is charged to the byte limit; a binary file is
+    /// charged in full though only its head is read.
+    Read {
+        size: u64,
+        bytes_read: u64,
+        content: Content,
+    },
+    /// The file was not read: too large, or unreadable (or a folder the walk could not list).
+    NotRead(SkipReason),
+}
+
+#[derive(Debug)]
+pub(super) enum Content {
+    Text(Vec<Shown>),
+    Skipped(SkipReason),
+}
+
+/// A file for a reader, in walk order.
+pub(super) struct Job {
+    pub(super) index: usize,
+    pub(super) path: PathBuf,
+    /// The entry walked before this file: a limit that stops the search at this file resumes
+    /// after it.
+    pub(super) previous: Option<PathBuf>,
+    /// The walk up to the entry before this file, and up to and including this file.
+    pub(super) before: Walked,
+    pub(super) walked: Walked,
+    pub(super) after_line: u64,
+}
+
+/// How much of the walk lies behind a point in it. A page reports the counts at the point where
+/// it stopped, which is where the next page starts counting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Walked {
+    pub(super) entries: u64,
+    /// Entries not entered because they lie deeper than `max_depth`; not counted as entries.
+    pub(super) too_deep: u64,
+}
+
+/// A walked file with its outcome.
+pub(super) struct Done {
+    pub(super) job: Job,
+    /// The file's path as results show it; empty unless it has matches to show.
+    pub(super) display: String,
+    pub(super) outcome: Outcome,
+}
+
+/// What the readers share.
+struct ReadPlan<'a> {
+    /// The workspace root every file is opened beneath, following no link: the walk goes by
+    /// path, so a folder swapped for a symlink mid-walk can show it names from elsewhere, but
+    /// never a byte from outside the root.
+    root_dir: RootDir,
+    workspace: &'a Workspace,
+    matcher: &'a Matcher,
+    max_bytes: u64,
+    binary_sniff_bytes: u64,
+    max_shown: usize,
+    excerpt_bytes: usize,
+    /// Open documents are searched in their unsaved editor text.
+    editor: Option<&'a dyn crate::tools::Editor>,
+}
+
+/// Reads one file (at most the size it had when opened), scans it and prepares its matches.
+fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
+    buffer.clear();
+    let mut display = String::new();
+    let mut read = || -> io::Result<Outcome> {
+        let snapshot = plan.editor.and_then(|editor| editor.snapshot(&job.path));
+        let (size, binary) = match snapshot {
+            // An open document is searched as the editor has it, unsaved changes and all.
+            Some(snapshot) => {
+                let size = crate::bytes::ByteSource::len(&snapshot);
+                if size > plan.max_bytes {
+                    return Ok(Outcome::NotRead(SkipReason::TooLarge));
+                }
+                buffer.extend_from_slice(&crate::bytes::read_range(&snapshot, 0, size)?);
+                let head = &buffer[..buffer.len().min(plan.binary_sniff_bytes as usize)];
+                (size, memchr::memchr(0, head).is_some())
+            }
+            None => {
+                // The size comes from the open file, not the walk: a stat by path would cost
+                // the walk, which is the one sequential part of a search, a second path lookup
+                // per file.
+                let (file, metadata) = plan.root_dir.open_file_no_links(&job.path)?;
+                let size = metadata.len();
+                if size > plan.max_bytes {
+                    return Ok(Outcome::NotRead(SkipReason::TooLarge));
+                }
+                let mut reader = file.take(size);
+                buffer.reserve(usize::try_from(size).unwrap_or(0));
+                // Sniff the head first so that a large binary is not read whole.
+                (&mut reader)
+                    .take(plan.binary_sniff_bytes)
+                    .read_to_end(buffer)?;
+                let binary = memchr::memchr(0, buffer).is_some();
+                if !binary {
+                    reader.read_to_end(buffer)?;
+                }
+                (size, binary)
+            }
+        };
+        let content = if binary {
+            Content::Skipped(SkipReason::Binary)
+        } else {
+            match std::str::from_utf8(buffer) {
+                Err(_) => Content::Skipped(SkipReason::NonUtf8),
+                // Decided per file, before the query is looked for, so that the count is the
+                // same whatever the query.
+                Ok(text) if keys::holds_key_material(text.as_bytes()) => {
+                    Content::Skipped(SkipReason::KeyMaterial)
+                }
+                Ok(text) => {
+                    let found = scan(
+                        text,
+                        plan.matcher,
+                        job.after_line,
+                        plan.max_shown,
+                        plan.excerpt_bytes,
+                    );
+                    if !found.is_empty() {
+                        display = plan.workspace.display(&job.path);
+                    }
+                    Content::Text(prepare(found, &display))
+                }
+            }
+        };
+        Ok(Outcome::Read {
+            size,
+            bytes_read: buffer.len() as u64,
+            content,
+        })
+    };
+    let outcome = read().unwrap_or(Outcome::NotRead(SkipReason::Unreadable));
+    Done {
+        job,
+        display,
+        outcome,
+    }
+}
+
+/// One reader thread: takes batches until the walk ends, skipping files once the search stopped.
+fn reader(
+    batches: &Mutex<Receiver<Vec<Job>>>,
+    done: Sender<Vec<Done>>,
+    stop: &AtomicBool,
+    plan: &ReadPlan,
+) {
+    let mut buffer = Vec::new();
+    loop {
+        let batch = match batches.lock().map(|receiver| receiver.recv()) {
+            Ok(Ok(batch)) => batch,
+            _ => return,
+        };
+        let outcomes = batch
+            .into_iter()
+            .take_while(|_| !stop.load(Ordering::Relaxed))
+            .map(|job| read_and_scan(job, &mut buffer, plan))
+            .collect();
+        if done.send(outcomes).is_err() {
+            return;
+        }
+    }
+}
+
+/// Walks the search root in order, hands files in batches to the readers and merges their
+/// outcomes in walk order.
+pub(super) fn search(
+    request: &Request,
+    ctx: &ToolContext,
+    budget: usize,
+    envelope_len: usize,
+) -> Result<Page, ToolError> {
+    let limits = &ctx.limits.search;
+    let too_deep = Arc::new(AtomicU64::new(0));
+    let filter = EntryFilter {
+        root: request.root.clone(),
+        after: request.after.as_ref().map(|(path, _)| path.clone()),
+        max_depth: limits.max_depth,
+        too_deep: Arc::clone(&too_deep),
+        enclosing_ignores: enclosing_ignores(&request.workspace_root, &request.root),
+    };
+    let walk = crate::workspace::tree_walk(&request.root)
+        .filter_entry(move |entry| filter.keep(entry))
+        .build();
+    let plan = ReadPlan {
+        root_dir: ctx.workspace.root_dir(&request.workspace_root)?,
+        workspace: ctx.workspace,
+        matcher: &request.matcher,
+        max_bytes: limits.max_bytes,
+        binary_sniff_bytes: ctx.limits.binary_sniff_bytes as u64,
+        max_shown: limits.max_matches.saturating_add(1),
+        excerpt_bytes: limits.excerpt_bytes,
+        editor: ctx.editor,
+    };
+    let mut walker = Walker {
+        request,
+        workspace: ctx.workspace,
+        max_entries: limits.max_entries as u64,
+        walked: Walked::default(),
+        index: 0,
+        last: None,
+    };
+    let stop_readers = AtomicBool::new(false);
+    let mut collector = Collector {
+        limits: ctx.limits,
+        workspace: ctx.workspace,
+        after_text: request.after_text.as_deref(),
+        budget,
+        envelope_len,
+        page: Page::default(),
+        charged: 0,
+        waiting: BTreeMap::new(),
+        next: 0,
+        stop_readers: &stop_readers,
+        stopped: false,
+        error: None,
+    };
+    let mut entry_limit = false;
+    let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        let (batch_sender, batch_receiver) =
+            mpsc::sync_channel::<Vec<Job>>(SEARCH_READ_AHEAD_BATCHES);
+        // Only the readers hold the receiver, so that if they all ended, a send fails instead
+        // of waiting forever.
+        let batch_receiver = Arc::new(Mutex::new(batch_receiver));
+        let (done_sender, done_receiver) = mpsc::channel::<Vec<Done>>();
+        for _ in 0..readers {
+            let (batches, done) = (Arc::clone(&batch_receiver), done_sender.clone());
+            let (stop_readers, plan) = (&stop_readers, &plan);
+            scope.spawn(move || reader(&batches, done, stop_readers, plan));
+        }
+        drop((batch_receiver, done_sender));
+        let mut batch = Vec::with_capacity(SEARCH_BATCH_FILES);
+        for entry in walk {
+            for done in done_receiver.try_iter().flatten() {
+                collector.accept(done);
+            }
+            if collector.stopped {
+                break;
+            }
+            match walker.step(entry, too_deep.swap(0, Ordering::Relaxed)) {
+                Step::Pass => {}
+                Step::Unlisted(done) => collector.accept(done),
+                Step::EntryLimit => {
+                    entry_limit = true;
+                    break;
+                }
+                Step::Read(job) => {
+                    batch.push(job);
+                    if batch.len() >= SEARCH_BATCH_FILES {
+                        let full =
+                            std::mem::replace(&mut batch, Vec::with_capacity(SEARCH_BATCH_FILES));
+                        if batch_sender.send(full).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if !entry_limit {
+            // The walk's last step may have left out deep entries after the last one yielded.
+            walker.walked.too_deep += too_deep.swap(0, Ordering::Relaxed);
+        }
+        if !batch.is_empty() && !collector.stopped {
+            // A failed send means every reader is gone; the merge below then ends early.
+            let _ = batch_sender.send(batch);
+        }
+        drop(batch_sender);
+        while !collector.stopped {
+            match done_receiver.recv() {
+                Ok(outcomes) => outcomes.into_iter().for_each(|done| collector.accept(done)),
+                Err(_) => break,
+            }
+        }
+        stop_readers.store(true, Ordering::Relaxed);
+    });
+
+    if let Some(error) = collector.error {
+        return Err(error);
+    }
+    let mut page = collector.page;
+    if page.stop.is_none() {
+        page.walked_to(walker.walked);
+        if entry_limit {
+            let cursor = resume_after(
+                ctx.workspace,
+                walker.last.as_deref(),
+                request.after_text.as_deref(),
+            );
+            page.stop = Some(Stop {
+                limit: LimitHit::Entries,
+                cursor,
+            });
+        } else if page.skipped.too_deep > 0 {
+            page.stop = Some(Stop {
+                limit: LimitHit::Depth,
+                cursor: None,
+            });
+        }
+    }
+    Ok(page)
+}
