@@ -30,14 +30,14 @@ impl Backend {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
                     message: err.to_string().into(),
-                    data: Some(serde_json::json!({"kind": "session_busy"})),
+                    data: Some(serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str()})),
                 });
             }
             Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
                     message: format!("session is running a turn in another pen (pid {pid})").into(),
-                    data: Some(serde_json::json!({"kind": "session_busy", "pid": pid})),
+                    data: Some(serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str(), "pid": pid})),
                 });
             }
             Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
