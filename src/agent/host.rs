@@ -3,6 +3,8 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
+use crate::tools::registry::{self, ToolSpec};
+use crate::tools::write::{self, EditPlan};
 use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError};
 use crate::workspace::Workspace;
 use futures::future::BoxFuture;
@@ -27,6 +29,40 @@ impl LocalTools {
             editor: self.editor.as_deref().map(|e| e as &dyn Editor),
         }
     }
+
+    /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
+    /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
+    pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+        write::check_write_size(arguments, &self.limits)?;
+        write::plan(tools::parse_arguments(arguments)?, &self.context())
+    }
+
+    /// Writes an approved plan, if the file is still the text it was planned against; else
+    /// fails `stale` and writes nothing.
+    pub fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
+        write::apply(plan, &self.context())
+    }
+
+    /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
+    /// `cancel` fires. It gets no read ledger and no editor: a command sees the disk.
+    pub fn run_cancellable(
+        &self,
+        spec: &'static ToolSpec,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let workspace = self.workspace.clone();
+        let limits = self.limits.clone();
+        Box::pin(async move {
+            let ctx = ToolContext {
+                workspace: &workspace,
+                limits: &limits,
+                ledger: None,
+                editor: None,
+            };
+            spec.run(&arguments, &ctx, &cancel).await
+        })
+    }
 }
 
 impl ToolHost for LocalTools {
@@ -39,24 +75,22 @@ impl ToolHost for LocalTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let workspace = self.workspace.clone();
-        let limits = self.limits.clone();
-        Box::pin(async move {
-            let args = tools::parse_arguments(&arguments)?;
-            let ctx = ToolContext {
-                workspace: &workspace,
-                limits: &limits,
-                ledger: None,
-                editor: None,
-            };
-            tools::command::run(args, &ctx, &cancel).await
-        })
+        // Transitional: the turn engine names pen_command until it asks the registry how a
+        // tool runs and calls `run_cancellable` itself.
+        match registry::get("pen_command") {
+            Some(spec) => self.run_cancellable(spec, arguments, cancel),
+            None => Box::pin(async {
+                Err(registry::unknown_tool(
+                    "pen_command",
+                    registry::native().iter().map(ToolSpec::name),
+                ))
+            }),
+        }
     }
 
     fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError> {
-        let args = tools::parse_arguments(arguments)?;
-        let (value, hash) = tools::write::preview(args, &self.context())?;
-        Ok((value["diff"].as_str().unwrap_or_default().to_string(), hash))
+        let plan = self.plan_edit(arguments)?;
+        Ok((plan.diff().to_string(), plan.planned_hash().to_string()))
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {

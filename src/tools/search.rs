@@ -20,7 +20,7 @@
 
 use super::budget;
 use super::keys;
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{Limits, SearchLimits};
 use crate::workspace::{RootDir, Target, Workspace};
 use globset::{GlobBuilder, GlobMatcher};
@@ -37,7 +37,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,8 +91,7 @@ const ELLIPSIS: &str = "…";
 
 const BYTE_ORDER_MARK: &str = "\u{feff}";
 
-static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
-    let limits = SearchLimits::default();
+fn description(limits: &SearchLimits) -> String {
     format!(
         "Search the workspace for a literal string (not a regex; `.`, `*`, `(` … match \
          themselves) and return the matching lines in sorted path order. Each match has `path` \
@@ -117,12 +116,11 @@ static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
         depth = limits.max_depth,
         matches = limits.max_matches,
     )
-});
+}
 
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_search",
-        description: DESCRIPTION.as_str(),
+pub fn spec(limits: &Limits) -> ToolDoc {
+    ToolDoc {
+        description: description(&limits.search),
         input_schema: json!({
             "type": "object",
             "properties": {
