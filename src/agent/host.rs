@@ -97,3 +97,65 @@ impl ToolHost for LocalTools {
         tools::observation(result, &self.limits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ErrorCode;
+    use crate::tools::source::hash_bytes;
+    use serde_json::json;
+
+    fn host(root: &std::path::Path) -> LocalTools {
+        LocalTools {
+            workspace: Workspace::new(&[root.to_path_buf()]).unwrap(),
+            limits: Limits::default(),
+            ledger: Arc::new(ReadLedger::default()),
+            editor: None,
+        }
+    }
+
+    /// Reads `f.txt` as the model would, so the ledger knows its text.
+    fn read_file(host: &LocalTools) {
+        host.call("pen_read", &json!({"path": "f.txt"})).unwrap();
+    }
+
+    #[test]
+    fn the_approved_diff_and_the_written_bytes_come_from_one_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.txt");
+        std::fs::write(&file, "fn a() {}\n").unwrap();
+        let host = host(dir.path());
+        read_file(&host);
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "a()", "new_text": "b()"}]});
+        let plan = host.plan_edit(&arguments).unwrap();
+        let shown = plan.diff().to_string();
+        assert!(shown.contains("-fn a() {}\n+fn b() {}\n"), "{shown}");
+        assert_eq!(plan.planned_hash(), hash_bytes(b"fn a() {}\n"));
+        let planned = plan.new_bytes().to_vec();
+        let result = host.apply_edit(plan).unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), planned);
+        assert_eq!(result["diff"], shown);
+
+        // Changed while the owner looked at the diff: stale, and the change is kept.
+        let plan = host
+            .plan_edit(&json!({"path": "f.txt", "edits": [{"old_text": "b()", "new_text": "c()"}]}))
+            .unwrap();
+        std::fs::write(&file, "fn b() { owner }\n").unwrap();
+        let err = host.apply_edit(plan).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
+        assert_eq!(std::fs::read(&file).unwrap(), b"fn b() { owner }\n");
+    }
+
+    #[test]
+    fn an_edit_too_large_to_write_is_refused_before_the_owner_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "x\n").unwrap();
+        let host = host(dir.path());
+        read_file(&host);
+        let big = "y".repeat(host.limits.max_write_argument_bytes);
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "x", "new_text": big}]});
+        let err = host.preview_edit(&arguments).unwrap_err();
+        assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
+        assert_eq!(host.call("pen_edit", &arguments).unwrap_err().code, ErrorCode::TooLarge);
+    }
+}

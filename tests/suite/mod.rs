@@ -14,6 +14,7 @@ mod list;
 mod lsp_client;
 mod providers;
 mod read;
+mod registry;
 mod repo;
 mod search;
 mod serve;

@@ -302,6 +302,170 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("f.txt")).unwrap(), b"x\n");
     }
 
+    /// An editor holding one open document, which records the edits it is asked to apply.
+    struct OneDocument {
+        path: std::path::PathBuf,
+        text: std::sync::Mutex<(i32, String)>,
+    }
+
+    impl crate::tools::Editor for OneDocument {
+        fn snapshot(&self, path: &std::path::Path) -> Option<crate::documents::Snapshot> {
+            let text = self.text.lock().unwrap();
+            (path == self.path).then(|| crate::documents::Snapshot::new(text.0, &text.1))
+        }
+
+        fn apply(
+            &self,
+            _: &std::path::Path,
+            version: i32,
+            replacements: &[crate::tools::Replacement],
+        ) -> Result<(), String> {
+            let mut text = self.text.lock().unwrap();
+            if text.0 != version {
+                return Err(format!("the document is at version {}", text.0));
+            }
+            for r in replacements.iter().rev() {
+                text.1.replace_range(r.range.clone(), &r.text);
+            }
+            text.0 += 1;
+            Ok(())
+        }
+    }
+
+    /// A workspace holding `f.txt` with `text`.
+    fn workspace_with(text: &str) -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), text).unwrap();
+        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+        (dir, workspace)
+    }
+
+    fn edit_args(old: &str, new: &str) -> EditArgs {
+        EditArgs {
+            path: "f.txt".into(),
+            edits: vec![edit(old, new)],
+            expected_hash: None,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_file_gets_exactly_the_planned_bytes() {
+        let (dir, workspace) = workspace_with("a\nb\r\nc\n");
+        let limits = Limits::default();
+        let ledger = ReadLedger::default();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: Some(&ledger),
+            editor: None,
+        };
+        let absolute = workspace.resolve("f.txt").unwrap().absolute;
+        ledger.record(&absolute, &hash_bytes(b"a\nb\r\nc\n"));
+        let planned = plan(edit_args("b", "B\nB2"), &ctx).unwrap();
+        assert_eq!(planned.planned_hash(), hash_bytes(b"a\nb\r\nc\n"));
+        // Planning writes nothing and leaves the ledger alone.
+        assert_eq!(std::fs::read(dir.path().join("f.txt")).unwrap(), b"a\nb\r\nc\n");
+        assert_eq!(ledger.last_seen(&absolute).unwrap(), planned.planned_hash());
+        let (diff, bytes) = (planned.diff().to_string(), planned.new_bytes().to_vec());
+        assert!(diff.contains("-b\r\n+B\n+B2\r\n"), "{diff:?}");
+        let result = apply(planned, &ctx).unwrap();
+        let written = std::fs::read(dir.path().join("f.txt")).unwrap();
+        assert_eq!(written, bytes);
+        assert_eq!(result["diff"], diff);
+        assert_eq!(result["hash"], hash_bytes(&written));
+        assert_eq!(result["source"], "disk");
+        assert_eq!(ledger.last_seen(&absolute).unwrap(), result["hash"]);
+    }
+
+    #[test]
+    fn a_file_changed_after_the_plan_is_stale_and_nothing_is_written() {
+        let (dir, workspace) = workspace_with("one\ntwo\n");
+        let limits = Limits::default();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        let file = dir.path().join("f.txt");
+        for changed in ["one\nTWO\n", "one\ntwo\nthree\n", ""] {
+            std::fs::write(&file, "one\ntwo\n").unwrap();
+            let planned = plan(edit_args("one", "1"), &ctx).unwrap();
+            std::fs::write(&file, changed).unwrap();
+            let err = apply(planned, &ctx).unwrap_err();
+            assert_eq!(err.code, ErrorCode::Stale, "{changed:?}: {}", err.message);
+            assert!(
+                err.message.starts_with("f.txt changed since you last read it (expected hash"),
+                "{}",
+                err.message
+            );
+            assert!(err.message.ends_with("Nothing was written."), "{}", err.message);
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), changed);
+        }
+        // The same text again, even written anew, is the planned text.
+        std::fs::write(&file, "one\ntwo\n").unwrap();
+        let planned = plan(edit_args("one", "1"), &ctx).unwrap();
+        std::fs::write(&file, "one\ntwo\n").unwrap();
+        apply(planned, &ctx).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "1\ntwo\n");
+    }
+
+    #[test]
+    fn a_path_that_leads_elsewhere_after_the_plan_is_stale() {
+        let (dir, workspace) = workspace_with("same\n");
+        std::fs::write(dir.path().join("g.txt"), "same\n").unwrap();
+        std::os::unix::fs::symlink("f.txt", dir.path().join("link.txt")).unwrap();
+        let limits = Limits::default();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        let args = EditArgs {
+            path: "link.txt".into(),
+            ..edit_args("same", "changed")
+        };
+        let planned = plan(args, &ctx).unwrap();
+        std::fs::remove_file(dir.path().join("link.txt")).unwrap();
+        std::os::unix::fs::symlink("g.txt", dir.path().join("link.txt")).unwrap();
+        let err = apply(planned, &ctx).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
+        for name in ["f.txt", "g.txt"] {
+            assert_eq!(std::fs::read_to_string(dir.path().join(name)).unwrap(), "same\n");
+        }
+    }
+
+    #[test]
+    fn an_open_document_is_planned_and_applied_through_the_editor() {
+        let (dir, workspace) = workspace_with("on disk\n");
+        let limits = Limits::default();
+        let editor = OneDocument {
+            path: workspace.resolve("f.txt").unwrap().absolute,
+            text: std::sync::Mutex::new((3, "\u{FEFF}unsaved\nline\n".into())),
+        };
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: Some(&editor),
+        };
+        let first = plan(edit_args("line", "LINE"), &ctx).unwrap();
+        let planned = String::from_utf8(first.new_bytes().to_vec()).unwrap();
+        assert_eq!(planned, "\u{FEFF}unsaved\nLINE\n");
+        let result = apply(first, &ctx).unwrap();
+        assert_eq!(result["source"], "editor");
+        assert_eq!(editor.text.lock().unwrap().1, planned);
+        assert_eq!(std::fs::read_to_string(dir.path().join("f.txt")).unwrap(), "on disk\n");
+
+        // The buffer changes between the plan and its apply: stale, and the buffer is kept.
+        let second = plan(edit_args("LINE", "x"), &ctx).unwrap();
+        editor.text.lock().unwrap().1 = "\u{FEFF}typed\nLINE\n".into();
+        let err = apply(second, &ctx).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
+        assert_eq!(editor.text.lock().unwrap().1, "\u{FEFF}typed\nLINE\n");
+    }
+
     #[test]
     fn the_spec_schemas_are_closed() {
         let limits = Limits::default();
