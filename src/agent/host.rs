@@ -156,6 +156,9 @@ mod tests {
         let arguments = json!({"path": "f.txt", "edits": [{"old_text": "x", "new_text": big}]});
         let err = host.preview_edit(&arguments).unwrap_err();
         assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
-        assert_eq!(host.call("pen_edit", &arguments).unwrap_err().code, ErrorCode::TooLarge);
+        assert_eq!(
+            host.call("pen_edit", &arguments).unwrap_err().code,
+            ErrorCode::TooLarge
+        );
     }
 }

@@ -474,9 +474,12 @@ mod tests {
         };
         let defaults = Limits::default();
         // A page is at most half the result cap: 2 KiB of 4 KiB, not the 32 KiB page limit.
-        for name in ["pen_read", "pen_tail"] {
+        for (name, page) in [
+            ("pen_read", "37 lines and 2 KiB"),
+            ("pen_tail", "37 and 2 KiB"),
+        ] {
             let text = text_of(name, &limits);
-            assert!(text.contains("37 and 2 KiB") || text.contains("37 lines and 2 KiB"));
+            assert!(text.contains(page), "{name}: {text}");
             assert!(text.contains("\"maximum\":37"), "{name}: {text}");
             assert!(!text.contains("32 KiB"), "{name}: {text}");
             assert!(text_of(name, &defaults).contains("32 KiB"));

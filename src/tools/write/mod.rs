@@ -177,14 +177,9 @@ pub fn create(args: CreateArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     }))
 }
 
-/// pen_edit: plans the edit and applies it to the very text it was planned against, read once.
+/// pen_edit, unapproved: plans the edit and writes it over the very text it read, read once.
 pub fn edit(args: EditArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
-    if args.edits.is_empty() {
-        // As `plan` refuses it, before the file is opened.
-        return plan(args, ctx).and_then(|plan| apply(plan, ctx));
-    }
-    let opened = plan::open_for_edit(ctx, &args.path)?;
-    let plan = plan::plan_opened(&opened, args, ctx)?;
+    let (opened, plan) = plan::open_and_plan(args, ctx)?;
     apply::land(plan, &opened, ctx)
 }
 
@@ -364,7 +359,10 @@ mod tests {
         let planned = plan(edit_args("b", "B\nB2"), &ctx).unwrap();
         assert_eq!(planned.planned_hash(), hash_bytes(b"a\nb\r\nc\n"));
         // Planning writes nothing and leaves the ledger alone.
-        assert_eq!(std::fs::read(dir.path().join("f.txt")).unwrap(), b"a\nb\r\nc\n");
+        assert_eq!(
+            std::fs::read(dir.path().join("f.txt")).unwrap(),
+            b"a\nb\r\nc\n"
+        );
         assert_eq!(ledger.last_seen(&absolute).unwrap(), planned.planned_hash());
         let (diff, bytes) = (planned.diff().to_string(), planned.new_bytes().to_vec());
         assert!(diff.contains("-b\r\n+B\n+B2\r\n"), "{diff:?}");
@@ -395,11 +393,16 @@ mod tests {
             let err = apply(planned, &ctx).unwrap_err();
             assert_eq!(err.code, ErrorCode::Stale, "{changed:?}: {}", err.message);
             assert!(
-                err.message.starts_with("f.txt changed since you last read it (expected hash"),
+                err.message
+                    .starts_with("f.txt changed since you last read it (expected hash"),
                 "{}",
                 err.message
             );
-            assert!(err.message.ends_with("Nothing was written."), "{}", err.message);
+            assert!(
+                err.message.ends_with("Nothing was written."),
+                "{}",
+                err.message
+            );
             assert_eq!(std::fs::read_to_string(&file).unwrap(), changed);
         }
         // The same text again, even written anew, is the planned text.
@@ -432,7 +435,10 @@ mod tests {
         let err = apply(planned, &ctx).unwrap_err();
         assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
         for name in ["f.txt", "g.txt"] {
-            assert_eq!(std::fs::read_to_string(dir.path().join(name)).unwrap(), "same\n");
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(name)).unwrap(),
+                "same\n"
+            );
         }
     }
 
@@ -456,7 +462,10 @@ mod tests {
         let result = apply(first, &ctx).unwrap();
         assert_eq!(result["source"], "editor");
         assert_eq!(editor.text.lock().unwrap().1, planned);
-        assert_eq!(std::fs::read_to_string(dir.path().join("f.txt")).unwrap(), "on disk\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+            "on disk\n"
+        );
 
         // The buffer changes between the plan and its apply: stale, and the buffer is kept.
         let second = plan(edit_args("LINE", "x"), &ctx).unwrap();

@@ -56,6 +56,15 @@ impl EditPlan {
 /// Plans pen_edit: reads the file once, checks it is fresh (see [`check_fresh`]) and computes
 /// the edit. Fails as the call would, naming the edit that does not apply.
 pub fn plan(args: EditArgs, ctx: &ToolContext) -> Result<EditPlan, ToolError> {
+    open_and_plan(args, ctx).map(|(_, plan)| plan)
+}
+
+/// Plans pen_edit, returning the opened file too, so that a call applied at once writes
+/// through the very source it read.
+pub(super) fn open_and_plan(
+    args: EditArgs,
+    ctx: &ToolContext,
+) -> Result<(OpenedFile, EditPlan), ToolError> {
     if args.edits.is_empty() {
         return Err(ToolError::new(
             ErrorCode::InvalidArguments,
@@ -63,7 +72,8 @@ pub fn plan(args: EditArgs, ctx: &ToolContext) -> Result<EditPlan, ToolError> {
         ));
     }
     let opened = open_for_edit(ctx, &args.path)?;
-    plan_opened(&opened, args, ctx)
+    let plan = plan_opened(&opened, args, ctx)?;
+    Ok((opened, plan))
 }
 
 /// Opens the file an edit names: the editor's buffer or the disk file, at most
@@ -93,7 +103,7 @@ pub(super) fn open_for_edit(ctx: &ToolContext, path: &str) -> Result<OpenedFile,
 }
 
 /// Plans the edit against the file `opened` holds.
-pub(super) fn plan_opened(
+fn plan_opened(
     opened: &OpenedFile,
     args: EditArgs,
     ctx: &ToolContext,
