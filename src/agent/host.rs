@@ -30,6 +30,11 @@ impl LocalTools {
         }
     }
 
+    /// The catalog the model is given: every tool, described for this host's limits.
+    pub fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        registry::catalog(&self.limits)
+    }
+
     /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
     pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
@@ -125,6 +130,7 @@ mod tests {
         let file = dir.path().join("f.txt");
         std::fs::write(&file, "fn a() {}\n").unwrap();
         let host = host(dir.path());
+        assert_eq!(host.catalog(), registry::catalog(&Limits::default()));
         read_file(&host);
         let arguments = json!({"path": "f.txt", "edits": [{"old_text": "a()", "new_text": "b()"}]});
         let plan = host.plan_edit(&arguments).unwrap();
