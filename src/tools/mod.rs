@@ -204,16 +204,10 @@ pub fn catalog() -> Vec<CatalogEntry> {
     registry::catalog(&Limits::default())
 }
 
-/// Calls one native tool by name (see [`registry::ToolSpec::call`]). Unknown names and bad
+/// Calls one native tool by name (see [`registry::Registry::call`]). Unknown names and bad
 /// arguments are errors the model can act on.
 pub fn call(name: &str, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-    match registry::get(name) {
-        Some(spec) => spec.call(arguments, ctx),
-        None => Err(registry::unknown_tool(
-            name,
-            registry::native().iter().map(registry::ToolSpec::name),
-        )),
-    }
+    registry::Registry::native().call(name, arguments, ctx)
 }
 
 /// A byte size as the catalog states it: in MiB or KiB when it is a whole number of them,
