@@ -188,8 +188,13 @@ fn parse_max_result_bytes(text: &str) -> Result<u64, String> {
 /// Exit status of `pen tool`: 0 for a result, 1 for an error result, 2 for bad usage.
 pub fn run_tool(command: ToolCommand) -> ExitCode {
     let pretty = command.pretty();
+    let mut config = boot_config();
+    if let Some(max) = command.max_result_bytes {
+        config.max_tool_result_bytes = max;
+    }
+    let limits = config.limits();
     if command.list {
-        let catalog = tools::catalog();
+        let catalog = tools::registry::catalog(&limits);
         let text = match serde_json::to_string(&catalog) {
             Ok(text) => text,
             Err(e) => return usage(&format!("cannot print the catalog: {e}")),
@@ -202,22 +207,14 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
     let Some(name) = command.name else {
         return usage("name a tool, or pass --list");
     };
-    if !tools::catalog().iter().any(|spec| spec.name == name) {
-        let names: Vec<&str> = tools::catalog().iter().map(|s| s.name).collect();
-        return usage(&format!(
-            "there is no tool named `{name}`; the tools are {}",
-            names.join(", ")
-        ));
+    if tools::registry::get(&name).is_none() {
+        let names = tools::registry::native().iter().map(|t| t.name());
+        return usage(&tools::registry::unknown_tool(&name, names).message);
     }
     let arguments: serde_json::Value = match serde_json::from_str(&command.arguments) {
         Ok(value) => value,
         Err(e) => return usage(&format!("the arguments are not valid JSON: {e}")),
     };
-    let mut config = boot_config();
-    if let Some(max) = command.max_result_bytes {
-        config.max_tool_result_bytes = max;
-    }
-    let limits = config.limits();
     let workspace = match Workspace::new(std::slice::from_ref(&command.root)) {
         Ok(ws) => ws,
         Err(e) => return usage(&e.to_string()),

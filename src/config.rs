@@ -60,7 +60,8 @@ pub const KEYS: &[&str] = &[
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "bedrock"];
 
 /// The tools `auto_approve` may name: the ones that ask for approval.
-pub const APPROVABLE_TOOLS: &[&str] = &["pen_create", "pen_edit", "pen_command"];
+pub static APPROVABLE_TOOLS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(crate::tools::registry::approvable_names);
 
 /// pen's settings, always valid: integers within their bounds, `provider` one of
 /// [`PROVIDERS`], `auto_approve` a subset of [`APPROVABLE_TOOLS`].
@@ -192,7 +193,7 @@ impl Config {
                     .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
                 let mut tools: Vec<String> = Vec::new();
                 for item in items {
-                    let name = one_of(key, text(key, item, usize::MAX)?, APPROVABLE_TOOLS)?;
+                    let name = one_of(key, text(key, item, usize::MAX)?, &APPROVABLE_TOOLS)?;
                     // Each tool once, so the list is never longer than APPROVABLE_TOOLS.
                     if let Some(name) = name
                         && !tools.contains(&name)

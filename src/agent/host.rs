@@ -3,6 +3,8 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
+use crate::tools::registry::{self, ToolSpec};
+use crate::tools::write::{self, EditPlan};
 use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError};
 use crate::workspace::Workspace;
 use futures::future::BoxFuture;
@@ -27,6 +29,45 @@ impl LocalTools {
             editor: self.editor.as_deref().map(|e| e as &dyn Editor),
         }
     }
+
+    /// The catalog the model is given: every tool, described for this host's limits.
+    pub fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        registry::catalog(&self.limits)
+    }
+
+    /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
+    /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
+    pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+        write::check_write_size(arguments, &self.limits)?;
+        write::plan(tools::parse_arguments(arguments)?, &self.context())
+    }
+
+    /// Writes an approved plan, if the file is still the text it was planned against; else
+    /// fails `stale` and writes nothing.
+    pub fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
+        write::apply(plan, &self.context())
+    }
+
+    /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
+    /// `cancel` fires. It gets no read ledger and no editor: a command sees the disk.
+    pub fn run_cancellable(
+        &self,
+        spec: &'static ToolSpec,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let workspace = self.workspace.clone();
+        let limits = self.limits.clone();
+        Box::pin(async move {
+            let ctx = ToolContext {
+                workspace: &workspace,
+                limits: &limits,
+                ledger: None,
+                editor: None,
+            };
+            spec.run(&arguments, &ctx, &cancel).await
+        })
+    }
 }
 
 impl ToolHost for LocalTools {
@@ -39,27 +80,91 @@ impl ToolHost for LocalTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let workspace = self.workspace.clone();
-        let limits = self.limits.clone();
-        Box::pin(async move {
-            let args = tools::parse_arguments(&arguments)?;
-            let ctx = ToolContext {
-                workspace: &workspace,
-                limits: &limits,
-                ledger: None,
-                editor: None,
-            };
-            tools::command::run(args, &ctx, &cancel).await
-        })
+        // Transitional: the turn engine names pen_command until it asks the registry how a
+        // tool runs and calls `run_cancellable` itself.
+        match registry::get("pen_command") {
+            Some(spec) => self.run_cancellable(spec, arguments, cancel),
+            None => Box::pin(async {
+                Err(registry::unknown_tool(
+                    "pen_command",
+                    registry::native().iter().map(ToolSpec::name),
+                ))
+            }),
+        }
     }
 
     fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError> {
-        let args = tools::parse_arguments(arguments)?;
-        let (value, hash) = tools::write::preview(args, &self.context())?;
-        Ok((value["diff"].as_str().unwrap_or_default().to_string(), hash))
+        let plan = self.plan_edit(arguments)?;
+        Ok((plan.diff().to_string(), plan.planned_hash().to_string()))
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
         tools::observation(result, &self.limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ErrorCode;
+    use crate::tools::source::hash_bytes;
+    use serde_json::json;
+
+    fn host(root: &std::path::Path) -> LocalTools {
+        LocalTools {
+            workspace: Workspace::new(&[root.to_path_buf()]).unwrap(),
+            limits: Limits::default(),
+            ledger: Arc::new(ReadLedger::default()),
+            editor: None,
+        }
+    }
+
+    /// Reads `f.txt` as the model would, so the ledger knows its text.
+    fn read_file(host: &LocalTools) {
+        host.call("pen_read", &json!({"path": "f.txt"})).unwrap();
+    }
+
+    #[test]
+    fn the_approved_diff_and_the_written_bytes_come_from_one_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.txt");
+        std::fs::write(&file, "fn a() {}\n").unwrap();
+        let host = host(dir.path());
+        assert_eq!(host.catalog(), registry::catalog(&Limits::default()));
+        read_file(&host);
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "a()", "new_text": "b()"}]});
+        let plan = host.plan_edit(&arguments).unwrap();
+        let shown = plan.diff().to_string();
+        assert!(shown.contains("-fn a() {}\n+fn b() {}\n"), "{shown}");
+        assert_eq!(plan.planned_hash(), hash_bytes(b"fn a() {}\n"));
+        let planned = plan.new_bytes().to_vec();
+        let result = host.apply_edit(plan).unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), planned);
+        assert_eq!(result["diff"], shown);
+
+        // Changed while the owner looked at the diff: stale, and the change is kept.
+        let plan = host
+            .plan_edit(&json!({"path": "f.txt", "edits": [{"old_text": "b()", "new_text": "c()"}]}))
+            .unwrap();
+        std::fs::write(&file, "fn b() { owner }\n").unwrap();
+        let err = host.apply_edit(plan).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
+        assert_eq!(std::fs::read(&file).unwrap(), b"fn b() { owner }\n");
+    }
+
+    #[test]
+    fn an_edit_too_large_to_write_is_refused_before_the_owner_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "x\n").unwrap();
+        let host = host(dir.path());
+        read_file(&host);
+        let big = "y".repeat(host.limits.max_write_argument_bytes);
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "x", "new_text": big}]});
+        let err = host.preview_edit(&arguments).unwrap_err();
+        assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
+        assert_eq!(
+            host.call("pen_edit", &arguments).unwrap_err().code,
+            ErrorCode::TooLarge
+        );
     }
 }

@@ -158,7 +158,9 @@ impl Backend {
     }
 
     async fn list_tools(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
-        serde_json::to_value(tools::catalog()).map_err(|e| internal(&e.to_string()))
+        let limits = read(&self.state.config).limits();
+        serde_json::to_value(tools::registry::catalog(&limits))
+            .map_err(|e| internal(&e.to_string()))
     }
 
     async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {

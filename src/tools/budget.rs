@@ -49,6 +49,13 @@ pub fn page_budget(envelope: &Value, limits: &Limits) -> Result<usize, ToolError
     Ok(budget)
 }
 
+/// The most raw bytes a page can hold under `limits`, as the catalog states it: the page limit,
+/// or half the result cap when that is less (a page's escaped text, which is never shorter than
+/// its raw bytes, gets less than half of the cap).
+pub fn page_bytes_bound(limits: &Limits) -> usize {
+    limits.max_page_bytes.min(limits.max_tool_result_bytes / 2)
+}
+
 /// The error for a result whose fixed fields leave less than a minimum page under the cap.
 pub fn budget_too_small(envelope_len: usize, limits: &Limits) -> ToolError {
     ToolError::new(
@@ -109,6 +116,15 @@ mod tests {
         let err = page_budget(&long, &small).unwrap_err();
         assert_eq!(err.code, ErrorCode::BudgetTooSmall);
         assert!(err.message.contains("max_tool_result_bytes"));
+    }
+
+    #[test]
+    fn a_page_is_bounded_by_the_page_limit_and_half_the_cap() {
+        assert_eq!(page_bytes_bound(&Limits::default()), 32 * 1024);
+        let small = Limits::with_max_tool_result_bytes(4_096).unwrap();
+        assert_eq!(page_bytes_bound(&small), 2_048);
+        let large = Limits::with_max_tool_result_bytes(1_048_576).unwrap();
+        assert_eq!(page_bytes_bound(&large), 32 * 1024);
     }
 
     #[test]

@@ -5,13 +5,13 @@
 //! token. Approval is the agent loop's business, not this module's.
 
 use super::budget::{self, escaped_len, fitting_prefix};
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{
     COMMAND_DEFAULT_TIMEOUT, COMMAND_DRAIN_TIMEOUT, COMMAND_MAX_TIMEOUT, COMMAND_READ_CHUNK_BYTES,
+    Limits,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
@@ -24,40 +24,27 @@ pub struct Args {
     pub timeout_secs: Option<u64>,
 }
 
-/// The tool's description, naming its timeouts from [`COMMAND_DEFAULT_TIMEOUT`] and
-/// [`COMMAND_MAX_TIMEOUT`] so the text cannot drift from the bounds.
-static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "Run one shell command (sh -c) in the workspace and return its exit code and output. \
-         Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
-         and `truncated` says so. The command is killed with everything it started when it passes \
-         `timeout_secs` (default {default}, at most {max}) or when the owner stops the turn. Its output is read \
-         until every process holding it has exited, so start a background process with its output \
-         redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
-         tools to read, search and edit; use this to build, test and run programs.",
-        default = COMMAND_DEFAULT_TIMEOUT.as_secs(),
-        max = COMMAND_MAX_TIMEOUT.as_secs(),
-    )
-});
-
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_command",
-        description: DESCRIPTION.as_str(),
+/// The tool's text; its timeouts are named from [`COMMAND_DEFAULT_TIMEOUT`] and
+/// [`COMMAND_MAX_TIMEOUT`], which are not configurable.
+pub fn spec(_: &Limits) -> ToolDoc {
+    let default = COMMAND_DEFAULT_TIMEOUT.as_secs();
+    let max = COMMAND_MAX_TIMEOUT.as_secs();
+    ToolDoc {
+        description: format!(
+            "Run one shell command (sh -c) in the workspace and return its exit code and output. \
+            Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
+            and `truncated` says so. The command is killed with everything it started when it passes \
+            `timeout_secs` (default {default}, at most {max}) or when the owner stops the turn. Its output is read \
+            until every process holding it has exited, so start a background process with its output \
+            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
+            tools to read, search and edit; use this to build, test and run programs."
+        ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The shell command line."},
                 "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)."},
-                "timeout_secs": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": COMMAND_MAX_TIMEOUT.as_secs(),
-                    "description": format!(
-                        "Seconds before the command is killed (default {}).",
-                        COMMAND_DEFAULT_TIMEOUT.as_secs()
-                    ),
-                }
+                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": max, "description": format!("Seconds before the command is killed (default {default}).")}
             },
             "required": ["command"],
             "additionalProperties": false

@@ -7,8 +7,9 @@
 //! full name when it fits, else a short `PREFIX/HASH` cursor that does not repeat the name.
 
 use super::budget::{self, escaped_len, fitting_prefix, widest};
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::LIST_CURSOR_PREFIX_BYTES;
+use crate::limits::Limits;
 use crate::workspace::Target;
 use rustix::fs::{AtFlags, FileType};
 use serde::{Deserialize, Serialize};
@@ -22,19 +23,21 @@ pub struct Args {
     pub limit: Option<u64>,
 }
 
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_list",
-        description: "List one directory, sorted by name (byte order). Each entry has `name`, `kind` (file, dir, \
+pub fn spec(limits: &Limits) -> ToolDoc {
+    let max = limits.max_list_entries;
+    ToolDoc {
+        description: format!(
+            "List one directory, sorted by name (byte order). Each entry has `name`, `kind` (file, dir, \
             symlink or other) and `size` for files. Returns `total` entries in the directory and, while more \
-            remain, `next_after`: pass it back as `after` for the next page. At most 200 entries a page. A name \
-            too long to fit a page on its own comes back cut with `name_truncated: true`.",
+            remain, `next_after`: pass it back as `after` for the next page. At most {max} entries a page. A name \
+            too long to fit a page on its own comes back cut with `name_truncated: true`."
+        ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "Directory relative to the workspace root (default: the root)."},
                 "after": {"type": "string", "description": "Exclusive name cursor: the `next_after` of the previous page."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "description": "Entries per page (default and maximum 200)."}
+                "limit": {"type": "integer", "minimum": 1, "maximum": max, "description": format!("Entries per page (default and maximum {max}).")}
             },
             "additionalProperties": false
         }),

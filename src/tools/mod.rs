@@ -1,5 +1,5 @@
-//! The native tools the model is given: their catalog, argument checking, dispatch and the
-//! result cap.
+//! The native tools the model is given: their registry (catalog, approval, dispatch), argument
+//! checking and the result cap.
 //!
 //! API boundary: tools take plain JSON arguments and return plain JSON results; they know
 //! nothing of JSON-RPC, providers or sessions. A failure is a [`ToolError`] the model reads
@@ -10,6 +10,7 @@ pub mod command;
 pub mod keys;
 pub mod list;
 pub mod read;
+pub mod registry;
 pub mod search;
 pub mod source;
 pub mod tail;
@@ -179,69 +180,46 @@ impl ToolContext<'_> {
     }
 }
 
-/// One entry of the tool catalog given to the model.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
+/// What a tool says of itself to the model: its description and the JSON Schema of its
+/// arguments, built from the limits they name.
+#[derive(Debug, Clone)]
+pub struct ToolDoc {
+    pub description: String,
     pub input_schema: Value,
 }
 
-/// The catalog, in the order the model sees it.
-pub fn catalog() -> Vec<ToolSpec> {
-    vec![
-        search::spec(),
-        list::spec(),
-        read::spec(),
-        tail::spec(),
-        write::create_spec(),
-        write::edit_spec(),
-        command::spec(),
-    ]
+/// One entry of the tool catalog given to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogEntry {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
 }
 
-/// Calls one tool by name. Unknown names and bad arguments are errors the model can act on.
+/// The native catalog at the default limits.
+///
+/// Transitional: only the turn engine's `tool_definitions` calls it, until it passes its own
+/// limits to [`registry::catalog`]; every other caller already does.
+pub fn catalog() -> Vec<CatalogEntry> {
+    registry::catalog(&Limits::default())
+}
+
+/// Calls one native tool by name (see [`registry::Registry::call`]). Unknown names and bad
+/// arguments are errors the model can act on.
 pub fn call(name: &str, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-    match name {
-        "pen_search" => search::run(parse_arguments(arguments)?, ctx),
-        "pen_list" => list::run(parse_arguments(arguments)?, ctx),
-        "pen_read" => read::run(parse_arguments(arguments)?, ctx),
-        "pen_tail" => tail::run(parse_arguments(arguments)?, ctx),
-        "pen_create" => {
-            check_write_size(arguments, ctx.limits)?;
-            write::create(parse_arguments(arguments)?, ctx)
-        }
-        "pen_edit" => {
-            check_write_size(arguments, ctx.limits)?;
-            write::edit(parse_arguments(arguments)?, ctx)
-        }
-        "pen_command" => {
-            // Synchronous callers (`pen tool`, `pen/callTool` on a blocking thread) wait for it
-            // on a runtime of their own; the agent loop calls `command::run` with its token.
-            let args = parse_arguments(arguments)?;
-            let never = tokio_util::sync::CancellationToken::new();
-            let future = command::run(args, ctx, &never);
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => handle.block_on(future),
-                Err(_) => tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| {
-                        ToolError::new(ErrorCode::Io, format!("cannot start a runtime: {e}"))
-                    })?
-                    .block_on(future),
-            }
-        }
-        _ => {
-            let names: Vec<&str> = catalog().iter().map(|s| s.name).collect();
-            Err(ToolError::new(
-                ErrorCode::UnknownTool,
-                format!(
-                    "there is no tool named `{name}`; the tools are {}",
-                    names.join(", ")
-                ),
-            ))
-        }
+    registry::Registry::native().call(name, arguments, ctx)
+}
+
+/// A byte size as the catalog states it: in MiB or KiB when it is a whole number of them,
+/// else in bytes.
+pub fn shown_size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    match bytes {
+        0 => "0 bytes".to_string(),
+        b if b % MIB == 0 => format!("{} MiB", b / MIB),
+        b if b % KIB == 0 => format!("{} KiB", b / KIB),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -302,22 +280,6 @@ pub fn parse_arguments<T: DeserializeOwned>(arguments: &Value) -> Result<T, Tool
     })
 }
 
-/// Refuses pen_create/pen_edit arguments over the write limit before parsing them.
-fn check_write_size(arguments: &Value, limits: &Limits) -> Result<(), ToolError> {
-    let size = arguments.to_string().len();
-    if size > limits.max_write_argument_bytes {
-        return Err(ToolError::new(
-            ErrorCode::TooLarge,
-            format!(
-                "the arguments are {size} bytes; pen_create and pen_edit take at most {} bytes. \
-                 Build a large file with a small pen_create and several focused pen_edit calls.",
-                limits.max_write_argument_bytes
-            ),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +298,15 @@ mod tests {
             assert!(out.contains(&format!("full result is {} bytes", text.len())));
             assert!(out.starts_with("é€"));
         }
+    }
+
+    #[test]
+    fn sizes_are_shown_in_the_largest_whole_unit() {
+        assert_eq!(shown_size(64 * 1024), "64 KiB");
+        assert_eq!(shown_size(16 * 1024 * 1024), "16 MiB");
+        assert_eq!(shown_size(1_536), "1536 bytes");
+        assert_eq!(shown_size(512), "512 bytes");
+        assert_eq!(shown_size(0), "0 bytes");
     }
 
     #[test]

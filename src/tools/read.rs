@@ -9,9 +9,9 @@
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::keys::{self, KeyRefusal};
 use super::source::{self, Eol, FileFacts};
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown, shown_size};
 use crate::bytes::{ByteSource, read_range};
-use crate::limits::KEY_END_LOOKAHEAD;
+use crate::limits::{KEY_END_LOOKAHEAD, Limits};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -24,24 +24,27 @@ pub struct Args {
     pub offset: Option<u64>,
 }
 
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_read",
-        description: "Read a UTF-8 text file a page at a time. Returns `content`, the exact text of whole lines \
+pub fn spec(limits: &Limits) -> ToolDoc {
+    let lines = limits.max_page_lines;
+    let bytes = shown_size(budget::page_bytes_bound(limits) as u64);
+    ToolDoc {
+        description: format!(
+            "Read a UTF-8 text file a page at a time. Returns `content`, the exact text of whole lines \
             from `start_line` (line endings, Unicode and the final newline preserved byte for byte), and \
             metadata: `start_line`, `end_line`, `eol` (line endings in this page: lf, crlf, mixed or none), \
             `final_newline`, `bom`, `total_bytes`, `source` and `hash` (pass it to pen_edit as \
-            `expected_hash`). A page holds at most 200 lines and 32 KiB. While the file continues the \
+            `expected_hash`). A page holds at most {lines} lines and {bytes}. While the file continues the \
             result has `next_start_line` and `next_offset`: pass both back as `start_line` and `offset` to \
             read the next page without rescanning (a `start_line` that is not the line at `offset` is refused, \
             naming the line that is). A line longer than a page comes back in parts \
-            (`partial_line: true`), each continued the same way. Private key material is never returned.",
+            (`partial_line: true`), each continued the same way. Private key material is never returned."
+        ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "File path relative to the workspace root."},
                 "start_line": {"type": "integer", "minimum": 1, "description": "1-based line to start at (default 1)."},
-                "line_count": {"type": "integer", "minimum": 1, "maximum": 200, "description": "Lines to read (default and maximum 200; larger values are lowered to 200)."},
+                "line_count": {"type": "integer", "minimum": 1, "maximum": lines, "description": format!("Lines to read (default and maximum {lines}; larger values are lowered to {lines}).")},
                 "offset": {"type": "integer", "minimum": 0, "description": "The byte cursor `next_offset` from the previous page; pass it with `start_line` set to that page's `next_start_line`."}
             },
             "required": ["path"],

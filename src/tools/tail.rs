@@ -8,8 +8,9 @@
 use super::budget::{self, escaped_len, widest};
 use super::keys;
 use super::source::{self, Eol};
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown, shown_size};
 use crate::bytes::{ByteSource, read_range};
+use crate::limits::Limits;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -20,20 +21,24 @@ pub struct Args {
     pub line_count: Option<u64>,
 }
 
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_tail",
-        description: "Read the end of a UTF-8 text file (a log, say) without reading the rest. Returns `content`, the \
-            exact text of the last whole lines (at most `line_count`, 200 and 32 KiB), `start_offset` (the byte \
-            offset where the content starts), `line_count` returned, and for files up to 16 MiB `start_line` and \
+pub fn spec(limits: &Limits) -> ToolDoc {
+    let lines = limits.max_page_lines;
+    let bytes = shown_size(budget::page_bytes_bound(limits) as u64);
+    let counted = shown_size(limits.max_edit_file_bytes);
+    ToolDoc {
+        description: format!(
+            "Read the end of a UTF-8 text file (a log, say) without reading the rest. Returns `content`, the \
+            exact text of the last whole lines (at most `line_count`, {lines} and {bytes}), `start_offset` (the byte \
+            offset where the content starts), `line_count` returned, and for files up to {counted} `start_line` and \
             `end_line`, plus the same metadata as pen_read. A last line longer than a page comes back as its \
             final part (`partial_line: true`). To read what comes before, use pen_read. Private key material is \
-            never returned.",
+            never returned."
+        ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "line_count": {"type": "integer", "minimum": 1, "maximum": 200, "description": "Lines to read from the end (default and maximum 200)."}
+                "line_count": {"type": "integer", "minimum": 1, "maximum": lines, "description": format!("Lines to read from the end (default and maximum {lines}).")}
             },
             "required": ["path"],
             "additionalProperties": false

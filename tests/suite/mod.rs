@@ -15,6 +15,7 @@ mod lsp_client;
 mod old_sessions;
 mod providers;
 mod read;
+mod registry;
 mod repo;
 mod search;
 mod serve;

@@ -29,7 +29,7 @@ mod scan;
 mod walk;
 
 use super::budget;
-use super::{ErrorCode, ToolContext, ToolError, ToolSpec, shown};
+use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{Limits, SearchLimits};
 use crate::workspace::{SKIPPED_FOLDERS, Target};
 use globset::{GlobBuilder, GlobMatcher};
@@ -40,7 +40,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,8 +51,7 @@ pub struct SearchArgs {
     pub after: Option<String>,
 }
 
-static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
-    let limits = SearchLimits::default();
+fn description(limits: &SearchLimits) -> String {
     format!(
         "Search the workspace for a literal string (not a regex; `.`, `*`, `(` … match \
          themselves) and return the matching lines in sorted path order. Each match has `path` \
@@ -78,12 +76,11 @@ static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
         depth = limits.max_depth,
         matches = limits.max_matches,
     )
-});
+}
 
-pub fn spec() -> ToolSpec {
-    ToolSpec {
-        name: "pen_search",
-        description: DESCRIPTION.as_str(),
+pub fn spec(limits: &Limits) -> ToolDoc {
+    ToolDoc {
+        description: description(&limits.search),
         input_schema: json!({
             "type": "object",
             "properties": {

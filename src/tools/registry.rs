@@ -1,0 +1,590 @@
+//! The tool registry: every tool the model may call, with what the turn engine must know of it
+//! (does it need the owner's approval, may it run beside other calls, how does it run, does its
+//! approval show a diff) and its catalog entry, built from the configured [`Limits`].
+//!
+//! Architecture invariant: a tool's name, its approval and its parallel safety are declared
+//! here once. Nothing else matches tool names: the turn engine, the CLI, the daemon and the
+//! config ask a [`ToolSpec`]. A read-only tool never needs approval, by construction
+//! ([`Effect`]).
+//!
+//! The native tools are a static table ([`native`], [`get`]); a [`Registry`] value holds them
+//! plus tools added at run time (MCP tools will join this way), refusing a second tool of a
+//! name.
+
+use super::{
+    CatalogEntry, ErrorCode, ToolContext, ToolDoc, ToolError, command, list, parse_arguments, read,
+    search, tail, write,
+};
+use crate::limits::Limits;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What a call of a tool may do to the world, which decides its approval and parallel safety.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Only reads: runs without approval, and may run concurrently with the other read-only
+    /// calls of one answer.
+    ReadOnly,
+    /// Changes files or runs a program: asks the owner first (unless `auto_approve` or an
+    /// "allow for session" covers it), and runs alone.
+    NeedsApproval,
+}
+
+/// How a tool runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Execution {
+    /// A synchronous call to completion; the turn engine runs it on a blocking thread.
+    Blocking,
+    /// An async call that may run for a long time and stops when its cancel token fires
+    /// (pen_command): the turn engine awaits [`ToolSpec::run`] with the turn's token.
+    Cancellable,
+}
+
+/// What the owner is shown beside the arguments when asked to approve a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preview {
+    /// The arguments alone.
+    Arguments,
+    /// The unified diff of the planned edit (pen_edit): the engine plans the edit, shows the
+    /// plan's diff and applies that same plan once approved.
+    Diff,
+}
+
+/// A blocking tool: its JSON arguments and the call's context in, its result out.
+type BlockingRun = fn(&Value, &ToolContext) -> Result<Value, ToolError>;
+
+/// A cancellable tool: like [`BlockingRun`], but async and stopped by the token.
+type CancellableRun = for<'a> fn(
+    &'a Value,
+    &'a ToolContext<'a>,
+    &'a CancellationToken,
+) -> BoxFuture<'a, Result<Value, ToolError>>;
+
+/// The code that runs a tool.
+#[derive(Clone, Copy)]
+enum Run {
+    Blocking(BlockingRun),
+    Cancellable(CancellableRun),
+}
+
+/// One tool as the registry knows it.
+pub struct ToolSpec {
+    name: Cow<'static, str>,
+    effect: Effect,
+    preview: Preview,
+    /// The description and schema the model is given, built from the limits they name.
+    describe: fn(&Limits) -> ToolDoc,
+    run: Run,
+}
+
+impl std::fmt::Debug for ToolSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .field("effect", &self.effect)
+            .field("preview", &self.preview)
+            .field("execution", &self.execution())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSpec {
+    /// A blocking tool.
+    pub fn blocking(
+        name: impl Into<Cow<'static, str>>,
+        effect: Effect,
+        preview: Preview,
+        describe: fn(&Limits) -> ToolDoc,
+        run: fn(&Value, &ToolContext) -> Result<Value, ToolError>,
+    ) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            effect,
+            preview,
+            describe,
+            run: Run::Blocking(run),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether a call asks the owner first (before `auto_approve` and session grants).
+    pub fn needs_approval(&self) -> bool {
+        self.effect == Effect::NeedsApproval
+    }
+
+    /// Whether a call only reads, so that it may run concurrently with other read-only calls.
+    pub fn read_only(&self) -> bool {
+        self.effect == Effect::ReadOnly
+    }
+
+    pub fn execution(&self) -> Execution {
+        match self.run {
+            Run::Blocking(_) => Execution::Blocking,
+            Run::Cancellable(_) => Execution::Cancellable,
+        }
+    }
+
+    pub fn preview(&self) -> Preview {
+        self.preview
+    }
+
+    /// The catalog entry the model is given: name, description and JSON Schema for `limits`.
+    pub fn describe(&self, limits: &Limits) -> CatalogEntry {
+        let ToolDoc {
+            description,
+            input_schema,
+        } = (self.describe)(limits);
+        CatalogEntry {
+            name: self.name.to_string(),
+            description,
+            input_schema,
+        }
+    }
+
+    /// Runs the tool to completion on this thread. A cancellable tool runs uncancelled, on the
+    /// current runtime or on one of its own: this is for synchronous callers (`pen tool`,
+    /// `pen/callTool` on a blocking thread); the turn engine awaits [`ToolSpec::run`] instead.
+    pub fn call(&self, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        match self.run {
+            Run::Blocking(run) => run(arguments, ctx),
+            Run::Cancellable(run) => {
+                let never = CancellationToken::new();
+                let future = run(arguments, ctx, &never);
+                match tokio::runtime::Handle::try_current() {
+                    Ok(handle) => handle.block_on(future),
+                    Err(_) => tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| {
+                            ToolError::new(ErrorCode::Io, format!("cannot start a runtime: {e}"))
+                        })?
+                        .block_on(future),
+                }
+            }
+        }
+    }
+
+    /// Runs the tool, stopping when `cancel` fires. A blocking tool runs inside the future and
+    /// holds its thread: call it through [`ToolSpec::call`] on a blocking thread instead.
+    pub fn run<'a>(
+        &'a self,
+        arguments: &'a Value,
+        ctx: &'a ToolContext<'a>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        match self.run {
+            Run::Cancellable(run) => run(arguments, ctx, cancel),
+            Run::Blocking(run) => Box::pin(async move { run(arguments, ctx) }),
+        }
+    }
+}
+
+/// The native tools, in the order the model sees them.
+static NATIVE: [ToolSpec; 7] = [
+    declare(
+        "pen_search",
+        Effect::ReadOnly,
+        Preview::Arguments,
+        search::spec,
+        Run::Blocking(run_search),
+    ),
+    declare(
+        "pen_list",
+        Effect::ReadOnly,
+        Preview::Arguments,
+        list::spec,
+        Run::Blocking(run_list),
+    ),
+    declare(
+        "pen_read",
+        Effect::ReadOnly,
+        Preview::Arguments,
+        read::spec,
+        Run::Blocking(run_read),
+    ),
+    declare(
+        "pen_tail",
+        Effect::ReadOnly,
+        Preview::Arguments,
+        tail::spec,
+        Run::Blocking(run_tail),
+    ),
+    declare(
+        "pen_create",
+        Effect::NeedsApproval,
+        Preview::Arguments,
+        write::create_spec,
+        Run::Blocking(run_create),
+    ),
+    declare(
+        "pen_edit",
+        Effect::NeedsApproval,
+        Preview::Diff,
+        write::edit_spec,
+        Run::Blocking(run_edit),
+    ),
+    declare(
+        "pen_command",
+        Effect::NeedsApproval,
+        Preview::Arguments,
+        command::spec,
+        Run::Cancellable(run_command),
+    ),
+];
+
+/// A native tool's entry in the static table.
+const fn declare(
+    name: &'static str,
+    effect: Effect,
+    preview: Preview,
+    describe: fn(&Limits) -> ToolDoc,
+    run: Run,
+) -> ToolSpec {
+    ToolSpec {
+        name: Cow::Borrowed(name),
+        effect,
+        preview,
+        describe,
+        run,
+    }
+}
+
+fn run_search(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    search::run(parse_arguments(arguments)?, ctx)
+}
+
+fn run_list(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    list::run(parse_arguments(arguments)?, ctx)
+}
+
+fn run_read(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    read::run(parse_arguments(arguments)?, ctx)
+}
+
+fn run_tail(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    tail::run(parse_arguments(arguments)?, ctx)
+}
+
+fn run_create(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    write::check_write_size(arguments, ctx.limits)?;
+    write::create(parse_arguments(arguments)?, ctx)
+}
+
+fn run_edit(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    write::check_write_size(arguments, ctx.limits)?;
+    write::edit(parse_arguments(arguments)?, ctx)
+}
+
+fn run_command<'a>(
+    arguments: &'a Value,
+    ctx: &'a ToolContext<'a>,
+    cancel: &'a CancellationToken,
+) -> BoxFuture<'a, Result<Value, ToolError>> {
+    Box::pin(async move { command::run(parse_arguments(arguments)?, ctx, cancel).await })
+}
+
+/// The native tools, in catalog order.
+pub fn native() -> &'static [ToolSpec] {
+    &NATIVE
+}
+
+/// The native tool named `name`.
+pub fn get(name: &str) -> Option<&'static ToolSpec> {
+    NATIVE.iter().find(|spec| spec.name == name)
+}
+
+/// The native catalog for `limits`, in the order the model sees it.
+pub fn catalog(limits: &Limits) -> Vec<CatalogEntry> {
+    NATIVE.iter().map(|spec| spec.describe(limits)).collect()
+}
+
+/// The names of the native tools that ask for approval: the ones `auto_approve` may name.
+pub fn approvable_names() -> Vec<&'static str> {
+    NATIVE
+        .iter()
+        .filter(|spec| spec.needs_approval())
+        .map(|spec| spec.name.as_ref())
+        .collect()
+}
+
+/// The error the model gets for a name no tool has, listing the names there are.
+pub fn unknown_tool<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> ToolError {
+    let names: Vec<&str> = names.collect();
+    ToolError::new(
+        ErrorCode::UnknownTool,
+        format!(
+            "there is no tool named `{name}`; the tools are {}",
+            names.join(", ")
+        ),
+    )
+}
+
+/// Why a tool could not be added to a [`Registry`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("a tool named `{0}` is already registered")]
+    Duplicate(String),
+}
+
+/// The tools of one configuration: the native ones and those added at run time, in catalog
+/// order (native first, then in the order they were added).
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    added: Vec<Arc<ToolSpec>>,
+}
+
+impl Registry {
+    /// The native tools alone.
+    pub fn native() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds a tool; a name already taken, native or added, is refused and nothing changes.
+    pub fn add(&mut self, spec: ToolSpec) -> Result<(), RegistryError> {
+        if self.get(spec.name()).is_some() {
+            return Err(RegistryError::Duplicate(spec.name().to_string()));
+        }
+        self.added.push(Arc::new(spec));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
+        get(name).or_else(|| {
+            self.added
+                .iter()
+                .map(Arc::as_ref)
+                .find(|spec| spec.name == name)
+        })
+    }
+
+    /// Every tool, in catalog order.
+    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
+        NATIVE.iter().chain(self.added.iter().map(Arc::as_ref))
+    }
+
+    pub fn catalog(&self, limits: &Limits) -> Vec<CatalogEntry> {
+        self.tools().map(|spec| spec.describe(limits)).collect()
+    }
+
+    /// Runs the tool `name` to completion ([`ToolSpec::call`]); an unknown name is an
+    /// `unknown_tool` error listing the tools there are.
+    pub fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
+        match self.get(name) {
+            Some(spec) => spec.call(arguments, ctx),
+            None => Err(unknown_tool(name, self.tools().map(ToolSpec::name))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::Workspace;
+    use serde_json::json;
+
+    const NAMES: [&str; 7] = [
+        "pen_search",
+        "pen_list",
+        "pen_read",
+        "pen_tail",
+        "pen_create",
+        "pen_edit",
+        "pen_command",
+    ];
+
+    #[test]
+    fn every_native_tool_is_declared_once_in_catalog_order() {
+        let names: Vec<&str> = native().iter().map(ToolSpec::name).collect();
+        assert_eq!(names, NAMES);
+        for name in NAMES {
+            assert_eq!(get(name).map(ToolSpec::name), Some(name));
+        }
+        assert!(get("pen_write").is_none());
+        let limits = Limits::default();
+        for (spec, entry) in native().iter().zip(catalog(&limits)) {
+            assert_eq!(entry.name, spec.name());
+            assert_eq!(entry.input_schema["type"], "object", "{}", spec.name());
+            assert_eq!(entry.input_schema["additionalProperties"], false);
+            assert!(!entry.description.is_empty());
+        }
+    }
+
+    #[test]
+    fn approval_parallel_safety_execution_and_preview_are_declared() {
+        let asks: Vec<&str> = approvable_names();
+        assert_eq!(asks, ["pen_create", "pen_edit", "pen_command"]);
+        let read_only: Vec<&str> = native()
+            .iter()
+            .filter(|spec| spec.read_only())
+            .map(ToolSpec::name)
+            .collect();
+        assert_eq!(
+            read_only,
+            ["pen_search", "pen_list", "pen_read", "pen_tail"]
+        );
+        for spec in native() {
+            // A read-only tool never needs approval, and every other native tool does.
+            assert_ne!(spec.read_only(), spec.needs_approval(), "{}", spec.name());
+            let expected = if spec.name() == "pen_command" {
+                Execution::Cancellable
+            } else {
+                Execution::Blocking
+            };
+            assert_eq!(spec.execution(), expected, "{}", spec.name());
+            let preview = if spec.name() == "pen_edit" {
+                Preview::Diff
+            } else {
+                Preview::Arguments
+            };
+            assert_eq!(spec.preview(), preview, "{}", spec.name());
+        }
+    }
+
+    /// The catalog text of `name` for `limits`: its description and schema as one string.
+    fn text_of(name: &str, limits: &Limits) -> String {
+        let entry = get(name).unwrap().describe(limits);
+        format!("{}\n{}", entry.description, entry.input_schema)
+    }
+
+    #[test]
+    fn the_catalog_names_the_configured_limits() {
+        let limits = Limits {
+            max_tool_result_bytes: 4_096,
+            max_page_lines: 37,
+            max_list_entries: 41,
+            max_write_argument_bytes: 3 * 1024,
+            max_edit_file_bytes: 5 * 1024 * 1024,
+            search: crate::limits::SearchLimits {
+                max_matches: 43,
+                max_files: 47,
+                ..Default::default()
+            },
+            ..Limits::default()
+        };
+        let defaults = Limits::default();
+        // A page is at most half the result cap: 2 KiB of 4 KiB, not the 32 KiB page limit.
+        for (name, page) in [
+            ("pen_read", "37 lines and 2 KiB"),
+            ("pen_tail", "37 and 2 KiB"),
+        ] {
+            let text = text_of(name, &limits);
+            assert!(text.contains(page), "{name}: {text}");
+            assert!(text.contains("\"maximum\":37"), "{name}: {text}");
+            assert!(!text.contains("32 KiB"), "{name}: {text}");
+            assert!(text_of(name, &defaults).contains("32 KiB"));
+        }
+        assert!(text_of("pen_tail", &limits).contains("up to 5 MiB"));
+        let list = text_of("pen_list", &limits);
+        assert!(list.contains("At most 41 entries"), "{list}");
+        assert!(list.contains("\"maximum\":41"), "{list}");
+        for name in ["pen_create", "pen_edit"] {
+            let text = text_of(name, &limits);
+            assert!(text.contains("limited to 3 KiB"), "{name}: {text}");
+        }
+        let search = text_of("pen_search", &limits);
+        assert!(search.contains("47 files read"), "{search}");
+        assert!(search.contains("43 matches"), "{search}");
+        // The cap is named where a page shrinks under it.
+        let small = Limits::with_max_tool_result_bytes(1_024).unwrap();
+        assert!(text_of("pen_read", &small).contains("200 lines and 512 bytes"));
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+        let limits = Limits::default();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        let err = Registry::native()
+            .call("pen_write", &json!({}), &ctx)
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::UnknownTool);
+        assert_eq!(
+            err.message,
+            format!(
+                "there is no tool named `pen_write`; the tools are {}",
+                NAMES.join(", ")
+            )
+        );
+    }
+
+    fn describe_echo(_: &Limits) -> ToolDoc {
+        ToolDoc {
+            description: "Echo the arguments.".into(),
+            input_schema: json!({"type": "object", "additionalProperties": false}),
+        }
+    }
+
+    fn echo(arguments: &Value, _: &ToolContext) -> Result<Value, ToolError> {
+        Ok(arguments.clone())
+    }
+
+    #[test]
+    fn a_tool_added_at_run_time_joins_the_catalog_and_dispatch() {
+        let mut registry = Registry::native();
+        let echo_spec = || {
+            ToolSpec::blocking(
+                String::from("mcp_echo"),
+                Effect::ReadOnly,
+                Preview::Arguments,
+                describe_echo,
+                echo,
+            )
+        };
+        registry.add(echo_spec()).unwrap();
+        assert_eq!(
+            registry.add(echo_spec()),
+            Err(RegistryError::Duplicate("mcp_echo".into()))
+        );
+        let native_clash = ToolSpec::blocking(
+            "pen_read",
+            Effect::ReadOnly,
+            Preview::Arguments,
+            describe_echo,
+            echo,
+        );
+        assert!(registry.add(native_clash).is_err());
+        assert_eq!(
+            registry.get("pen_read").map(ToolSpec::name),
+            Some("pen_read")
+        );
+        let catalog = registry.catalog(&Limits::default());
+        assert_eq!(catalog.len(), 8);
+        assert_eq!(catalog[7].name, "mcp_echo");
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+        let limits = Limits::default();
+        let ctx = ToolContext {
+            workspace: &workspace,
+            limits: &limits,
+            ledger: None,
+            editor: None,
+        };
+        assert_eq!(
+            registry.call("mcp_echo", &json!({"a": 1}), &ctx).unwrap(),
+            json!({"a": 1})
+        );
+        let err = registry.call("nope", &json!({}), &ctx).unwrap_err();
+        assert!(
+            err.message.ends_with("pen_command, mcp_echo"),
+            "{}",
+            err.message
+        );
+    }
+}
