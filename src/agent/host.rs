@@ -71,31 +71,29 @@ impl LocalTools {
 }
 
 impl ToolHost for LocalTools {
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        LocalTools::catalog(self)
+    }
+
     fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
         tools::call(name, arguments, &self.context())
     }
 
-    fn command(
+    fn run_cancellable(
         &self,
+        spec: &'static ToolSpec,
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        // Transitional: the turn engine names pen_command until it asks the registry how a
-        // tool runs and calls `run_cancellable` itself.
-        match registry::get("pen_command") {
-            Some(spec) => self.run_cancellable(spec, arguments, cancel),
-            None => Box::pin(async {
-                Err(registry::unknown_tool(
-                    "pen_command",
-                    registry::native().iter().map(ToolSpec::name),
-                ))
-            }),
-        }
+        LocalTools::run_cancellable(self, spec, arguments, cancel)
     }
 
-    fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError> {
-        let plan = self.plan_edit(arguments)?;
-        Ok((plan.diff().to_string(), plan.planned_hash().to_string()))
+    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+        LocalTools::plan_edit(self, arguments)
+    }
+
+    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
+        LocalTools::apply_edit(self, plan)
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
@@ -160,7 +158,7 @@ mod tests {
         read_file(&host);
         let big = "y".repeat(host.limits.max_write_argument_bytes);
         let arguments = json!({"path": "f.txt", "edits": [{"old_text": "x", "new_text": big}]});
-        let err = host.preview_edit(&arguments).unwrap_err();
+        let err = host.plan_edit(&arguments).unwrap_err();
         assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
         assert_eq!(
             host.call("pen_edit", &arguments).unwrap_err().code,

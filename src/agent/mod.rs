@@ -44,11 +44,13 @@ use crate::providers::{
     ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
 };
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
+use crate::tools::registry::{Execution, Preview, ToolSpec};
+use crate::tools::write::EditPlan;
 use crate::tools::{self, ToolError};
 use crate::transcript::{AssistantMessage, CallOutcome, CallStarted, Event, Item, ToolResult};
 use futures::future::BoxFuture;
 use history::SessionHistory;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -109,16 +111,21 @@ pub trait Approver: Send + Sync {
 
 /// Where the loop's tools run: the daemon's workspace, editor documents, read ledger and limits.
 pub trait ToolHost: Send + Sync {
-    /// Runs a synchronous native tool (called on a blocking thread).
+    /// The catalog the model is given.
+    fn catalog(&self) -> Vec<tools::CatalogEntry>;
+    /// Runs a blocking tool (called on a blocking thread).
     fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError>;
-    /// Runs pen_command, killed when `cancel` fires.
-    fn command(
+    /// Runs a cancellable tool (pen_command), killed when `cancel` fires.
+    fn run_cancellable(
         &self,
+        spec: &'static ToolSpec,
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
-    /// The diff pen_edit would make and the file hash it was computed against, for approval.
-    fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError>;
+    /// Plans pen_edit for approval: the plan's diff is what the owner is shown.
+    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError>;
+    /// Writes an approved plan, or fails `stale` when the file is no longer the planned text.
+    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError>;
     /// Caps an observation as it is stored.
     fn observation(&self, result: &Result<Value, ToolError>) -> String;
 }
@@ -230,7 +237,7 @@ impl Turn {
             text: prompt.to_string(),
         })
         .await?;
-        let definitions = tool_definitions();
+        let definitions = tool_definitions(&self.tools.catalog());
         let mut requests = 0u64;
         loop {
             if self.cancel.is_cancelled() {
@@ -443,12 +450,14 @@ impl Turn {
                     .await;
             }
         };
-        let mut expected_hash = None;
+        let spec = tools::registry::get(&call.name);
+        let mut plan = None;
         if self.needs_approval(&call.name) {
-            let diff = if call.name == "pen_edit" {
-                match self.tools.preview_edit(&arguments) {
-                    Ok((diff, hash)) => {
-                        expected_hash = Some(hash);
+            let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
+                match self.tools.plan_edit(&arguments) {
+                    Ok(planned) => {
+                        let diff = planned.diff().to_string();
+                        plan = Some(planned);
                         Some(diff)
                     }
                     // An edit that cannot apply fails as it would have; no need to ask.
@@ -514,17 +523,21 @@ impl Turn {
                 }
             }
         }
-        let result = if call.name == "pen_command" {
-            self.tools.command(arguments, self.cancel.clone()).await
-        } else {
-            let mut arguments = arguments;
-            if let (Some(hash), Some(object)) = (&expected_hash, arguments.as_object_mut()) {
-                // The edit must still apply to the text whose diff the owner approved.
-                object.insert("expected_hash".into(), json!(hash));
+        let approved_plan = plan.is_some();
+        let result = match (plan, spec) {
+            (None, Some(spec)) if spec.execution() == Execution::Cancellable => {
+                self.tools
+                    .run_cancellable(spec, arguments, self.cancel.clone())
+                    .await
             }
-            let host = Arc::clone(&self.tools);
-            let name = call.name.clone();
-            tokio::task::spawn_blocking(move || host.call(&name, &arguments))
+            (plan, _) => {
+                let host = Arc::clone(&self.tools);
+                let name = call.name.clone();
+                tokio::task::spawn_blocking(move || match plan {
+                    // The write is the plan whose diff the owner approved.
+                    Some(plan) => host.apply_edit(plan),
+                    None => host.call(&name, &arguments),
+                })
                 .await
                 .unwrap_or_else(|e| {
                     Err(ToolError::new(
@@ -532,6 +545,7 @@ impl Turn {
                         format!("the tool failed: {e}"),
                     ))
                 })
+            }
         };
         let (text, is_error, state) = match &result {
             Err(err) if err.code == tools::ErrorCode::Stopped => (
@@ -539,7 +553,7 @@ impl Turn {
                 true,
                 CallOutcome::Unknown,
             ),
-            Err(err) if expected_hash.is_some() && err.code == tools::ErrorCode::Stale => (
+            Err(err) if approved_plan && err.code == tools::ErrorCode::Stale => (
                 format!(
                     "approval no longer applies: the file changed after the owner approved the diff, so the edit did not run. \
                      Re-read the file and propose the edit again. ({})",
@@ -555,7 +569,7 @@ impl Turn {
     }
 
     fn needs_approval(&self, tool: &str) -> bool {
-        let asks = matches!(tool, "pen_create" | "pen_edit" | "pen_command");
+        let asks = tools::registry::get(tool).is_some_and(ToolSpec::needs_approval);
         let allowed =
             self.config.auto_approve.iter().any(|t| t == tool) || self.lock_history().allows(tool);
         asks && !allowed
@@ -653,13 +667,13 @@ fn context_message(err: &ProviderError) -> String {
 }
 
 /// The tool catalog as the provider is told it.
-fn tool_definitions() -> Vec<ToolDefinition> {
-    tools::catalog()
-        .into_iter()
-        .map(|spec| ToolDefinition {
-            name: spec.name.to_string(),
-            description: spec.description.to_string(),
-            input_schema: spec.input_schema,
+fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefinition> {
+    catalog
+        .iter()
+        .map(|entry| ToolDefinition {
+            name: entry.name.clone(),
+            description: entry.description.clone(),
+            input_schema: entry.input_schema.clone(),
         })
         .collect()
 }

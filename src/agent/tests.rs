@@ -6,6 +6,7 @@ use super::*;
 use crate::budget::{ProviderFamily, TokenEstimator};
 use crate::providers::{ErrorKind, FinishReason, Message};
 use crate::session::{Entry, EntryKind};
+use serde_json::json;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -791,15 +792,22 @@ impl ToolHost for StopsWhileRunning {
         self.cancel.cancel();
         self.inner.call(name, arguments)
     }
-    fn command(
+    fn catalog(&self) -> Vec<crate::tools::CatalogEntry> {
+        self.inner.catalog()
+    }
+    fn run_cancellable(
         &self,
+        spec: &'static crate::tools::registry::ToolSpec,
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.command(arguments, cancel)
+        self.inner.run_cancellable(spec, arguments, cancel)
     }
-    fn preview_edit(&self, arguments: &Value) -> Result<(String, String), ToolError> {
-        self.inner.preview_edit(arguments)
+    fn plan_edit(&self, arguments: &Value) -> Result<crate::tools::write::EditPlan, ToolError> {
+        self.inner.plan_edit(arguments)
+    }
+    fn apply_edit(&self, plan: crate::tools::write::EditPlan) -> Result<Value, ToolError> {
+        self.inner.apply_edit(plan)
     }
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
         self.inner.observation(result)
@@ -848,7 +856,9 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
 fn raw_estimate(messages: &[Message]) -> u64 {
     TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(
         SYSTEM_PROMPT,
-        &tool_definitions(),
+        &tool_definitions(&crate::tools::registry::catalog(
+            &crate::limits::Limits::default(),
+        )),
         messages,
     )
 }
