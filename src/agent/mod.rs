@@ -278,7 +278,8 @@ impl Turn {
                     StopReason::EndTurn
                 });
             }
-            for (index, call) in calls.iter().enumerate() {
+            let mut index = 0;
+            while index < calls.len() {
                 if self.cancel.is_cancelled() {
                     for rest in &calls[index..] {
                         self.record_result(
@@ -292,7 +293,21 @@ impl Turn {
                     }
                     return Ok(StopReason::Cancelled);
                 }
-                self.run_call(call, seq).await?;
+                // Consecutive read-only calls run side by side; any other call runs alone.
+                let batch = calls[index..]
+                    .iter()
+                    .take_while(|call| {
+                        tools::registry::get(&call.name).is_some_and(|s| s.read_only())
+                    })
+                    .count();
+                if batch > 1 {
+                    self.run_read_only(&calls[index..index + batch], seq)
+                        .await?;
+                    index += batch;
+                } else {
+                    self.run_call(&calls[index], seq).await?;
+                    index += 1;
+                }
             }
         }
     }
@@ -416,9 +431,63 @@ impl Turn {
         Ok((plan, report))
     }
 
-    /// Runs one tool call: records it, asks for approval where needed, runs it, records the
-    /// result.
-    async fn run_call(&self, call: &ToolCall, seq: &AtomicU64) -> Result<(), TurnError> {
+    /// Runs read-only calls of one answer concurrently: each is recorded as started in call
+    /// order, all run at once on blocking threads, and their results are recorded in call order.
+    /// They need no approval and change nothing, so Stop lets them finish (as a single file tool
+    /// does) and they are recorded.
+    async fn run_read_only(&self, calls: &[ToolCall], seq: &AtomicU64) -> Result<(), TurnError> {
+        let mut runs = Vec::with_capacity(calls.len());
+        for call in calls {
+            let arguments = self.start_call(call, seq).await?;
+            let host = Arc::clone(&self.tools);
+            let name = call.name.clone();
+            runs.push(async move {
+                match arguments {
+                    Ok(arguments) => {
+                        tokio::task::spawn_blocking(move || host.call(&name, &arguments))
+                            .await
+                            .unwrap_or_else(|e| {
+                                Err(ToolError::new(
+                                    tools::ErrorCode::Io,
+                                    format!("the tool failed: {e}"),
+                                ))
+                            })
+                    }
+                    Err(message) => {
+                        Err(ToolError::new(tools::ErrorCode::InvalidArguments, message))
+                    }
+                }
+            });
+        }
+        let results = futures::future::join_all(runs).await;
+        for (call, result) in calls.iter().zip(results) {
+            let text = match &result {
+                Err(err)
+                    if err.code == tools::ErrorCode::InvalidArguments
+                        && serde_json::from_str::<Value>(&call.arguments).is_err() =>
+                {
+                    err.to_value().to_string()
+                }
+                _ => self.tools.observation(&result),
+            };
+            let outcome = if result.is_ok() {
+                CallOutcome::Done
+            } else {
+                CallOutcome::Error
+            };
+            self.record_result(call, &text, result.is_err(), outcome, seq)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Records a call as about to run and says so; its parsed arguments, or why they are not
+    /// JSON.
+    async fn start_call(
+        &self,
+        call: &ToolCall,
+        seq: &AtomicU64,
+    ) -> Result<Result<Value, String>, TurnError> {
         let arguments: Result<Value, String> = serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"));
         self.append_item(Item::ToolCall(CallStarted {
@@ -439,7 +508,13 @@ impl Turn {
                 arguments: arguments.as_ref().ok().cloned(),
             },
         );
-        let arguments = match arguments {
+        Ok(arguments)
+    }
+
+    /// Runs one tool call: records it, asks for approval where needed, runs it, records the
+    /// result.
+    async fn run_call(&self, call: &ToolCall, seq: &AtomicU64) -> Result<(), TurnError> {
+        let arguments = match self.start_call(call, seq).await? {
             Ok(arguments) => arguments,
             Err(message) => {
                 let text = ToolError::new(tools::ErrorCode::InvalidArguments, message)

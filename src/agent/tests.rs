@@ -818,11 +818,17 @@ impl ToolHost for StopsWhileRunning {
 async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
     let fx = Fixture::new();
     std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    // The second call is not read-only, so it does not run beside the first (read-only calls
+    // of one answer run together; see the next tests).
     let provider = Scripted::new(vec![Step::Answer(answer(
         "",
         &[
             ("first", "pen_read", json!({"path": "a.txt"})),
-            ("second", "pen_read", json!({"path": "a.txt"})),
+            (
+                "second",
+                "pen_create",
+                json!({"path": "b.txt", "content": "b\n"}),
+            ),
         ],
     ))]);
     let mut turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
@@ -844,6 +850,7 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
             ("second".into(), "not_executed".into())
         ]
     );
+    assert!(!fx.root.path().join("b.txt").exists());
     assert_eq!(
         provider.requests.lock().unwrap().len(),
         1,
@@ -1515,4 +1522,164 @@ async fn the_engine_runs_one_turn_per_session() {
     assert!(!engine.is_running(&fx.session), "a dropped claim releases");
     assert!(fx.entries().is_empty());
     assert!(!engine.stop(&fx.session));
+}
+
+/// A tool host whose calls each wait (bounded) until `expected` calls are running at once, so a
+/// result says whether the calls ran side by side. It can also fire Stop while they run.
+struct Rendezvous {
+    inner: LocalTools,
+    expected: usize,
+    running: Arc<(Mutex<usize>, std::sync::Condvar)>,
+    stop: Option<CancellationToken>,
+}
+
+impl ToolHost for Rendezvous {
+    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+        let (count, arrived) = &*self.running;
+        let mut running = count.lock().unwrap();
+        *running += 1;
+        arrived.notify_all();
+        let (running, waited) = arrived
+            .wait_timeout_while(running, std::time::Duration::from_secs(20), |n| {
+                *n < self.expected
+            })
+            .unwrap();
+        drop(running);
+        if waited.timed_out() {
+            return Err(ToolError::new(
+                crate::tools::ErrorCode::Io,
+                "the calls did not run side by side",
+            ));
+        }
+        if let Some(stop) = &self.stop {
+            stop.cancel();
+        }
+        self.inner.call(name, arguments)
+    }
+    fn catalog(&self) -> Vec<crate::tools::CatalogEntry> {
+        self.inner.catalog()
+    }
+    fn run_cancellable(
+        &self,
+        spec: &'static crate::tools::registry::ToolSpec,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.inner.run_cancellable(spec, arguments, cancel)
+    }
+    fn plan_edit(&self, arguments: &Value) -> Result<crate::tools::write::EditPlan, ToolError> {
+        self.inner.plan_edit(arguments)
+    }
+    fn apply_edit(&self, plan: crate::tools::write::EditPlan) -> Result<Value, ToolError> {
+        self.inner.apply_edit(plan)
+    }
+    fn observation(&self, result: &Result<Value, ToolError>) -> String {
+        self.inner.observation(result)
+    }
+}
+
+fn rendezvous(fx: &Fixture, expected: usize, stop: Option<CancellationToken>) -> Arc<Rendezvous> {
+    Arc::new(Rendezvous {
+        inner: LocalTools {
+            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+            limits: crate::limits::Limits::default(),
+            ledger: Arc::default(),
+            editor: None,
+        },
+        expected,
+        running: Arc::default(),
+        stop,
+    })
+}
+
+/// The read-only calls of one answer run concurrently; their results are recorded, and sent
+/// back, in call order, each after its call.
+#[tokio::test]
+async fn read_only_calls_of_one_answer_run_side_by_side_and_answer_in_call_order() {
+    let fx = Fixture::new();
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(fx.root.path().join(name), format!("{name}\n")).unwrap();
+    }
+    let provider = Scripted::new(vec![
+        Step::Answer(answer(
+            "",
+            &[
+                ("r1", "pen_read", json!({"path": "a.txt"})),
+                ("r2", "pen_tail", json!({"path": "b.txt"})),
+                ("r3", "pen_search", json!({"query": "c.txt"})),
+            ],
+        )),
+        Step::Answer(answer("done", &[])),
+    ]);
+    let mut turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
+    turn.tools = rendezvous(&fx, 3, None);
+    let outcome = turn.run("read three").await;
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
+    assert_eq!(
+        fx.results(),
+        [
+            ("r1".into(), "done".into()),
+            ("r2".into(), "done".into()),
+            ("r3".into(), "done".into())
+        ],
+        "all three were running at once"
+    );
+    let kinds: Vec<EntryKind> = fx.entries().iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds[2..9],
+        [
+            EntryKind::ToolCall,
+            EntryKind::ToolCall,
+            EntryKind::ToolCall,
+            EntryKind::ToolResult,
+            EntryKind::ToolResult,
+            EntryKind::ToolResult,
+            EntryKind::AssistantMessage
+        ]
+    );
+    let requests = provider.requests.lock().unwrap();
+    let ids: Vec<&str> = requests[1]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["r1", "r2", "r3"]);
+    assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
+}
+
+/// Stop while read-only calls run side by side: they finish and are recorded (they change
+/// nothing); the call after them does not run.
+#[tokio::test]
+async fn stop_during_side_by_side_reads_records_them_and_skips_the_rest() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    let provider = Scripted::new(vec![Step::Answer(answer(
+        "",
+        &[
+            ("r1", "pen_read", json!({"path": "a.txt"})),
+            ("r2", "pen_list", json!({})),
+            (
+                "w",
+                "pen_create",
+                json!({"path": "b.txt", "content": "b\n"}),
+            ),
+        ],
+    ))]);
+    let mut turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
+    turn.tools = rendezvous(&fx, 2, Some(fx.cancel.clone()));
+    let outcome = turn.run("read, then write").await;
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        fx.results(),
+        [
+            ("r1".into(), "done".into()),
+            ("r2".into(), "done".into()),
+            ("w".into(), "not_executed".into())
+        ]
+    );
+    assert!(!fx.root.path().join("b.txt").exists());
+    assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
 }

@@ -30,14 +30,18 @@ impl Backend {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
                     message: err.to_string().into(),
-                    data: Some(serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str()})),
+                    data: Some(
+                        serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str()}),
+                    ),
                 });
             }
             Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
                 return Err(jsonrpc::Error {
                     code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
                     message: format!("session is running a turn in another pen (pid {pid})").into(),
-                    data: Some(serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str(), "pid": pid})),
+                    data: Some(
+                        serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str(), "pid": pid}),
+                    ),
                 });
             }
             Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
