@@ -533,7 +533,7 @@ fn stop_ends_a_command_whose_background_child_holds_the_pipe() {
         .find(|e| e["kind"] == "tool_result")
         .cloned()
         .unwrap();
-    let content = result["payload"]["content"].as_str().unwrap();
+    let content = result["data"]["content"].as_str().unwrap();
     assert!(content.contains("outcome unknown"), "{content}");
     assert!(content.contains("started"), "{content}");
 }
