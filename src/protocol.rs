@@ -621,6 +621,11 @@ pub enum TrimmedData {
     },
 }
 
+impl TrimmedData {
+    /// Every `reason` a `context_trimmed` report can have, as sent.
+    pub const REASONS: [&'static str; 2] = ["budget", "context_window_exceeded"];
+}
+
 impl From<agent::Trim> for TrimmedData {
     fn from(trim: agent::Trim) -> TrimmedData {
         match trim {

@@ -66,6 +66,7 @@ fn enums() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
             EventKind::ALL.iter().map(|k| k.as_str()).collect(),
         ),
         ("ENTRY_KINDS", "entry_kind", EntryBody::KINDS.to_vec()),
+        ("TRIM_REASONS", "trim_reason", TrimmedData::REASONS.to_vec()),
         (
             "DECISIONS",
             "decision",
@@ -197,7 +198,7 @@ fn lua_matches_the_rust_types() {
 fn listed_names_are_the_serialized_names() {
     for decision in Decision::ALL {
         let name = serde_json::to_value(decision).expect("serializes");
-        let listed = &enums()[5].2;
+        let listed = &enums()[6].2;
         assert!(listed.iter().any(|n| name == *n), "{name}");
     }
     let samples = [
@@ -242,6 +243,15 @@ fn listed_names_are_the_serialized_names() {
         },
         EntryBody::Event(serde_json::json!({"type": "x"})),
     ];
+    let budget = TrimmedData::from(agent::Trim::Budget(Default::default()));
+    let shrunk = TrimmedData::from(agent::Trim::Shrunk {
+        call_ids: vec![],
+        head_bytes: 1,
+    });
+    assert_eq!(
+        [budget, shrunk].map(|t| serde_json::to_value(t).expect("serializes")["reason"].clone()),
+        TrimmedData::REASONS.map(Value::from)
+    );
     let kinds: Vec<Value> = samples
         .iter()
         .map(|s| serde_json::to_value(s).expect("serializes")["kind"].clone())

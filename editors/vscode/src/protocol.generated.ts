@@ -28,6 +28,8 @@ export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_request
 
 export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
 
+export const TRIM_REASONS = ['budget', 'context_window_exceeded'] as const;
+
 export const DECISIONS = ['allow', 'allow_for_session', 'deny'] as const;
 
 /**

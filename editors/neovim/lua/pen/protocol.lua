@@ -69,6 +69,11 @@ M.entry_kind = {
   EVENT = 'event',
 }
 
+M.trim_reason = {
+  BUDGET = 'budget',
+  CONTEXT_WINDOW_EXCEEDED = 'context_window_exceeded',
+}
+
 M.decision = {
   ALLOW = 'allow',
   ALLOW_FOR_SESSION = 'allow_for_session',
