@@ -264,3 +264,45 @@ fn listed_names_are_the_serialized_names() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The `pen/…` methods `docs/protocol.md` documents: every one named in a `###` heading.
+fn documented_methods(doc: &str) -> std::collections::BTreeSet<String> {
+    doc.lines()
+        .filter(|line| line.starts_with("### "))
+        .flat_map(|line| {
+            line.split('`')
+                .filter(|part| part.starts_with("pen/"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `docs/protocol.md` has a section for every method of [`methods::ALL`] and none other
+/// (`tests/suite/serve.rs` checks that the server answers each of them).
+#[test]
+fn docs_protocol_md_documents_exactly_the_methods() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");
+    let doc = std::fs::read_to_string(&path).expect("read docs/protocol.md");
+    let documented = documented_methods(&doc);
+    let defined: std::collections::BTreeSet<String> = methods::ALL
+        .iter()
+        .map(|(_, method)| method.to_string())
+        .collect();
+    let missing: Vec<&String> = defined.difference(&documented).collect();
+    let extra: Vec<&String> = documented.difference(&defined).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docs/protocol.md is out of date: not documented {missing:?}; documented but not in \
+         protocol::methods {extra:?}"
+    );
+}
+
+#[test]
+fn documented_methods_are_read_from_headings() {
+    let doc = "## x\n### `pen/a` / `pen/b`\ntext `pen/c`\n### `pen/d`\n";
+    assert_eq!(
+        documented_methods(doc).into_iter().collect::<Vec<_>>(),
+        ["pen/a", "pen/b", "pen/d"]
+    );
+}
