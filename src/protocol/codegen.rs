@@ -86,8 +86,8 @@ fn typescript() -> String {
     // JavaScript numbers hold every count and timestamp pen sends (all below 2^53).
     let cfg = Config::new().with_large_int("number");
     let mut out = format!(
-        "// Generated from pen's Rust protocol types (src/protocol.rs) by ts-rs; do not edit.\n\
-         // Update: {UPDATE_COMMAND}\n\n{JSON_VALUE}\n\n"
+        "//! Generated from pen's Rust protocol types (src/protocol.rs) by ts-rs; do not edit.\n\
+         //! Update: {UPDATE_COMMAND}\n\n{JSON_VALUE}\n\n"
     );
     out.push_str("/** The `pen/…` methods. */\nexport const METHODS = {\n");
     for (name, method) in methods::ALL {
@@ -278,8 +278,9 @@ fn documented_methods(doc: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// `docs/protocol.md` has a section for every method of [`methods::ALL`] and none other
-/// (`tests/suite/serve.rs` checks that the server answers each of them).
+/// `docs/protocol.md` has a section for every method of [`methods::ALL`] and none other: the
+/// server registers its requests by these constants, and `tests/suite/serve.rs` checks that it
+/// answers each of them.
 #[test]
 fn docs_protocol_md_documents_exactly_the_methods() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");

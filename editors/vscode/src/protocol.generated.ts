@@ -1,5 +1,5 @@
-// Generated from pen's Rust protocol types (src/protocol.rs) by ts-rs; do not edit.
-// Update: PEN_UPDATE_GENERATED=1 cargo test --lib protocol::codegen
+//! Generated from pen's Rust protocol types (src/protocol.rs) by ts-rs; do not edit.
+//! Update: PEN_UPDATE_GENERATED=1 cargo test --lib protocol::codegen
 
 export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
 
