@@ -152,7 +152,13 @@ fn lua() -> String {
         }
         out.push_str("}\n");
     }
-    out.push_str("\nreturn M\n");
+    // A misspelt name is an error where it is used, not a silent nil that compares unequal.
+    out.push_str(
+        "\nfor name, values in pairs(M) do\n  \
+         setmetatable(values, { __index = function(_, key)\n    \
+         error(('pen.protocol.%s has no %s'):format(name, tostring(key)), 2)\n  \
+         end })\nend\n\nreturn M\n",
+    );
     out
 }
 

@@ -80,4 +80,10 @@ M.decision = {
   DENY = 'deny',
 }
 
+for name, values in pairs(M) do
+  setmetatable(values, { __index = function(_, key)
+    error(('pen.protocol.%s has no %s'):format(name, tostring(key)), 2)
+  end })
+end
+
 return M
