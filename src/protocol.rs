@@ -5,15 +5,65 @@
 
 use crate::agent;
 use crate::documents::{self, PositionEncoding};
+use crate::providers;
 use crate::session;
-use crate::transcript::{CallOutcome, StopReason, TurnErrorKind};
+use crate::transcript::{self, CallOutcome, StopReason, TurnErrorKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
 use tower_lsp_server::ls_types::{self as lsp, PositionEncodingKind, Uri};
 
+/// The names of pen's methods, used by the server's registration, the generated TypeScript and
+/// Lua tables, and the test that keeps `docs/protocol.md` true.
+pub mod methods {
+    /// Client → pen requests.
+    pub const CALL_TOOL: &str = "pen/callTool";
+    pub const LIST_TOOLS: &str = "pen/listTools";
+    pub const GET_CONFIG: &str = "pen/getConfig";
+    pub const SET_CONFIG: &str = "pen/setConfig";
+    pub const NEW_SESSION: &str = "pen/newSession";
+    pub const LIST_SESSIONS: &str = "pen/listSessions";
+    pub const GET_TRANSCRIPT: &str = "pen/getTranscript";
+    pub const PROMPT: &str = "pen/prompt";
+    pub const STOP: &str = "pen/stop";
+    /// pen → client notification.
+    pub const EVENT: &str = "pen/event";
+    /// pen → client request.
+    pub const REQUEST_APPROVAL: &str = "pen/requestApproval";
+
+    /// The requests the server registers, in the order `docs/protocol.md` documents them.
+    pub const REQUESTS: [&str; 9] = [
+        CALL_TOOL,
+        LIST_TOOLS,
+        GET_CONFIG,
+        SET_CONFIG,
+        NEW_SESSION,
+        LIST_SESSIONS,
+        GET_TRANSCRIPT,
+        PROMPT,
+        STOP,
+    ];
+
+    /// Every `pen/…` method of the protocol, with its constant's name (for the generated
+    /// tables).
+    pub const ALL: [(&str, &str); 11] = [
+        ("CALL_TOOL", CALL_TOOL),
+        ("LIST_TOOLS", LIST_TOOLS),
+        ("GET_CONFIG", GET_CONFIG),
+        ("SET_CONFIG", SET_CONFIG),
+        ("NEW_SESSION", NEW_SESSION),
+        ("LIST_SESSIONS", LIST_SESSIONS),
+        ("GET_TRANSCRIPT", GET_TRANSCRIPT),
+        ("PROMPT", PROMPT),
+        ("STOP", STOP),
+        ("EVENT", EVENT),
+        ("REQUEST_APPROVAL", REQUEST_APPROVAL),
+    ];
+}
+
 /// `pen/callTool` params: one native tool, no model.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CallToolParams {
     pub name: String,
@@ -76,6 +126,8 @@ pub fn from_lsp_change(change: lsp::TextDocumentContentChangeEvent) -> documents
 
 /// `pen/newSession` params.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(optional_fields))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewSessionParams {
     pub title: Option<String>,
@@ -83,6 +135,8 @@ pub struct NewSessionParams {
 
 /// `pen/listSessions` params.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(optional_fields))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListSessionsParams {
     pub cursor: Option<String>,
@@ -94,6 +148,8 @@ pub struct ListSessionsParams {
 
 /// `pen/getTranscript` params.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(optional_fields))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetTranscriptParams {
     pub session_id: String,
@@ -103,6 +159,7 @@ pub struct GetTranscriptParams {
 
 /// A session as the protocol shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     pub session_id: String,
@@ -127,10 +184,12 @@ impl From<session::SessionInfo> for SessionSummary {
 
 /// `pen/listSessions` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ListSessionsResponse {
     pub sessions: Vec<SessionSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub next_cursor: Option<String>,
 }
 
@@ -147,7 +206,8 @@ impl From<session::SessionPage> for ListSessionsResponse {
     }
 }
 
-/// One transcript entry as the protocol shows it.
+/// One stored entry in its stored form (snake_case payload): what `pen transcript ID` exports,
+/// a backup format. `pen/getTranscript` sends [`TranscriptRecord`] instead.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptEntry {
@@ -172,18 +232,246 @@ impl From<session::Entry> for TranscriptEntry {
     }
 }
 
+/// One entry of `pen/getTranscript`: its place in the session and its typed content, tagged
+/// `kind`/`data` in camelCase like a `pen/event`. The kinds a live turn also reports
+/// (`turn_ended`, `context_trimmed`) carry the very data type of that event, and a stored call
+/// or result carries the fields of `tool_call_started` / `tool_call_finished`, so a client
+/// renders stored and live entries with one code path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptRecord {
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub turn_id: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    #[serde(flatten)]
+    pub entry: EntryBody,
+}
+
+/// The `kind` of a [`TranscriptRecord`] and its `data`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(
+    tag = "kind",
+    content = "data",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum EntryBody {
+    UserPrompt {
+        text: String,
+    },
+    /// The model's answer; its calls follow as `tool_call` entries.
+    AssistantMessage {
+        text: String,
+        tool_calls: Vec<AssistantCall>,
+        finish_reason: Option<FinishReason>,
+        usage: Option<Usage>,
+        /// The model that answered.
+        model: Option<String>,
+        /// The uncalibrated token estimate of the request this answers.
+        estimated_input_tokens: Option<u64>,
+    },
+    /// A call about to run: the data of `tool_call_started`.
+    ToolCall {
+        call_id: String,
+        tool: String,
+        /// The parsed arguments, or the model's raw text when it was not JSON.
+        arguments: Value,
+    },
+    /// A call's one result: the data of `tool_call_finished`, with the whole `content` the
+    /// model read instead of an excerpt. `tool` is `null` in results crash recovery wrote.
+    ToolResult {
+        call_id: String,
+        tool: Option<String>,
+        /// `done` or `error` (from `isError`) for a result an older pen stored without one.
+        state: CallOutcome,
+        is_error: bool,
+        content: String,
+    },
+    /// The data of the `turn_ended` event.
+    TurnEnded(TurnOutcome),
+    /// The data of the `context_trimmed` event: a budget report, or (stored as
+    /// `results_shrunk`) the cut after a context-window rejection, with the provider's words.
+    ContextTrimmed(TrimmedData),
+    /// The provider rejected a request of about `estimated_tokens` as over its window.
+    ContextWindowRejected {
+        model: String,
+        estimated_tokens: u64,
+        reason: String,
+    },
+    /// The owner allowed `tool` for the rest of the session.
+    ToolAllowedForSession {
+        tool: String,
+    },
+    /// An event this pen does not know (a newer pen's), its stored payload as it is.
+    Event(Value),
+}
+
+impl EntryBody {
+    /// Every `kind` a transcript record can have, as sent.
+    pub const KINDS: [&'static str; 9] = [
+        "user_prompt",
+        "assistant_message",
+        "tool_call",
+        "tool_result",
+        "turn_ended",
+        "context_trimmed",
+        "context_window_rejected",
+        "tool_allowed_for_session",
+        "event",
+    ];
+}
+
+/// A tool call inside an answer, as it was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text, or not).
+    pub arguments: String,
+}
+
+/// Why the model stopped answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    Other,
+}
+
+impl From<providers::FinishReason> for FinishReason {
+    fn from(reason: providers::FinishReason) -> FinishReason {
+        match reason {
+            providers::FinishReason::EndTurn => FinishReason::EndTurn,
+            providers::FinishReason::ToolUse => FinishReason::ToolUse,
+            providers::FinishReason::MaxTokens => FinishReason::MaxTokens,
+            providers::FinishReason::Other => FinishReason::Other,
+        }
+    }
+}
+
+/// Token usage as the provider reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl From<transcript::Record> for TranscriptRecord {
+    fn from(record: transcript::Record) -> TranscriptRecord {
+        TranscriptRecord {
+            seq: record.seq,
+            turn_id: record.turn_id,
+            created_at: record.created_at,
+            entry: record.item.into(),
+        }
+    }
+}
+
+impl From<transcript::Item> for EntryBody {
+    fn from(item: transcript::Item) -> EntryBody {
+        use transcript::{Event, Item};
+        match item {
+            Item::UserPrompt { text } => EntryBody::UserPrompt { text },
+            Item::AssistantMessage(m) => EntryBody::AssistantMessage {
+                text: m.text,
+                tool_calls: m
+                    .tool_calls
+                    .into_iter()
+                    .map(|c| AssistantCall {
+                        id: c.id,
+                        name: c.name,
+                        arguments: c.arguments,
+                    })
+                    .collect(),
+                finish_reason: m.finish_reason.map(FinishReason::from),
+                usage: m.usage.map(|u| Usage {
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                }),
+                model: m.model,
+                estimated_input_tokens: m.estimated_input_tokens,
+            },
+            Item::ToolCall(c) => EntryBody::ToolCall {
+                call_id: c.call_id,
+                tool: c.name,
+                arguments: c.arguments,
+            },
+            Item::ToolResult(r) => EntryBody::ToolResult {
+                state: r.outcome.unwrap_or(if r.is_error {
+                    CallOutcome::Error
+                } else {
+                    CallOutcome::Done
+                }),
+                call_id: r.call_id,
+                tool: r.name,
+                is_error: r.is_error,
+                content: r.content,
+            },
+            Item::Event(Event::TurnEnded {
+                stop_reason,
+                last_error,
+                error_kind,
+            }) => EntryBody::TurnEnded(TurnOutcome {
+                stop_reason,
+                last_error,
+                error_kind,
+            }),
+            Item::Event(Event::ContextTrimmed(report)) => {
+                EntryBody::ContextTrimmed(agent::Trim::Budget(report).into())
+            }
+            Item::Event(Event::ResultsShrunk {
+                call_ids,
+                head_bytes,
+                reason,
+            }) => EntryBody::ContextTrimmed(TrimmedData::ContextWindowExceeded {
+                shrunk_call_ids: call_ids,
+                head_bytes,
+                provider_message: Some(reason),
+            }),
+            Item::Event(Event::ContextWindowRejected {
+                model,
+                estimated_tokens,
+                reason,
+            }) => EntryBody::ContextWindowRejected {
+                model,
+                estimated_tokens,
+                reason,
+            },
+            Item::Event(Event::ToolAllowedForSession { tool }) => {
+                EntryBody::ToolAllowedForSession { tool }
+            }
+            Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
+        }
+    }
+}
+
 /// `pen/getTranscript` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptResponse {
     pub session_id: String,
-    pub entries: Vec<TranscriptEntry>,
+    pub entries: Vec<TranscriptRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub next_after_seq: Option<u64>,
 }
 
 /// `pen/prompt` params: run one turn of the agent in a session.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PromptParams {
     pub session_id: String,
@@ -192,12 +480,14 @@ pub struct PromptParams {
 
 /// `pen/prompt` result, sent when the turn ends.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
     pub session_id: String,
     pub turn_id: String,
     pub stop_reason: StopReason,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub last_error: Option<String>,
     /// What kind of failure ended the turn, for a client to act on (a new session for
     /// `history_unrepairable`, the provider settings for `auth` …).
@@ -219,6 +509,7 @@ impl PromptResponse {
 
 /// How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct TurnOutcome {
     pub stop_reason: StopReason,
@@ -238,6 +529,7 @@ impl From<agent::TurnOutcome> for TurnOutcome {
 
 /// `pen/stop` params.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StopParams {
     pub session_id: String,
@@ -245,6 +537,7 @@ pub struct StopParams {
 
 /// `pen/stop` result: whether a running turn was told to stop.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct StopResponse {
     pub stopped: bool,
@@ -255,6 +548,7 @@ pub enum PenEvent {}
 
 /// `pen/event` params: one progress event of a turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct EventParams {
     pub session_id: String,
@@ -266,6 +560,7 @@ pub struct EventParams {
 
 /// The `kind` of a `pen/event` and its `data`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(
     tag = "kind",
     content = "data",
@@ -299,6 +594,7 @@ pub enum EventBody {
 
 /// `context_trimmed` data: a budget report, or the cut after a context-window rejection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(
     tag = "reason",
     rename_all = "snake_case",
@@ -317,7 +613,17 @@ pub enum TrimmedData {
     ContextWindowExceeded {
         shrunk_call_ids: Vec<String>,
         head_bytes: u64,
+        /// The provider's words, in a stored entry (`pen/getTranscript`); live events have
+        /// none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        provider_message: Option<String>,
     },
+}
+
+impl TrimmedData {
+    /// Every `reason` a `context_trimmed` report can have, as sent.
+    pub const REASONS: [&'static str; 2] = ["budget", "context_window_exceeded"];
 }
 
 impl From<agent::Trim> for TrimmedData {
@@ -338,6 +644,7 @@ impl From<agent::Trim> for TrimmedData {
             } => TrimmedData::ContextWindowExceeded {
                 shrunk_call_ids: call_ids,
                 head_bytes,
+                provider_message: None,
             },
         }
     }
@@ -391,6 +698,7 @@ impl From<agent::AgentEvent> for EventParams {
 
 /// `pen/requestApproval` params: what the owner is asked to approve.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalParams {
     pub session_id: String,
@@ -418,7 +726,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
 
 impl tower_lsp_server::ls_types::notification::Notification for PenEvent {
     type Params = EventParams;
-    const METHOD: &'static str = "pen/event";
+    const METHOD: &'static str = methods::EVENT;
 }
 
 /// The `pen/requestApproval` request (pen → client).
@@ -429,6 +737,7 @@ pub enum RequestApproval {}
 /// an allow (fail closed): an array (`["allow"]`, which serde would take field by field), a
 /// string, `null`, an unknown decision or field, a `reason` that is not a string.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(
     rename_all = "camelCase",
     try_from = "serde_json::Map<String, serde_json::Value>"
@@ -436,16 +745,22 @@ pub enum RequestApproval {}
 pub struct ApprovalResponse {
     pub decision: Decision,
     #[serde(default)]
+    #[cfg_attr(test, ts(optional))]
     pub reason: Option<String>,
 }
 
 /// The owner's decision, as the client sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     Allow,
     AllowForSession,
     Deny,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 3] = [Decision::Allow, Decision::AllowForSession, Decision::Deny];
 }
 
 impl From<Decision> for agent::Decision {
@@ -496,5 +811,8 @@ impl TryFrom<serde_json::Map<String, serde_json::Value>> for ApprovalResponse {
 impl tower_lsp_server::ls_types::request::Request for RequestApproval {
     type Params = ApprovalParams;
     type Result = ApprovalResponse;
-    const METHOD: &'static str = "pen/requestApproval";
+    const METHOD: &'static str = methods::REQUEST_APPROVAL;
 }
+
+#[cfg(test)]
+mod codegen;

@@ -62,6 +62,8 @@ impl EntryKind {
 /// How a tool call ended: the `status` of its stored result, the `state` of its
 /// `tool_call_finished` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// The TypeScript of the VS Code extension is generated from it (`protocol`'s tests).
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum CallOutcome {
     /// The tool ran and succeeded.
@@ -112,6 +114,8 @@ impl CallOutcome {
 
 /// Why a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// The TypeScript of the VS Code extension is generated from it (`protocol`'s tests).
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     EndTurn,
@@ -145,6 +149,8 @@ impl StopReason {
 /// What kind of failure ended a turn with `error`: the clients choose their actions from it
 /// (a new session, the provider settings, a retry), never from the wording of `last_error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// The TypeScript of the VS Code extension is generated from it (`protocol`'s tests).
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum TurnErrorKind {
     /// The request is over the model's context window even after recovery: start a new

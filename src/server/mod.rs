@@ -12,7 +12,8 @@ use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
 use crate::protocol::{
     self, ApprovalResponse, CallToolParams, GetTranscriptParams, ListSessionsParams,
     ListSessionsResponse, NewSessionParams, PenEvent, PromptParams, PromptResponse,
-    RequestApproval, SessionSummary, StopParams, StopResponse, TranscriptEntry, TranscriptResponse,
+    RequestApproval, SessionSummary, StopParams, StopResponse, TranscriptRecord,
+    TranscriptResponse, methods,
 };
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger, Replacement, ToolContext};
@@ -120,15 +121,15 @@ where
         });
         Backend { client, state }
     })
-    .custom_method("pen/callTool", Backend::call_tool)
-    .custom_method("pen/listTools", Backend::list_tools)
-    .custom_method("pen/getConfig", Backend::get_config)
-    .custom_method("pen/setConfig", Backend::set_config)
-    .custom_method("pen/newSession", Backend::new_session)
-    .custom_method("pen/listSessions", Backend::list_sessions)
-    .custom_method("pen/getTranscript", Backend::get_transcript)
-    .custom_method("pen/prompt", Backend::prompt)
-    .custom_method("pen/stop", Backend::stop);
+    .custom_method(methods::CALL_TOOL, Backend::call_tool)
+    .custom_method(methods::LIST_TOOLS, Backend::list_tools)
+    .custom_method(methods::GET_CONFIG, Backend::get_config)
+    .custom_method(methods::SET_CONFIG, Backend::set_config)
+    .custom_method(methods::NEW_SESSION, Backend::new_session)
+    .custom_method(methods::LIST_SESSIONS, Backend::list_sessions)
+    .custom_method(methods::GET_TRANSCRIPT, Backend::get_transcript)
+    .custom_method(methods::PROMPT, Backend::prompt)
+    .custom_method(methods::STOP, Backend::stop);
     if std::env::var_os(TEST_HOOKS_VAR).is_some() {
         builder = builder
             .custom_method("pen/test/panic", Backend::test_panic)
@@ -219,7 +220,7 @@ impl Backend {
                 entries: page
                     .entries
                     .into_iter()
-                    .map(TranscriptEntry::from)
+                    .map(|entry| TranscriptRecord::from(entry.record()))
                     .collect(),
                 next_after_seq: page.next_after_seq,
             })

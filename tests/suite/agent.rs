@@ -196,7 +196,7 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
                 "tool_call",
                 "tool_result",
                 "assistant_message",
-                "event"
+                "turn_ended"
             ]
         );
     }
@@ -442,14 +442,12 @@ fn the_seed_scenario_a_1_mb_log_read_completes_and_recovers_from_a_rejection() {
         .find(|e| e["kind"] == "tool_result")
         .unwrap();
     assert!(
-        stored["payload"]["content"].as_str().unwrap().len() > 10_000,
+        stored["data"]["content"].as_str().unwrap().len() > 10_000,
         "the transcript keeps the whole result"
     );
-    assert!(
-        transcript
-            .iter()
-            .any(|e| e["payload"]["type"] == "results_shrunk")
-    );
+    assert!(transcript.iter().any(
+        |e| e["kind"] == "context_trimmed" && e["data"]["reason"] == "context_window_exceeded"
+    ));
     assert_eq!(
         transcript
             .iter()
@@ -525,10 +523,10 @@ fn a_session_an_oversized_result_made_unusable_is_recovered() {
     let trimmed: Vec<Value> = d
         .transcript(&session)
         .into_iter()
-        .filter(|e| e["payload"]["type"] == "context_trimmed")
+        .filter(|e| e["kind"] == "context_trimmed")
         .collect();
     assert_eq!(trimmed.len(), 1);
-    assert_eq!(trimmed[0]["payload"]["dropped_exchanges"], json!([[1, 4]]));
+    assert_eq!(trimmed[0]["data"]["droppedExchanges"], json!([[1, 4]]));
     // Configured with a window far larger than the model's, the request goes out, is rejected,
     // and the same step as before recovers it: the result is cut to 2 KiB and retried once.
     d.client.request(
@@ -540,16 +538,13 @@ fn a_session_an_oversized_result_made_unusable_is_recovered() {
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     assert_eq!(fake.requests().len(), 3);
     let transcript = d.transcript(&session);
+    assert!(transcript.iter().any(
+        |e| e["kind"] == "context_trimmed" && e["data"]["reason"] == "context_window_exceeded"
+    ));
     assert!(
         transcript
             .iter()
-            .any(|e| e["payload"]["type"] == "results_shrunk")
-    );
-    assert!(
-        transcript
-            .iter()
-            .any(|e| e["payload"]["type"] == "context_window_rejected"
-                && e["payload"]["model"] == "fake-model")
+            .any(|e| e["kind"] == "context_window_rejected" && e["data"]["model"] == "fake-model")
     );
 }
 
@@ -594,7 +589,7 @@ fn a_daemon_killed_mid_turn_leaves_every_committed_entry_and_an_interrupted_call
         .find(|e| e["kind"] == "tool_result")
         .unwrap();
     assert!(
-        result["payload"]["content"]
+        result["data"]["content"]
             .as_str()
             .unwrap()
             .contains("outcome unknown"),
@@ -733,7 +728,7 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
         let results: Vec<&str> = transcript
             .iter()
             .filter(|e| e["kind"] == "tool_result")
-            .map(|e| e["payload"]["content"].as_str().unwrap())
+            .map(|e| e["data"]["content"].as_str().unwrap())
             .collect();
         assert_eq!(results.len(), READS);
         for (i, content) in results.iter().enumerate() {
@@ -747,24 +742,25 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
         assert!(
             !transcript
                 .iter()
-                .any(|e| e["payload"]["type"] == "context_window_rejected")
+                .any(|e| e["kind"] == "context_window_rejected")
         );
         // Each new compaction is recorded, with policy 3 and the budget it met.
         let reports: Vec<&Value> = transcript
             .iter()
-            .filter(|e| e["payload"]["type"] == "context_trimmed")
-            .map(|e| &e["payload"])
+            .filter(|e| e["kind"] == "context_trimmed")
+            .map(|e| &e["data"])
             .collect();
         assert!(reports.len() >= 2, "{api}: {} reports", reports.len());
         for report in &reports {
-            assert_eq!(report["policy_version"], 3);
+            assert_eq!(report["reason"], "budget");
+            assert_eq!(report["policyVersion"], 3);
             assert_eq!(report["budget"], 14_500);
-            let after = report["tokens_after"].as_u64().unwrap();
-            assert!(after <= 14_500 && after < report["tokens_before"].as_u64().unwrap());
+            let after = report["tokensAfter"].as_u64().unwrap();
+            assert!(after <= 14_500 && after < report["tokensBefore"].as_u64().unwrap());
         }
         let last = reports.last().unwrap();
         let expected: Vec<String> = (0..READS - 2).map(|i| format!("read_{i}")).collect();
-        assert_eq!(last["excerpted_call_ids"], json!(expected), "{api}");
+        assert_eq!(last["excerptedCallIds"], json!(expected), "{api}");
         let events: Vec<Value> = d
             .events()
             .into_iter()
@@ -803,8 +799,8 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
             .iter()
             .filter(|e| e["kind"] == "assistant_message")
         {
-            let estimated = entry["payload"]["estimated_input_tokens"].as_f64().unwrap();
-            let reported = entry["payload"]["usage"]["input_tokens"].as_f64().unwrap();
+            let estimated = entry["data"]["estimatedInputTokens"].as_f64().unwrap();
+            let reported = entry["data"]["usage"]["inputTokens"].as_f64().unwrap();
             let ratio = reported / estimated;
             assert!((0.8..1.6).contains(&ratio), "{api}: ratio {ratio}");
         }

@@ -252,7 +252,7 @@ fn result_counts(entries: &[Value]) -> Vec<(String, usize)> {
         .iter()
         .filter(|e| e["kind"] == "assistant_message")
         .flat_map(|e| {
-            e["payload"]["tool_calls"]
+            e["data"]["toolCalls"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default()
@@ -261,7 +261,7 @@ fn result_counts(entries: &[Value]) -> Vec<(String, usize)> {
             let id = call["id"].as_str().unwrap_or_default().to_string();
             let count = entries
                 .iter()
-                .filter(|e| e["kind"] == "tool_result" && e["payload"]["call_id"] == id.as_str())
+                .filter(|e| e["kind"] == "tool_result" && e["data"]["callId"] == id.as_str())
                 .count();
             (id, count)
         })
@@ -351,8 +351,8 @@ fn a_second_daemon_never_runs_a_turn_in_a_session_the_first_is_running() {
     let status = |id: &str| {
         entries
             .iter()
-            .find(|e| e["kind"] == "tool_result" && e["payload"]["call_id"] == id)
-            .map(|e| e["payload"]["status"].clone())
+            .find(|e| e["kind"] == "tool_result" && e["data"]["callId"] == id)
+            .map(|e| e["data"]["state"].clone())
     };
     assert_eq!(status("two-wait"), Some(json!("interrupted")));
     assert_eq!(status("two-read"), Some(json!("not_executed")));
@@ -405,6 +405,6 @@ fn pen_run_refuses_a_session_a_daemon_is_running() {
     assert!(
         !entries
             .iter()
-            .any(|e| e["kind"] == "user_prompt" && e["payload"]["text"] == "hi")
+            .any(|e| e["kind"] == "user_prompt" && e["data"]["text"] == "hi")
     );
 }

@@ -8,6 +8,7 @@ mod confinement;
 mod daemon_sessions;
 mod documents;
 mod durability;
+mod error_kinds;
 mod fake_provider;
 mod keys;
 mod list;

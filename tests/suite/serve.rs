@@ -533,7 +533,7 @@ fn stop_ends_a_command_whose_background_child_holds_the_pipe() {
         .find(|e| e["kind"] == "tool_result")
         .cloned()
         .unwrap();
-    let content = result["payload"]["content"].as_str().unwrap();
+    let content = result["data"]["content"].as_str().unwrap();
     assert!(content.contains("outcome unknown"), "{content}");
     assert!(content.contains("started"), "{content}");
 }
@@ -719,4 +719,20 @@ fn a_session_whose_first_request_failed_is_not_listed_as_work() {
         ids(list_every_session(&mut client, 50, false)),
         [json!(failed), fresh]
     );
+}
+
+/// The server answers every request `protocol::methods` names (whose list the unit test
+/// `protocol::codegen::docs_protocol_md_documents_exactly_the_methods` compares with
+/// `docs/protocol.md`): none is "method not found", whatever its params.
+#[test]
+fn the_server_answers_every_request_protocol_names() {
+    let (_data, root, mut client) = daemon(&[]);
+    client.initialize(root.path(), &["utf-16"]);
+    for method in pen::protocol::methods::REQUESTS {
+        // `{}` is valid or InvalidParams for every method; neither is -32601.
+        let answer = client.request_raw(method, json!({}));
+        assert_ne!(answer["error"]["code"], -32601, "{method}: {answer}");
+    }
+    let unknown = client.request_raw("pen/notAMethod", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
 }

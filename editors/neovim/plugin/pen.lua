@@ -12,6 +12,8 @@ vim.api.nvim_create_user_command('Pen', function(o)
   pen().prompt(o.args, o.range > 0 and { o.line1, o.line2 } or nil)
 end, { nargs = '+', range = true, desc = 'Ask pen (with a range: about the selection)' })
 vim.api.nvim_create_user_command('PenStop', function() pen().stop() end, { desc = 'Stop the running pen turn' })
+vim.api.nvim_create_user_command('PenRetry', function() pen().retry() end,
+  { desc = 'Send the last pen prompt of the session again' })
 vim.api.nvim_create_user_command('PenNew', function(o) pen().new_session(o.args) end,
   { nargs = '?', desc = 'Start a new pen session' })
 vim.api.nvim_create_user_command('PenSessions', function() pen().sessions() end,

@@ -40,6 +40,11 @@ for _, line in ipairs(vim.split(last_error, '\n', { plain = true })) do
   H.check(text:find('> ' .. line, 1, true), 'help line missing from the transcript: ' .. line .. '\n' .. text)
 end
 H.check(text:find('*— turn ended: error*', 1, true), 'turn end shown:\n' .. text)
+-- The kind, not the wording, chooses what the plugin says next: the provider settings.
+local P = require('pen.protocol')
+H.check(res.errorKind == P.error_kind.NO_PROVIDER, 'errorKind ' .. vim.inspect(res))
+H.check(text:find('> ' .. require('pen.transcript').ERROR_HINTS[P.error_kind.NO_PROVIDER], 1, true)
+  and text:find(':checkhealth pen', 1, true), 'the transcript points at :checkhealth pen:\n' .. text)
 -- The one ERROR notification is the help itself, not a Lua error from rendering it.
 for _, e in ipairs(errors) do
   H.check(not e:find('transcript.lua', 1, true) and not e:find('contains newlines', 1, true), 'Lua error: ' .. e)

@@ -41,6 +41,10 @@ H.check(res.errorKind == 'history_unrepairable', 'errorKind ' .. vim.inspect(res
 local b = require('pen.transcript').bufs[first]
 local text = table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '\n')
 H.check(text:find('this session cannot continue', 1, true), 'the transcript says so:\n' .. text)
+-- Re-rendered from pen/getTranscript, the stored turn_ended says so again, from its errorKind.
+require('pen').load_transcript(require('pen').client(), first)
+local stored = table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '\n')
+H.check(stored:find('this session cannot continue', 1, true), 'the stored transcript says so:\n' .. stored)
 H.wait(5000, function() return offered ~= nil end, 'the offer of a new session')
 H.check(vim.tbl_contains(offered.items, 'Start a new session'), 'offer ' .. vim.inspect(offered))
 H.wait(5000, function() return pen.state.session ~= nil and pen.state.session ~= first end,

@@ -7,16 +7,22 @@ import type { Daemon } from './daemon';
 import type { DiffViews } from './diffs';
 import type { PanelView } from './panel';
 import * as state from './panelState';
+import { METHODS } from './protocol.generated';
 import type {
-  ApprovalAnswer,
   ApprovalParams,
+  ApprovalResponse,
   Decision,
-  GetTranscriptResult,
-  ListSessionsResult,
-  PenEvent,
-  PromptResult,
-  SessionInfo,
-} from './protocol';
+  EventParams,
+  GetTranscriptParams,
+  ListSessionsParams,
+  ListSessionsResponse,
+  NewSessionParams,
+  PromptParams,
+  PromptResponse,
+  SessionSummary,
+  StopParams,
+  TranscriptResponse,
+} from './protocol.generated';
 
 const SESSION_KEY = 'pen.sessionId';
 /** Characters of the first prompt that become a new session's title. */
@@ -25,7 +31,7 @@ const TITLE_CHARS = 60;
 export class Controller implements vscode.Disposable {
   private model: state.PanelModel = state.emptyModel();
   /** Answers for the pending `pen/requestApproval` requests, by callId. */
-  private readonly approvals = new Map<string, (answer: ApprovalAnswer) => void>();
+  private readonly approvals = new Map<string, (answer: ApprovalResponse) => void>();
   private readonly statusItem: vscode.StatusBarItem;
   private restored = false;
 
@@ -55,13 +61,13 @@ export class Controller implements vscode.Disposable {
 
   /** Register pen's notifications and requests on a (new) client. */
   wire(client: LanguageClient): void {
-    client.onNotification('pen/event', (event: PenEvent) => {
+    client.onNotification(METHODS.EVENT, (event: EventParams) => {
       this.set(state.applyEvent(this.model, event));
       if (event.kind === 'approval_withdrawn') {
         this.settle(String(event.data.callId), { decision: 'deny', reason: 'withdrawn' });
       }
     });
-    client.onRequest('pen/requestApproval', (params: ApprovalParams, token: vscode.CancellationToken) =>
+    client.onRequest(METHODS.REQUEST_APPROVAL, (params: ApprovalParams, token: vscode.CancellationToken) =>
       this.askApproval(params, token),
     );
   }
@@ -129,9 +135,8 @@ export class Controller implements vscode.Disposable {
     let sessionId = this.model.sessionId;
     if (sessionId === null) {
       try {
-        const session = await client.sendRequest<SessionInfo>('pen/newSession', {
-          title: text.trim().split('\n')[0].slice(0, TITLE_CHARS),
-        });
+        const params: NewSessionParams = { title: text.trim().split('\n')[0].slice(0, TITLE_CHARS) };
+        const session = await client.sendRequest<SessionSummary>(METHODS.NEW_SESSION, params);
         sessionId = session.sessionId;
         this.set({ ...this.model, sessionId, sessions: [session, ...this.model.sessions] });
         await this.context.workspaceState.update(SESSION_KEY, sessionId);
@@ -142,13 +147,14 @@ export class Controller implements vscode.Disposable {
     }
     this.set(state.promptSent(this.model, text));
     try {
-      const result = await client.sendRequest<PromptResult>('pen/prompt', { sessionId, text });
+      const params: PromptParams = { sessionId, text };
+      const result = await client.sendRequest<PromptResponse>(METHODS.PROMPT, params);
       this.set(state.promptAnswered(this.model, result));
       if (result.stopReason === 'error' && result.lastError) {
         this.output.appendLine(`turn ${result.turnId} failed: ${result.lastError}`);
       }
     } catch (err) {
-      this.set(state.promptFailed(this.model, `The turn failed: ${errorText(err)}`));
+      this.set(state.promptFailed(this.model, `The turn failed: ${errorText(err)}`, errorKind(err)));
     }
     void this.refreshSessions();
   }
@@ -159,7 +165,8 @@ export class Controller implements vscode.Disposable {
       return;
     }
     try {
-      await client.sendRequest('pen/stop', { sessionId: this.model.sessionId });
+      const params: StopParams = { sessionId: this.model.sessionId };
+      await client.sendRequest(METHODS.STOP, params);
     } catch (err) {
       this.set(state.note(this.model, 'error', `Stop failed: ${errorText(err)}`));
     }
@@ -188,7 +195,8 @@ export class Controller implements vscode.Disposable {
     let afterSeq: number | undefined;
     try {
       for (;;) {
-        const page: GetTranscriptResult = await client.sendRequest('pen/getTranscript', { sessionId, afterSeq });
+        const params: GetTranscriptParams = { sessionId, afterSeq };
+        const page = await client.sendRequest<TranscriptResponse>(METHODS.GET_TRANSCRIPT, params);
         model = state.appendEntries(model, page.entries);
         if (page.nextAfterSeq === undefined || page.nextAfterSeq === null || page.entries.length === 0) {
           break;
@@ -211,7 +219,8 @@ export class Controller implements vscode.Disposable {
       return;
     }
     try {
-      const result = await client.sendRequest<ListSessionsResult>('pen/listSessions', { limit: 100 });
+      const params: ListSessionsParams = { limit: 100 };
+      const result = await client.sendRequest<ListSessionsResponse>(METHODS.LIST_SESSIONS, params);
       this.set(state.withSessions(this.model, result.sessions));
     } catch (err) {
       this.output.appendLine(`pen/listSessions: ${errorText(err)}`);
@@ -219,13 +228,13 @@ export class Controller implements vscode.Disposable {
   }
 
   /** `pen/requestApproval`: show the card with its buttons and wait for the owner. */
-  private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalAnswer> {
+  private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalResponse> {
     this.set(state.approvalRequested(this.model, params));
     if (params.tool === 'pen_edit' && typeof params.diff === 'string') {
-      void this.diffs.remember(params.callId, params.arguments?.path, params.diff);
+      void this.diffs.remember(params.callId, (params.arguments as { path?: unknown } | null)?.path, params.diff);
     }
     void this.panel.reveal(true);
-    return new Promise<ApprovalAnswer>((resolve) => {
+    return new Promise<ApprovalResponse>((resolve) => {
       this.approvals.set(params.callId, resolve);
       token.onCancellationRequested(() => {
         this.set(state.approvalAnswered(this.model, params.callId, 'withdrawn'));
@@ -234,7 +243,7 @@ export class Controller implements vscode.Disposable {
     });
   }
 
-  private settle(callId: string, answer: ApprovalAnswer): void {
+  private settle(callId: string, answer: ApprovalResponse): void {
     const resolve = this.approvals.get(callId);
     if (resolve !== undefined) {
       this.approvals.delete(callId);
@@ -263,9 +272,20 @@ export class Controller implements vscode.Disposable {
       case 'newSession':
         await this.newSession();
         break;
+      case 'retry':
+        await this.retry();
+        break;
       case 'showLog':
         await vscode.commands.executeCommand('pen.showLog');
         break;
+    }
+  }
+
+  /** Send the last prompt of the session again (after a rate limit or a network failure). */
+  private async retry(): Promise<void> {
+    const last = [...this.model.items].reverse().find((i): i is state.UserItem => i.kind === 'user');
+    if (last !== undefined) {
+      await this.send(last.text);
     }
   }
 
@@ -276,6 +296,13 @@ export class Controller implements vscode.Disposable {
   dispose(): void {
     this.statusItem.dispose();
   }
+}
+
+/** The `data.kind` of a JSON-RPC error pen answered (`session_busy`), if any. */
+function errorKind(err: unknown): string | null {
+  const data = (err as { data?: unknown } | null)?.data;
+  const kind = (data as { kind?: unknown } | null | undefined)?.kind;
+  return typeof kind === 'string' ? kind : null;
 }
 
 function errorText(err: unknown): string {

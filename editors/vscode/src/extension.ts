@@ -8,6 +8,7 @@ import { Controller } from './controller';
 import { Daemon } from './daemon';
 import { DiffViews } from './diffs';
 import { PanelView, VIEW_ID } from './panel';
+import { METHODS } from './protocol.generated';
 import { configChange, type PenSettings, toPenConfig } from './settings';
 
 const SECRET_KEY = 'pen.apiKey';
@@ -168,7 +169,7 @@ export function activate(context: vscode.ExtensionContext): void {
         await daemon.restart();
       } else if (change.kind === 'set') {
         try {
-          await daemon.client.sendRequest('pen/setConfig', change.params);
+          await daemon.client.sendRequest(METHODS.SET_CONFIG, change.params);
           sent = next;
           vscode.window.setStatusBarMessage('pen: settings applied', 10_000);
         } catch (err) {

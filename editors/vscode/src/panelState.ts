@@ -5,28 +5,27 @@
 //! Every function returns a new model and never mutates its argument: an item whose content
 //! changes is replaced by a copy with a higher `rev`, so the webview re-renders only those.
 
+import { CALL_OUTCOMES } from './protocol.generated';
 import type {
   ApprovalParams,
+  CallOutcome,
   Decision,
-  PenEvent,
-  PromptResult,
-  SessionInfo,
-  TranscriptEntry,
-} from './protocol';
+  EntryBody,
+  EventBody,
+  EventParams,
+  PromptResponse,
+  SessionSummary,
+  TranscriptRecord,
+  TrimmedData,
+  TurnErrorKind,
+} from './protocol.generated';
 
-/** The life of a tool call, as the card shows it. */
-export type ToolState =
-  | 'running'
-  | 'awaiting_approval'
-  | 'done'
-  | 'error'
-  | 'denied'
-  | 'stale_authority'
-  | 'not_executed'
-  | 'unknown';
+/** The life of a tool call, as the card shows it: running, waiting, or how it ended. */
+export type ToolState = 'running' | 'awaiting_approval' | CallOutcome;
 
-/** Something the owner can do about a turn that ended in error; the extension runs it. */
-export type TurnAction = 'setApiKey' | 'openSettings' | 'newSession' | 'showLog';
+/** Something the owner can do about a turn that ended in error; the extension runs it.
+ * `retry` sends the turn's prompt again. */
+export type TurnAction = 'setApiKey' | 'openSettings' | 'newSession' | 'retry' | 'showLog';
 
 interface ItemBase {
   id: string;
@@ -75,6 +74,8 @@ export interface TurnEndItem extends ItemBase {
   turnId: string | null;
   stopReason: string;
   lastError: string | null;
+  /** What the error's kind means for the owner, when the buttons alone do not say it. */
+  hint: string | null;
   actions: TurnAction[];
 }
 
@@ -89,7 +90,7 @@ export type Item = UserItem | AnswerItem | ToolItem | TrimItem | TurnEndItem | N
 
 export interface PanelModel {
   sessionId: string | null;
-  sessions: SessionInfo[];
+  sessions: SessionSummary[];
   items: Item[];
   /** True from the owner's prompt until pen answers `pen/prompt`. */
   running: boolean;
@@ -121,17 +122,11 @@ export const STATE_LABELS: Record<ToolState, string> = {
   denied: 'denied by the owner',
   stale_authority: 'approval no longer applies',
   not_executed: 'not executed',
+  interrupted: 'interrupted — inspect the state before retrying',
   unknown: 'outcome unknown — inspect the state before retrying',
 };
 
-const FINISHED_STATES: ReadonlySet<string> = new Set([
-  'done',
-  'error',
-  'denied',
-  'stale_authority',
-  'not_executed',
-  'unknown',
-]);
+const FINISHED_STATES: ReadonlySet<string> = new Set<string>(CALL_OUTCOMES);
 
 function asString(value: unknown): string | null {
   return typeof value === 'string' ? value : null;
@@ -192,59 +187,62 @@ function formatTokens(n: number): string {
 
 /**
  * The notice for a `context_trimmed` report, in either of its two shapes: the recovery after a
- * provider rejected the request as too long (`shrunkCallIds`, `headBytes`), and the prompt-budget
- * planner (`excerptedCallIds`, `omittedCallIds`, `droppedExchanges`, `tokensBefore`/`tokensAfter`).
+ * provider rejected the request as too long (`shrunkCallIds`, `headBytes`, and in a stored entry
+ * the provider's words), and the prompt-budget planner (`excerptedCallIds`, `omittedCallIds`,
+ * `droppedExchanges`, `tokensBefore`/`tokensAfter`).
  */
-export function trimNotice(data: Record<string, unknown>): { title: string; detail: string } {
-  const reason = asString(data.reason) ?? 'unknown';
-  const shrunk = asArray(data.shrunkCallIds);
-  const headBytes = asNumber(data.headBytes);
-  const excerpted = asArray(data.excerptedCallIds);
-  const omitted = asArray(data.omittedCallIds);
-  const dropped = asArray(data.droppedExchanges);
-  const before = asNumber(data.tokensBefore);
-  const after = asNumber(data.tokensAfter);
-  const budget = asNumber(data.budget);
+export function trimNotice(data: TrimmedData): { title: string; detail: string } {
   const compacted: string[] = [];
-  if (shrunk.length > 0) {
-    compacted.push(
-      `${plural(shrunk.length, 'tool result', 'tool results')} cut to a ${headBytes ?? '?'}-byte head`,
-    );
-  }
-  if (excerpted.length > 0) {
-    compacted.push(`${plural(excerpted.length, 'tool result', 'tool results')} excerpted`);
-  }
-  if (omitted.length > 0) {
-    compacted.push(`${omitted.length} of them left out`);
-  }
-  if (dropped.length > 0) {
-    const entries = dropped.reduce<number>((sum, range) => {
-      const r = asArray(range);
-      const first = asNumber(r[0]);
-      const last = asNumber(r[1]);
-      return sum + (first !== null && last !== null && last >= first ? last - first + 1 : 0);
-    }, 0);
-    compacted.push(
-      `${plural(dropped.length, 'earlier exchange', 'earlier exchanges')} dropped` +
-        (entries > 0 ? ` (${plural(entries, 'entry', 'entries')})` : ''),
-    );
+  let tokens = '';
+  let why: string;
+  let ids: string[];
+  if (data.reason === 'context_window_exceeded') {
+    const shrunk = asArray(data.shrunkCallIds);
+    if (shrunk.length > 0) {
+      compacted.push(
+        `${plural(shrunk.length, 'tool result', 'tool results')} cut to a ${asNumber(data.headBytes) ?? '?'}-byte head`,
+      );
+    }
+    const providerMessage = asString(data.providerMessage);
+    why =
+      'The provider rejected the request as too long' +
+      (providerMessage !== null ? ` (${providerMessage})` : '') +
+      '; pen trimmed it and retried';
+    ids = shrunk.filter((id): id is string => typeof id === 'string');
+  } else {
+    const excerpted = asArray(data.excerptedCallIds);
+    const omitted = asArray(data.omittedCallIds);
+    const dropped = asArray(data.droppedExchanges);
+    if (excerpted.length > 0) {
+      compacted.push(`${plural(excerpted.length, 'tool result', 'tool results')} excerpted`);
+    }
+    if (omitted.length > 0) {
+      compacted.push(`${omitted.length} of them left out`);
+    }
+    if (dropped.length > 0) {
+      const entries = dropped.reduce<number>((sum, range) => {
+        const r = asArray(range);
+        const first = asNumber(r[0]);
+        const last = asNumber(r[1]);
+        return sum + (first !== null && last !== null && last >= first ? last - first + 1 : 0);
+      }, 0);
+      compacted.push(
+        `${plural(dropped.length, 'earlier exchange', 'earlier exchanges')} dropped` +
+          (entries > 0 ? ` (${plural(entries, 'entry', 'entries')})` : ''),
+      );
+    }
+    const before = asNumber(data.tokensBefore);
+    const after = asNumber(data.tokensAfter);
+    const budget = asNumber(data.budget);
+    tokens =
+      before !== null && after !== null
+        ? `; ${formatTokens(before)} → ${formatTokens(after)} tokens` +
+          (budget !== null ? ` (budget ${formatTokens(budget)})` : '')
+        : '';
+    why = 'The conversation outgrew the context window; pen compacted the request';
+    ids = excerpted.filter((id): id is string => typeof id === 'string');
   }
   const what = compacted.length > 0 ? compacted.join(', ') : 'nothing cut';
-  const tokens =
-    before !== null && after !== null
-      ? `; ${formatTokens(before)} → ${formatTokens(after)} tokens` +
-        (budget !== null ? ` (budget ${formatTokens(budget)})` : '')
-      : '';
-  const providerMessage = asString(data.providerMessage);
-  const why =
-    reason === 'context_window_exceeded'
-      ? 'The provider rejected the request as too long' +
-        (providerMessage !== null ? ` (${providerMessage})` : '') +
-        '; pen trimmed it and retried'
-      : reason === 'budget'
-        ? 'The conversation outgrew the context window; pen compacted the request'
-        : `Context trimmed (${reason})`;
-  const ids = [...shrunk, ...excerpted].filter((id): id is string => typeof id === 'string');
   return {
     title: `Context trimmed: ${what}${tokens}`,
     detail: why + (ids.length > 0 ? `. Calls: ${ids.join(', ')}` : '') + '. The stored transcript is unchanged.',
@@ -260,36 +258,50 @@ export function forUser(text: string): string {
   return text.replace(/\s*\(pen\/[A-Za-z]+\)/g, '').replace(/\bpen\/newSession\b/g, 'a new session');
 }
 
-/** What pen's `errorKind` says of a session whose history it cannot repair: no turn can run
- * in it again, so a new session is the one way on. */
-export const HISTORY_UNREPAIRABLE = 'history_unrepairable';
-
-/** The actions to offer when a turn ends in error: from its `errorKind` when pen gave one (a
- * machine-readable kind), else from what its `lastError` says. */
+/** What the panel offers for a turn that ended in error, by pen's `errorKind`: the actions
+ * (buttons) and, where the buttons do not say it, a hint. The wording of `lastError` is shown,
+ * never parsed. */
 export function actionsFor(
   stopReason: string,
-  lastError: string | null,
-  errorKind: string | null = null,
-): TurnAction[] {
-  if (errorKind === HISTORY_UNREPAIRABLE) {
-    return ['newSession', 'showLog'];
+  errorKind: TurnErrorKind | null | undefined,
+): { actions: TurnAction[]; hint: string | null } {
+  if (stopReason !== 'error' && errorKind == null) {
+    return { actions: [], hint: null };
   }
-  if (stopReason !== 'error' || lastError === null) {
-    return [];
+  switch (errorKind) {
+    case 'history_unrepairable':
+      return { actions: ['newSession', 'showLog'], hint: 'This session cannot continue: start a new one.' };
+    case 'context_window':
+      return {
+        actions: ['newSession', 'openSettings', 'showLog'],
+        hint: "The conversation no longer fits the model's context window: start a new session.",
+      };
+    case 'no_provider':
+      return {
+        actions: ['openSettings', 'setApiKey', 'showLog'],
+        hint: 'No model provider is configured: choose one in the settings, or set an API key.',
+      };
+    case 'auth':
+      return {
+        actions: ['setApiKey', 'openSettings', 'showLog'],
+        hint: 'The provider refused the credentials: check the API key and the provider settings.',
+      };
+    case 'rate_limit':
+      return { actions: ['retry', 'showLog'], hint: 'The provider is rate-limiting requests: retry in a moment.' };
+    case 'network':
+      return { actions: ['retry', 'showLog'], hint: 'The provider could not be reached: retry.' };
+    case 'session_busy':
+      return {
+        actions: ['showLog'],
+        hint: 'Another pen is running a turn in this session: wait for it, or stop it there.',
+      };
+    case 'budget_too_large':
+      return { actions: ['newSession', 'openSettings', 'showLog'], hint: null };
+    case 'provider_bad_request':
+      return { actions: ['openSettings', 'showLog'], hint: null };
+    default:
+      return { actions: ['showLog'], hint: null };
   }
-  const text = lastError.toLowerCase();
-  const actions: TurnAction[] = [];
-  if (/api key|api_key|unauthori[sz]ed|\b401\b|\b403\b|authentication/.test(text)) {
-    actions.push('setApiKey');
-  }
-  if (/provider|model|base_url|base url|connect|endpoint/.test(text)) {
-    actions.push('openSettings');
-  }
-  if (/new session|context window|too long/.test(text)) {
-    actions.push('newSession');
-  }
-  actions.push('showLog');
-  return actions;
 }
 
 function push(model: PanelModel, item: Omit<Item, 'id' | 'rev'>): PanelModel {
@@ -409,7 +421,7 @@ function turnEnded(
   turnId: string | null,
   stopReason: string,
   lastError: string | null,
-  errorKind: string | null = null,
+  errorKind: TurnErrorKind | null = null,
 ): PanelModel {
   if (turnId !== null && model.endedTurns.includes(turnId)) {
     return model;
@@ -419,7 +431,7 @@ function turnEnded(
     turnId,
     stopReason,
     lastError: lastError === null ? null : forUser(lastError),
-    actions: actionsFor(stopReason, lastError, errorKind),
+    ...actionsFor(stopReason, errorKind),
   } as TurnEndItem);
   // A turn that ends leaves no approval pending and nothing running.
   let out: PanelModel = {
@@ -434,51 +446,65 @@ function turnEnded(
   return out;
 }
 
-/** One live `pen/event` of the current session; events of other sessions are ignored. */
-export function applyEvent(model: PanelModel, event: PenEvent): PanelModel {
-  if (event.sessionId !== model.sessionId) {
-    return model;
-  }
-  const d = event.data ?? {};
-  const turnId = event.turnId ?? null;
-  switch (event.kind) {
+/**
+ * One step of a session, live (`pen/event`) or stored (`pen/getTranscript`): both are tagged
+ * `kind`/`data` by pen, and the kinds they share carry the same data, so one reducer renders
+ * both and a resumed session looks like a live one.
+ */
+function reduce(model: PanelModel, turnId: string | null, body: EventBody | EntryBody, seq: number): PanelModel {
+  switch (body.kind) {
+    case 'user_prompt':
+      return push(model, { kind: 'user', text: asString(body.data.text) ?? '' } as UserItem);
     case 'text_delta':
-      return appendText(model, turnId, asString(d.text) ?? '');
-    case 'tool_call_started': {
-      const tool = asString(d.tool) ?? '?';
-      const callId = asString(d.callId) ?? '?';
-      const m = toolStarted(model, callId, tool, d.arguments);
-      if (m === model) {
-        return m;
-      }
-      return model.running ? { ...m, status: `running ${tool}` } : m;
-    }
+    case 'assistant_message':
+      // An answer's tool calls are rendered from the tool_call entries that follow it.
+      return appendText(model, turnId, asString(body.data.text) ?? '');
+    case 'tool_call_started':
+    case 'tool_call':
+      return toolStarted(model, asString(body.data.callId) ?? `seq${seq}`, asString(body.data.tool) ?? '?', body.data.arguments);
     case 'approval_requested':
-      return approvalRequested(model, { ...(d as unknown as ApprovalParams), sessionId: event.sessionId });
+      return approvalRequested(model, { ...body.data, sessionId: model.sessionId ?? '' });
     case 'approval_withdrawn':
-      return approvalAnswered(model, asString(d.callId) ?? '?', 'withdrawn');
+      return approvalAnswered(model, asString(body.data.callId) ?? '?', 'withdrawn');
     case 'tool_call_finished':
+    case 'tool_result': {
+      const d = body.data;
       return toolFinished(
         model,
-        asString(d.callId) ?? '?',
+        asString(d.callId) ?? `seq${seq}`,
         asString(d.tool) ?? '?',
         asString(d.state) ?? 'unknown',
         d.isError === true,
-        asString(d.excerpt),
+        asString('excerpt' in d ? d.excerpt : d.content),
       );
+    }
     case 'context_trimmed':
-      return push(model, { kind: 'trim', ...trimNotice(d) } as TrimItem);
+      return push(model, { kind: 'trim', ...trimNotice(body.data) } as TrimItem);
     case 'turn_ended':
       return turnEnded(
         model,
         turnId,
-        asString(d.stopReason) ?? 'unknown',
-        asString(d.lastError),
-        asString(d.errorKind),
+        asString(body.data.stopReason) ?? 'unknown',
+        asString(body.data.lastError),
+        body.data.errorKind ?? null,
       );
     default:
+      // The provider's rejection is shown by the context_trimmed entry after it; grants by the
+      // decisions on the cards; events of a newer pen are not shown.
       return model;
   }
+}
+
+/** One live `pen/event` of the current session; events of other sessions are ignored. */
+export function applyEvent(model: PanelModel, event: EventParams): PanelModel {
+  if (event.sessionId !== model.sessionId) {
+    return model;
+  }
+  const m = reduce(model, event.turnId ?? null, event, event.seq);
+  if (event.kind === 'tool_call_started' && m !== model && model.running) {
+    return { ...m, status: `running ${asString(event.data.tool) ?? '?'}` };
+  }
+  return m;
 }
 
 /** The owner sent a prompt: it shows at once and the turn is running. */
@@ -488,7 +514,7 @@ export function promptSent(model: PanelModel, text: string): PanelModel {
 }
 
 /** pen answered `pen/prompt`: the turn is over (its `turn_ended` may or may not be rendered). */
-export function promptAnswered(model: PanelModel, result: PromptResult): PanelModel {
+export function promptAnswered(model: PanelModel, result: PromptResponse): PanelModel {
   let m = model;
   if (result.sessionId === model.sessionId) {
     m = turnEnded(m, result.turnId, result.stopReason, result.lastError ?? null, result.errorKind ?? null);
@@ -496,9 +522,15 @@ export function promptAnswered(model: PanelModel, result: PromptResult): PanelMo
   return { ...m, running: false, status: '' };
 }
 
-/** `pen/prompt` failed as a request (the daemon went away, a turn was already running, …). */
-export function promptFailed(model: PanelModel, message: string): PanelModel {
-  const m = note(model, 'error', message);
+/** `pen/prompt` failed as a request (the daemon went away, a turn was already running, …).
+ * `kind` is the error's `data.kind` when pen gave one: `session_busy` says another pen (or this
+ * one) runs a turn in the session. */
+export function promptFailed(model: PanelModel, message: string, kind: string | null = null): PanelModel {
+  const text =
+    kind === 'session_busy'
+      ? `${message}\nAnother pen is running a turn in this session: wait for it, or stop it there.`
+      : message;
+  const m = note(model, 'error', text);
   return { ...m, running: false, status: '' };
 }
 
@@ -520,7 +552,7 @@ export function daemonStopped(model: PanelModel, message: string): PanelModel {
   return { ...m, running: false, status: '' };
 }
 
-export function withSessions(model: PanelModel, sessions: SessionInfo[]): PanelModel {
+export function withSessions(model: PanelModel, sessions: SessionSummary[]): PanelModel {
   return { ...model, sessions };
 }
 
@@ -530,85 +562,15 @@ export function switchSession(model: PanelModel, sessionId: string | null): Pane
 }
 
 /**
- * Render stored entries (one page of `pen/getTranscript`) after the ones already rendered.
- * Stored payloads are snake_case; they become the same items the live events produce.
+ * Render stored entries (one page of `pen/getTranscript`) after the ones already rendered,
+ * through the reducer of live events.
  */
-export function appendEntries(model: PanelModel, entries: TranscriptEntry[]): PanelModel {
+export function appendEntries(model: PanelModel, entries: TranscriptRecord[]): PanelModel {
   let m = model;
   for (const entry of entries) {
-    const p = entry.payload ?? {};
-    const turnId = entry.turnId ?? null;
-    switch (entry.kind) {
-      case 'user_prompt':
-        m = push(m, { kind: 'user', text: asString(p.text) ?? '' } as UserItem);
-        break;
-      case 'assistant_message':
-        // Its tool calls are rendered from the tool_call entries that follow.
-        m = appendText(m, turnId, asString(p.text) ?? '');
-        break;
-      case 'tool_call':
-        m = toolStarted(m, asString(p.call_id) ?? `seq${entry.seq}`, asString(p.name) ?? '?', p.arguments);
-        break;
-      case 'tool_result':
-        m = toolFinished(
-          m,
-          asString(p.call_id) ?? `seq${entry.seq}`,
-          asString(p.name) ?? '?',
-          asString(p.status) ?? (p.is_error === true ? 'error' : 'done'),
-          p.is_error === true,
-          asString(p.content),
-        );
-        break;
-      case 'event':
-        m = storedEvent(m, turnId, p);
-        break;
-      default:
-        break;
-    }
+    m = reduce(m, entry.turnId ?? null, entry, entry.seq);
   }
   return m;
-}
-
-function storedEvent(model: PanelModel, turnId: string | null, p: Record<string, unknown>): PanelModel {
-  switch (p.type) {
-    case 'turn_ended':
-      return turnEnded(
-        model,
-        turnId,
-        asString(p.stop_reason) ?? 'unknown',
-        asString(p.last_error),
-        asString(p.error_kind),
-      );
-    case 'results_shrunk':
-      // The stored form of a context_trimmed report after a provider rejection; its `reason`
-      // is the provider's message.
-      return push(model, {
-        kind: 'trim',
-        ...trimNotice({
-          reason: 'context_window_exceeded',
-          shrunkCallIds: p.call_ids,
-          headBytes: p.head_bytes,
-          providerMessage: p.reason,
-        }),
-      } as TrimItem);
-    case 'context_trimmed':
-      // The stored form of the prompt-budget planner's report.
-      return push(model, {
-        kind: 'trim',
-        ...trimNotice({
-          reason: 'budget',
-          excerptedCallIds: p.excerpted_call_ids,
-          omittedCallIds: p.omitted_call_ids,
-          droppedExchanges: p.dropped_exchanges,
-          tokensBefore: p.tokens_before,
-          tokensAfter: p.tokens_after,
-          budget: p.budget,
-        }),
-      } as TrimItem);
-    default:
-      // Other events (approvals, stops) are reflected by the tool results they led to.
-      return model;
-  }
 }
 
 /** Words for a stop reason, as the end of a turn shows them. */

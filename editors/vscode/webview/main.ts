@@ -41,6 +41,7 @@ const ACTION_LABELS: Record<TurnAction, string> = {
   setApiKey: 'Set API key',
   openSettings: 'Open settings',
   newSession: 'Start a new session',
+  retry: 'Retry',
   showLog: 'Show log',
 };
 
@@ -52,6 +53,7 @@ const STATE_ICONS: Record<ToolItem['state'], string> = {
   denied: 'circle-slash',
   stale_authority: 'history',
   not_executed: 'debug-stop',
+  interrupted: 'warning',
   unknown: 'warning',
 };
 
@@ -185,6 +187,9 @@ function renderItem(item: Item, old: HTMLElement | undefined): HTMLElement {
       if (item.lastError !== null) {
         div.setAttribute('role', 'alert');
         div.append(el('div', 'last-error', item.lastError));
+      }
+      if (item.hint !== null) {
+        div.append(el('div', 'hint', item.hint));
       }
       if (item.actions.length > 0) {
         const actions = el('div', 'turn-actions');

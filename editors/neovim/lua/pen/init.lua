@@ -1,6 +1,8 @@
 --- pen for Neovim: attaches the `pen serve` daemon as an LSP client (so open buffers sync and
 --- pen's edits land in buffers with undo) and adds commands to prompt, stop, switch sessions.
 local transcript = require('pen.transcript')
+local P = require('pen.protocol')
+local methods = P.methods
 
 local M = {}
 
@@ -26,6 +28,7 @@ M.state = {
   session = nil, -- current sessionId
   running = {}, -- sessionId -> client id while a pen/prompt is out
   last_result = {}, -- sessionId -> last pen/prompt result
+  last_prompt = {}, -- sessionId -> the text of its last prompt, for :PenRetry
   status = '', -- short text for the statusline
 }
 
@@ -56,7 +59,7 @@ end
 --- Neovim's RPC layer wraps server requests in, so it can yield until the user answers
 --- without blocking the UI, then return the result.
 local CHOICES = { 'Allow', 'Allow for session', 'Deny' }
-local DECISION = { Allow = 'allow', ['Allow for session'] = 'allow_for_session', Deny = 'deny' }
+local DECISION = { Allow = P.decision.ALLOW, ['Allow for session'] = P.decision.ALLOW_FOR_SESSION, Deny = P.decision.DENY }
 
 local function approval_handler(_, params)
   local co = coroutine.running()
@@ -91,14 +94,14 @@ local function approval_handler(_, params)
   if M.state.running[session] then
     M.state.status = 'pen: running'
   end
-  return { decision = DECISION[choice] or 'deny' }
+  return { decision = DECISION[choice] or P.decision.DENY }
 end
 
 local function event_handler(_, params)
   transcript.on_event(params)
   -- Only the pen/prompt answer ends a turn for the statusline: a late event of the previous
   -- turn must not blank the status of the next one.
-  if params.kind == 'tool_call_started' and M.state.running[params.sessionId] then
+  if params.kind == P.event_kind.TOOL_CALL_STARTED and M.state.running[params.sessionId] then
     M.state.status = 'pen: ' .. tostring(params.data and params.data.tool)
     vim.cmd('redrawstatus')
   end
@@ -128,8 +131,8 @@ function M.client(buf)
     init_options = M.config.settings,
     capabilities = caps,
     handlers = {
-      ['pen/event'] = event_handler,
-      ['pen/requestApproval'] = approval_handler,
+      [methods.EVENT] = event_handler,
+      [methods.REQUEST_APPROVAL] = approval_handler,
     },
   }, { bufnr = buf, attach = is_file_buf(buf) })
   if not id then
@@ -170,7 +173,7 @@ local function ensure_session(client, title)
   if M.state.session then
     return M.state.session
   end
-  local res, err = request_sync(client, 'pen/newSession',
+  local res, err = request_sync(client, methods.NEW_SESSION,
     -- an empty Lua table would encode as a JSON array
     title and { title = title } or vim.empty_dict())
   if not res then
@@ -216,22 +219,30 @@ function M.prompt(text, range)
   transcript.prompt(session, text)
   -- Remember which daemon runs the turn: :PenStop must go to that one.
   M.state.running[session] = client.id
+  M.state.last_prompt[session] = text
   M.state.status = 'pen: thinking'
   -- pen/prompt answers when the turn ends: asynchronous, the UI never waits on it.
-  client:request('pen/prompt', { sessionId = session, text = text }, function(err, result)
+  client:request(methods.PROMPT, { sessionId = session, text = text }, function(err, result)
     M.state.running[session] = nil
     M.state.status = ''
     if err then
-      transcript.lines(session, { '> error: ' .. tostring(err.message) })
+      local l = { '> error: ' .. tostring(err.message) }
+      -- A JSON-RPC error carries its kind in `data` (`session_busy`: another turn runs).
+      local kind = type(err.data) == 'table' and err.data.kind or nil
+      if transcript.ERROR_HINTS[kind] then
+        table.insert(l, '> ' .. transcript.ERROR_HINTS[kind])
+      end
+      transcript.lines(session, l)
       M.state.last_result[session] = { error = err }
     else
       M.state.last_result[session] = result
-      transcript.on_event({ sessionId = session, turnId = result.turnId, kind = 'turn_ended',
-        data = { stopReason = result.stopReason, lastError = result.lastError } })
-      if result.stopReason == 'error' and result.lastError then
-        notify(tostring(result.lastError), vim.log.levels.ERROR)
+      transcript.on_event({ sessionId = session, turnId = result.turnId, kind = P.event_kind.TURN_ENDED,
+        data = { stopReason = result.stopReason, lastError = result.lastError, errorKind = result.errorKind } })
+      if result.stopReason == P.stop_reason.ERROR and result.lastError then
+        local hint = transcript.ERROR_HINTS[result.errorKind]
+        notify(tostring(result.lastError) .. (hint and ('\n' .. hint) or ''), vim.log.levels.ERROR)
       end
-      if result.errorKind == M.HISTORY_UNREPAIRABLE then
+      if M.NEW_SESSION_KINDS[result.errorKind] then
         M.offer_new_session(session)
       end
     end
@@ -239,13 +250,27 @@ function M.prompt(text, range)
   end)
 end
 
---- What pen's `errorKind` says of a session whose history it cannot repair.
-M.HISTORY_UNREPAIRABLE = 'history_unrepairable'
+--- The `errorKind`s after which a session cannot go on: a new session is the way on.
+M.NEW_SESSION_KINDS = {
+  [P.error_kind.HISTORY_UNREPAIRABLE] = true,
+  [P.error_kind.CONTEXT_WINDOW] = true,
+}
 
---- No turn can run in `session` again: say so in its transcript and offer a new session (with
---- a choice when there is a UI to ask; `:PenNew` in any case).
+--- `:PenRetry`: send the last prompt of the current session again (after a rate limit or a
+--- network failure).
+function M.retry()
+  local s = M.state.session
+  local text = s and M.state.last_prompt[s]
+  if not text then
+    notify('no prompt to retry in this session', vim.log.levels.WARN)
+    return
+  end
+  M.prompt(text)
+end
+
+--- No turn can run in `session` again (its transcript says so): offer a new session, with a
+--- choice when there is a UI to ask; `:PenNew` in any case.
 function M.offer_new_session(session)
-  transcript.lines(session, { '> this session cannot continue: :PenNew starts a new one' })
   if #vim.api.nvim_list_uis() == 0 then
     return
   end
@@ -267,7 +292,7 @@ function M.stop()
     notify('nothing is running')
     return
   end
-  client:request('pen/stop', { sessionId = s }, function(err, res)
+  client:request(methods.STOP, { sessionId = s }, function(err, res)
     if err then
       notify('stop failed: ' .. err.message, vim.log.levels.ERROR)
     elseif not res.stopped then
@@ -294,7 +319,7 @@ function M.load_transcript(client, session)
   transcript.clear(session)
   local after = nil
   repeat
-    local res, err = request_sync(client, 'pen/getTranscript', { sessionId = session, afterSeq = after })
+    local res, err = request_sync(client, methods.GET_TRANSCRIPT, { sessionId = session, afterSeq = after })
     if not res then
       notify('getTranscript failed: ' .. tostring(err), vim.log.levels.ERROR)
       return
@@ -309,7 +334,7 @@ function M.sessions()
   if not client then
     return
   end
-  local res, err = request_sync(client, 'pen/listSessions', { limit = 200 })
+  local res, err = request_sync(client, methods.LIST_SESSIONS, { limit = 200 })
   if not res then
     notify('listSessions failed: ' .. tostring(err), vim.log.levels.ERROR)
     return
@@ -363,7 +388,7 @@ end
 function M.set_settings(settings)
   M.config.settings = settings
   for _, c in ipairs(vim.lsp.get_clients({ name = 'pen' })) do
-    c:request('pen/setConfig', settings, function(err)
+    c:request(methods.SET_CONFIG, settings, function(err)
       if err then
         notify('setConfig: ' .. err.message, vim.log.levels.ERROR)
       end

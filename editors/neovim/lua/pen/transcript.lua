@@ -1,14 +1,17 @@
 --- The transcript buffer: `pen://transcript` (markdown, in a split, reused).
 --- It is rendered from two sources: live `pen/event` notifications while a turn runs, and
---- `pen/getTranscript` entries when a session is resumed. Both go through the same small
---- writers so a resumed session looks like a live one.
+--- `pen/getTranscript` entries when a session is resumed. Both are tagged `kind`/`data` by pen
+--- (the kinds they share carry the same data), and both go through `M.step`, so a resumed
+--- session looks like a live one.
+local P = require('pen.protocol')
+
 local M = {}
 
 --- sessionId -> bufnr, so each session keeps one buffer.
 M.bufs = {}
 --- sessionId -> true when the last thing written was a block (tool call, notice), not text.
 M.after_block = {}
---- turnIds whose end is already rendered.
+--- sessionId -> { turnId -> true } for the turns whose end its buffer already shows.
 M.ended_turns = {}
 
 local function buf_name(session_id)
@@ -112,6 +115,8 @@ end
 
 function M.clear(session_id)
   M.after_block[session_id] = nil
+  -- The buffer is rendered again from scratch: so are the ends of its turns.
+  M.ended_turns[session_id] = nil
   vim.api.nvim_buf_set_lines(M.buf(session_id), 0, -1, false, {})
 end
 
@@ -131,14 +136,31 @@ local function short_args(args)
   return ''
 end
 
---- Human words for tool_call_finished states.
+--- Human words for the states of a finished call (pen's `CallOutcome`).
 local STATE_LABEL = {
-  done = 'done',
-  error = 'error',
-  denied = 'denied by the owner',
-  stale_authority = 'approval no longer applies',
-  not_executed = 'not executed (stopped)',
-  unknown = 'outcome unknown',
+  [P.call_outcome.DONE] = 'done',
+  [P.call_outcome.ERROR] = 'error',
+  [P.call_outcome.DENIED] = 'denied by the owner',
+  [P.call_outcome.STALE_AUTHORITY] = 'approval no longer applies',
+  [P.call_outcome.NOT_EXECUTED] = 'not executed (stopped)',
+  [P.call_outcome.INTERRUPTED] = 'interrupted; outcome unknown',
+  [P.call_outcome.UNKNOWN] = 'outcome unknown',
+}
+
+--- What the plugin says of a turn that ended in error, by pen's `errorKind` (never by the
+--- wording of `lastError`): how to go on. nil when the error itself says enough.
+local K = P.error_kind
+M.ERROR_HINTS = {
+  [K.HISTORY_UNREPAIRABLE] = 'this session cannot continue: :PenNew starts a new one',
+  [K.CONTEXT_WINDOW] = "the conversation no longer fits the model's context window: :PenNew starts a new session",
+  [K.NO_PROVIDER] = 'no model provider is configured: see :checkhealth pen, and the `settings` of '
+    .. "require('pen').setup() (:help pen-setup)",
+  [K.AUTH] = 'the provider refused the credentials: check the API key and the provider `settings` '
+    .. '(:checkhealth pen, :help pen-setup)',
+  [K.RATE_LIMIT] = 'the provider is rate-limiting requests: :PenRetry sends the prompt again',
+  [K.NETWORK] = 'the provider could not be reached: :PenRetry sends the prompt again',
+  [K.SESSION_BUSY] = 'another pen is running a turn in this session: wait for it, or stop it there',
+  [K.BUDGET_TOO_LARGE] = 'the prompt does not fit the prompt budget: shorten it, or :PenNew starts a new session',
 }
 
 function M.diff_lines(diff)
@@ -169,7 +191,7 @@ end
 function M.finished(session_id, d)
   local l = { ('- %s **%s** — %s'):format(d.isError and '✗' or '✓', d.tool or '?',
     STATE_LABEL[d.state] or tostring(d.state)) }
-  if type(d.excerpt) == 'string' and d.excerpt ~= '' and d.state ~= 'done' then
+  if type(d.excerpt) == 'string' and d.excerpt ~= '' and d.state ~= P.call_outcome.DONE then
     table.insert(l, '  > ' .. (d.excerpt:gsub('%s+', ' ')):sub(1, 200))
   end
   M.lines(session_id, l)
@@ -186,40 +208,76 @@ function M.text(session_id, text)
   M.append(session_id, text)
 end
 
---- Render one live `pen/event`.
-function M.on_event(p)
-  local s, d = p.sessionId, p.data or {}
-  if p.kind == 'text_delta' then
-    M.text(s, d.text or '')
-  elseif p.kind == 'tool_call_started' then
-    M.lines(s, { ('- 🔧 **%s** %s — running'):format(d.tool or '?', short_args(d.arguments)) })
-  elseif p.kind == 'approval_requested' then
+--- The end of a turn, rendered once per turn (from the live event, the pen/prompt answer or
+--- the stored entry, whichever comes first): the stop reason, the error and what to do.
+function M.turn_ended(s, turn_id, d)
+  -- pen has been seen to deliver turn_ended just after the answer, and by then the next prompt
+  -- may already be in the buffer.
+  if turn_id and turn_id ~= vim.NIL then
+    local ended = M.ended_turns[s] or {}
+    M.ended_turns[s] = ended
+    if ended[turn_id] then
+      return
+    end
+    ended[turn_id] = true
+  end
+  local l = { ('*— turn ended: %s*'):format(tostring(d.stopReason)) }
+  if d.lastError and d.lastError ~= vim.NIL then
+    vim.list_extend(l, M.quote(tostring(d.lastError)))
+  end
+  local hint = M.ERROR_HINTS[d.errorKind]
+  if hint then
+    table.insert(l, '> ' .. hint)
+  end
+  M.lines(s, l)
+end
+
+local E = P.event_kind
+local R = P.entry_kind
+
+--- One step of a session, live or stored: `kind` and `data` as pen sends them.
+function M.step(s, turn_id, kind, d)
+  d = type(d) == 'table' and d or {}
+  if kind == E.TEXT_DELTA or kind == R.ASSISTANT_MESSAGE then
+    -- A stored answer's calls are rendered from the tool_call entries that follow it.
+    if type(d.text) == 'string' and d.text ~= '' then
+      M.text(s, d.text)
+    end
+  elseif kind == R.USER_PROMPT then
+    M.prompt(s, type(d.text) == 'string' and d.text or '')
+  elseif kind == E.TOOL_CALL_STARTED or kind == R.TOOL_CALL then
+    M.lines(s, { ('- 🔧 **%s** %s — running'):format(tostring(d.tool), short_args(d.arguments)) })
+  elseif kind == E.APPROVAL_REQUESTED then
     M.approval(vim.tbl_extend('keep', d, { sessionId = s }))
-  elseif p.kind == 'approval_withdrawn' then
+  elseif kind == E.APPROVAL_WITHDRAWN then
     M.lines(s, { ('- approval for `%s` withdrawn (stopped)'):format(d.callId or '?') })
-  elseif p.kind == 'tool_call_finished' then
+  elseif kind == E.TOOL_CALL_FINISHED then
     M.finished(s, d)
-  elseif p.kind == 'context_trimmed' and d.reason == 'budget' then
+  elseif kind == R.TOOL_RESULT then
+    -- The stored result carries the whole content the model read, where the event has a head.
+    M.finished(s, vim.tbl_extend('force', d, { tool = d.tool ~= vim.NIL and d.tool or '?',
+      excerpt = type(d.content) == 'string' and d.content or nil }))
+  elseif kind == E.CONTEXT_TRIMMED and d.reason == P.trim_reason.BUDGET then
     M.lines(s, { M.budget_notice(d) })
-  elseif p.kind == 'context_trimmed' then
+  elseif kind == E.CONTEXT_TRIMMED then
     M.lines(s, { ('> context trimmed (%s): %d tool result(s) cut to %s bytes'):format(
       tostring(d.reason), #(d.shrunkCallIds or {}), tostring(d.headBytes or '?')) })
-  elseif p.kind == 'turn_ended' then
-    -- The end of a turn is rendered once, from this event or from the pen/prompt answer,
-    -- whichever Neovim sees first: pen has been seen to deliver turn_ended just after the
-    -- answer, and by then the next prompt may already be in the buffer.
-    if p.turnId then
-      if M.ended_turns[p.turnId] then
-        return
-      end
-      M.ended_turns[p.turnId] = true
-    end
-    local l = { ('*— turn ended: %s*'):format(tostring(d.stopReason)) }
-    if d.lastError and d.lastError ~= vim.NIL then
-      vim.list_extend(l, M.quote(tostring(d.lastError)))
-    end
-    M.lines(s, l)
+  elseif kind == R.CONTEXT_WINDOW_REJECTED then
+    M.lines(s, { ('> the model rejected a request of about %s tokens as over its context window'):format(
+      tostring(d.estimatedTokens)) })
+  elseif kind == R.TOOL_ALLOWED_FOR_SESSION then
+    M.lines(s, { ('> `%s` allowed for the rest of this session'):format(tostring(d.tool)) })
+  elseif kind == E.TURN_ENDED then
+    M.turn_ended(s, turn_id, d)
+  elseif kind == R.EVENT then
+    -- An event of a newer pen: shown as it is stored.
+    M.lines(s, { '> ' .. vim.json.encode(d) })
   end
+end
+
+--- Render one live `pen/event`.
+function M.on_event(p)
+  M.step(p.sessionId, p.turnId, p.kind, p.data)
 end
 
 --- The line for a prompt-budget report (policy 3): what was compacted and the estimate.
@@ -248,42 +306,11 @@ function M.prompt(session_id, text)
   M.lines(session_id, l)
 end
 
---- Render stored entries (`pen/getTranscript`), e.g. when resuming a session. Stored payloads
---- are snake_case (`call_id`, `status`, `stop_reason`); they are mapped onto the same lines the
---- live events produce.
+--- Render stored entries (`pen/getTranscript`), e.g. when resuming a session: through the
+--- same `step` as live events.
 function M.render_entries(session_id, entries)
   for _, e in ipairs(entries) do
-    local p = type(e.payload) == 'table' and e.payload or {}
-    if e.kind == 'user_prompt' then
-      M.prompt(session_id, p.text or '')
-    elseif e.kind == 'assistant_message' then
-      -- Its tool_calls are rendered from the tool_call entries that follow.
-      if type(p.text) == 'string' and p.text ~= '' then
-        M.text(session_id, p.text)
-      end
-    elseif e.kind == 'tool_call' then
-      M.lines(session_id, { ('- 🔧 **%s** %s'):format(tostring(p.name), short_args(p.arguments)) })
-    elseif e.kind == 'tool_result' then
-      M.finished(session_id, { tool = p.name, state = p.status, isError = p.is_error,
-        excerpt = type(p.content) == 'string' and p.content or nil })
-    elseif e.kind == 'event' and p.type == 'turn_ended' then
-      M.on_event({ sessionId = session_id, kind = 'turn_ended',
-        data = { stopReason = p.stop_reason, lastError = p.last_error } })
-    elseif e.kind == 'event' and p.type == 'results_shrunk' then
-      -- Stored form of context_trimmed; its reason is the provider's rejection.
-      M.on_event({ sessionId = session_id, kind = 'context_trimmed',
-        data = { reason = 'context_window_exceeded', shrunkCallIds = p.call_ids, headBytes = p.head_bytes } })
-    elseif e.kind == 'event' and p.type == 'context_trimmed' then
-      M.on_event({ sessionId = session_id, kind = 'context_trimmed',
-        data = { reason = 'budget', excerptedCallIds = p.excerpted_call_ids, omittedCallIds = p.omitted_call_ids,
-          droppedExchanges = p.dropped_exchanges,
-          tokensBefore = p.tokens_before, tokensAfter = p.tokens_after, budget = p.budget } })
-    elseif e.kind == 'event' and p.type == 'context_window_rejected' then
-      M.lines(session_id, { ('> the model rejected a request of about %s tokens as over its context window'):format(
-        tostring(p.estimated_tokens)) })
-    elseif e.kind == 'event' then
-      M.lines(session_id, { '> ' .. vim.json.encode(p) })
-    end
+    M.step(session_id, e.turnId, e.kind, e.data)
   end
 end
 

@@ -309,20 +309,27 @@ async function ask(p: FrameLocator, text: string): Promise<number> {
 async function runCommand(page: Page, title: string): Promise<void> {
   await page.locator('.monaco-workbench').waitFor({ timeout: STARTUP_MS });
   const input = page.locator('.quick-input-widget input');
-  // A workbench that is still starting may miss the key: press it again each second.
-  let polls = 0;
-  await waitUntil('the command palette', STARTUP_MS, async () => {
-    if (polls++ % 10 === 0) {
-      await page.keyboard.press('F1');
-    }
-    return input.isVisible();
-  });
-  await input.fill(`>${title}`);
-  await page
+  const row = page
     .locator('.quick-input-list .monaco-list-row')
     .filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${title}$`) }) })
-    .first()
-    .click({ timeout: STARTUP_MS });
+    .first();
+  // A workbench that is still starting may miss the key, and a palette opened before the
+  // extensions' commands are known lists none of them and never refreshes ("No matching
+  // commands" after a reload): open it again, and type again, until the command is listed.
+  let polls = 0;
+  await waitUntil(`"${title}" in the command palette`, STARTUP_MS, async () => {
+    if (polls++ % 20 === 0) {
+      if (await input.isVisible()) {
+        await page.keyboard.press('Escape');
+      }
+      await page.keyboard.press('F1');
+      if (await input.isVisible()) {
+        await input.fill(`>${title}`);
+      }
+    }
+    return row.isVisible();
+  });
+  await row.click({ timeout: UI_MS });
 }
 
 /** The text of the active editor, as the editor renders it (non-breaking spaces as spaces). */

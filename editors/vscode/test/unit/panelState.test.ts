@@ -19,7 +19,8 @@ import {
   switchSession,
   trimNotice,
 } from '../../src/panelState';
-import type { PenEvent, TranscriptEntry } from '../../src/protocol';
+import { TURN_ERROR_KINDS } from '../../src/protocol.generated';
+import type { EventParams, TranscriptRecord, TurnErrorKind } from '../../src/protocol.generated';
 
 const S = 's_1';
 const T = 't_1';
@@ -28,8 +29,15 @@ function session(): PanelModel {
   return switchSession(emptyModel(), S);
 }
 
-function ev(kind: string, data: Record<string, unknown>, turnId = T): PenEvent {
-  return { sessionId: S, turnId, kind, data };
+let seq = 0;
+function ev(kind: string, data: Record<string, unknown>, turnId = T): EventParams {
+  seq += 1;
+  return { sessionId: S, turnId, seq, kind, data } as EventParams;
+}
+
+/** A stored entry, as `pen/getTranscript` sends it. */
+function entry(seq: number, kind: string, data: unknown, turnId: string | undefined = T): TranscriptRecord {
+  return { seq, turnId, createdAt: 0, kind, data } as TranscriptRecord;
 }
 
 /** One line per item: what the panel shows, without ids. */
@@ -52,14 +60,15 @@ function outline(m: PanelModel): string[] {
         return `trim: ${item.title}`;
       case 'turnEnd':
         return `end ${item.stopReason}` + (item.lastError !== null ? `: ${item.lastError}` : '') +
-          (item.actions.length > 0 ? ` [${item.actions.join(',')}]` : '');
+          (item.actions.length > 0 ? ` [${item.actions.join(',')}]` : '') +
+          (item.hint !== null ? ` hint=${item.hint}` : '');
       case 'note':
         return `note ${item.level}: ${item.text}`;
     }
   });
 }
 
-function reduce(m: PanelModel, events: PenEvent[]): PanelModel {
+function reduce(m: PanelModel, events: EventParams[]): PanelModel {
   return events.reduce(applyEvent, m);
 }
 
@@ -91,7 +100,7 @@ describe('live events', () => {
     let m = promptSent(session(), 'edit');
     m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt', edits: [{}] } })]);
     assert.equal(m.status, 'running pen_edit');
-    m = approvalRequested(m, { sessionId: S, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = approvalRequested(m, { sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
     m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
     assert.equal(m.status, 'waiting for approval');
@@ -103,7 +112,7 @@ describe('live events', () => {
 
   test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
-    m = approvalRequested(m, { sessionId: S, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
+    m = approvalRequested(m, { sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
@@ -138,17 +147,15 @@ describe('live events', () => {
     assert.equal(applyEvent(m, { ...ev('text_delta', { text: 'x' }), sessionId: 's_other' }), m);
   });
 
-  test('a failed turn offers the actions its error names', () => {
+  test('a failed turn offers the actions of its kind; prose without a kind offers only the log', () => {
+    const lastError = 'The request does not fit the prompt budget: start a new session (pen/newSession)';
     let m = promptSent(session(), 'go');
-    m = promptAnswered(m, {
-      sessionId: S,
-      turnId: T,
-      stopReason: 'error',
-      lastError: 'The request does not fit the prompt budget: start a new session (pen/newSession)',
-    });
+    m = promptAnswered(m, { sessionId: S, turnId: T, stopReason: 'error', lastError, errorKind: 'budget_too_large' });
     assert.deepEqual(outline(m).slice(1), [
-      'end error: The request does not fit the prompt budget: start a new session [newSession,showLog]',
+      'end error: The request does not fit the prompt budget: start a new session [newSession,openSettings,showLog]',
     ]);
+    m = promptAnswered(promptSent(session(), 'go'), { sessionId: S, turnId: 't2', stopReason: 'error', lastError });
+    assert.deepEqual(outline(m).slice(1), ['end error: The request does not fit the prompt budget: start a new session [showLog]']);
   });
 
   test('the daemon stopping ends the turn and every pending approval', () => {
@@ -180,6 +187,7 @@ describe('context_trimmed notices', () => {
       reason: 'budget',
       policyVersion: 3,
       excerptedCallIds: ['c1'],
+      omittedCallIds: [],
       droppedExchanges: [[1, 4], [5, 9]],
       tokensBefore: 12345,
       tokensAfter: 5000,
@@ -194,6 +202,7 @@ describe('context_trimmed notices', () => {
   test('by the prompt budget: excerpts that were left out too are counted', () => {
     const n = trimNotice({
       reason: 'budget',
+      policyVersion: 3,
       excerptedCallIds: ['c1', 'c2', 'c3'],
       omittedCallIds: ['c1', 'c2'],
       droppedExchanges: [],
@@ -209,31 +218,48 @@ describe('context_trimmed notices', () => {
 });
 
 describe('stored transcripts', () => {
-  const entries: TranscriptEntry[] = [
-    { seq: 1, kind: 'user_prompt', turnId: T, payload: { text: 'edit a' } },
-    { seq: 2, kind: 'assistant_message', turnId: T, payload: { text: '', tool_calls: [{ id: 'c1' }] } },
-    { seq: 3, kind: 'tool_call', turnId: T, payload: { call_id: 'c1', name: 'pen_read', arguments: { path: 'a.txt' } } },
-    { seq: 4, kind: 'tool_result', turnId: T, payload: { call_id: 'c1', name: 'pen_read', content: 'x', is_error: false, status: 'done' } },
-    { seq: 5, kind: 'event', turnId: T, payload: { type: 'results_shrunk', call_ids: ['c1'], head_bytes: 2048, reason: 'HTTP 400: too long' } },
-    {
-      seq: 6,
-      kind: 'event',
-      turnId: T,
-      payload: {
-        type: 'context_trimmed',
-        policy_version: 3,
-        excerpted_call_ids: ['c1'],
-        dropped_exchanges: [],
-        tokens_before: 6247,
-        tokens_after: 4737,
-        budget: 5184,
-      },
-    },
-    { seq: 7, kind: 'tool_call', turnId: T, payload: { call_id: 'c2', name: 'pen_edit', arguments: { path: 'a.txt' } } },
-    { seq: 8, kind: 'tool_result', turnId: T, payload: { call_id: 'c2', name: 'pen_edit', content: 'denied by the owner', is_error: true, status: 'denied' } },
-    { seq: 9, kind: 'assistant_message', turnId: T, payload: { text: 'Done **editing**.' } },
-    { seq: 10, kind: 'event', turnId: T, payload: { type: 'approval_decided', call_id: 'c2' } },
-    { seq: 11, kind: 'event', turnId: T, payload: { type: 'turn_ended', stop_reason: 'end_turn', last_error: null } },
+  const entries: TranscriptRecord[] = [
+    entry(1, 'user_prompt', { text: 'edit a' }),
+    entry(2, 'assistant_message', {
+      text: '',
+      toolCalls: [{ id: 'c1', name: 'pen_read', arguments: '{}' }],
+      finishReason: 'tool_use',
+      usage: null,
+      model: null,
+      estimatedInputTokens: null,
+    }),
+    entry(3, 'tool_call', { callId: 'c1', tool: 'pen_read', arguments: { path: 'a.txt' } }),
+    entry(4, 'tool_result', { callId: 'c1', tool: 'pen_read', content: 'x', isError: false, state: 'done' }),
+    entry(5, 'context_window_rejected', { model: 'm', estimatedTokens: 9000, reason: 'HTTP 400: too long' }),
+    entry(6, 'context_trimmed', {
+      reason: 'context_window_exceeded',
+      shrunkCallIds: ['c1'],
+      headBytes: 2048,
+      providerMessage: 'HTTP 400: too long',
+    }),
+    entry(7, 'context_trimmed', {
+      reason: 'budget',
+      policyVersion: 3,
+      excerptedCallIds: ['c1'],
+      omittedCallIds: [],
+      droppedExchanges: [],
+      tokensBefore: 6247,
+      tokensAfter: 4737,
+      budget: 5184,
+    }),
+    entry(8, 'tool_call', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' } }),
+    entry(9, 'tool_result', { callId: 'c2', tool: 'pen_edit', content: 'denied by the owner', isError: true, state: 'denied' }),
+    entry(10, 'tool_allowed_for_session', { tool: 'pen_command' }),
+    entry(11, 'assistant_message', {
+      text: 'Done **editing**.',
+      toolCalls: [],
+      finishReason: 'end_turn',
+      usage: null,
+      model: null,
+      estimatedInputTokens: null,
+    }),
+    entry(12, 'event', { type: 'from_a_newer_pen' }),
+    entry(13, 'turn_ended', { stopReason: 'end_turn', lastError: null, errorKind: null }),
   ];
 
   test('entries become the items live events make', () => {
@@ -259,7 +285,7 @@ describe('stored transcripts', () => {
 
   test('switching sessions keeps the list and starts empty', () => {
     let m = appendEntries(session(), entries);
-    m = { ...m, sessions: [{ sessionId: S, title: 'edit a', createdAt: 0, updatedAt: 0, entryCount: 11 }] };
+    m = { ...m, sessions: [{ sessionId: S, title: 'edit a', createdAt: 0, updatedAt: 0, entryCount: 13 }] };
     const next = switchSession(m, null);
     assert.equal(next.sessionId, null);
     assert.equal(next.items.length, 0);
@@ -283,15 +309,65 @@ describe('helpers', () => {
     }
   });
 
-  test('actions for errors', () => {
-    assert.deepEqual(actionsFor('end_turn', null), []);
-    assert.deepEqual(actionsFor('error', 'HTTP 401 Unauthorized: invalid API key'), ['setApiKey', 'showLog']);
-    assert.deepEqual(actionsFor('error', 'no model provider is configured'), ['openSettings', 'showLog']);
-    // The machine-readable kind decides, whatever the prose says.
-    assert.deepEqual(
-      actionsFor('error', 'entry 3 repeats tool call id a; the model provider said', 'history_unrepairable'),
-      ['newSession', 'showLog'],
-    );
+  test('actions for errors come from the kind alone', () => {
+    assert.deepEqual(actionsFor('end_turn', null), { actions: [], hint: null });
+    assert.deepEqual(actionsFor('error', null).actions, ['showLog']);
+    const want: Record<TurnErrorKind, string[]> = {
+      history_unrepairable: ['newSession', 'showLog'],
+      context_window: ['newSession', 'openSettings', 'showLog'],
+      no_provider: ['openSettings', 'setApiKey', 'showLog'],
+      auth: ['setApiKey', 'openSettings', 'showLog'],
+      rate_limit: ['retry', 'showLog'],
+      network: ['retry', 'showLog'],
+      session_busy: ['showLog'],
+      budget_too_large: ['newSession', 'openSettings', 'showLog'],
+      provider_bad_request: ['openSettings', 'showLog'],
+      store: ['showLog'],
+    };
+    for (const kind of TURN_ERROR_KINDS) {
+      assert.deepEqual(actionsFor('error', kind).actions, want[kind], kind);
+    }
+    assert.match(actionsFor('error', 'session_busy').hint ?? '', /Another pen is running a turn/);
+  });
+
+  // Each kind the panel acts on reaches the same action live (turn_ended), from the pen/prompt
+  // answer and from the stored transcript, whatever the prose says: the prose is one that would
+  // have led the old regexes astray.
+  for (const [kind, action] of [
+    ['history_unrepairable', 'newSession'],
+    ['context_window', 'newSession'],
+    ['no_provider', 'openSettings'],
+    ['auth', 'setApiKey'],
+    ['rate_limit', 'retry'],
+    ['network', 'retry'],
+  ] as [TurnErrorKind, string][]) {
+    test(`${kind}: live, answered and stored turns offer ${action}`, () => {
+      const error = 'the model provider said: HTTP 401, start a new session';
+      const live = applyEvent(
+        promptSent(session(), 'go'),
+        ev('turn_ended', { stopReason: 'error', lastError: error, errorKind: kind }, 't7'),
+      );
+      const answered = promptAnswered(promptSent(session(), 'go'), {
+        sessionId: S,
+        turnId: 't9',
+        stopReason: 'error',
+        lastError: error,
+        errorKind: kind,
+      });
+      const stored = appendEntries(session(), [entry(1, 'turn_ended', { stopReason: 'error', lastError: error, errorKind: kind }, 't8')]);
+      for (const model of [live, answered, stored]) {
+        const end = model.items.find((item) => item.kind === 'turnEnd');
+        assert.ok(end !== undefined && end.kind === 'turnEnd');
+        assert.equal(end.actions[0], action, kind);
+        assert.ok(end.hint !== null, kind);
+      }
+    });
+  }
+
+  test('a session another pen runs says so', () => {
+    const m = promptFailed(promptSent(session(), 'go'), 'The turn failed: session is running a turn in another pen (pid 7)', 'session_busy');
+    assert.match(outline(m).at(-1) ?? '', /Another pen is running a turn in this session/);
+    assert.equal(m.running, false);
   });
 
   test('a history pen cannot repair offers a new session, live and from the transcript', () => {
@@ -308,12 +384,7 @@ describe('helpers', () => {
       errorKind: 'history_unrepairable',
     });
     const stored = appendEntries(session(), [
-      {
-        seq: 1,
-        kind: 'event',
-        turnId: 't8',
-        payload: { type: 'turn_ended', stop_reason: 'error', last_error: error, error_kind: 'history_unrepairable' },
-      },
+      entry(1, 'turn_ended', { stopReason: 'error', lastError: error, errorKind: 'history_unrepairable' }, 't8'),
     ]);
     for (const model of [live, answered, stored]) {
       const end = model.items.find((item) => item.kind === 'turnEnd');
@@ -326,15 +397,21 @@ describe('helpers', () => {
     const lastError =
       'the current prompt with its latest tool calls: about 947 tokens, more than the 400 the request may use; ' +
       'shorten the prompt, or start a new session (pen/newSession) and carry over only what matters';
-    const live = promptAnswered(promptSent(session(), 'x'), { sessionId: S, turnId: T, stopReason: 'error', lastError });
+    const live = promptAnswered(promptSent(session(), 'x'), {
+      sessionId: S,
+      turnId: T,
+      stopReason: 'error',
+      lastError,
+      errorKind: 'budget_too_large',
+    });
     const stored = appendEntries(session(), [
-      { seq: 1, kind: 'event', payload: { type: 'turn_ended', stop_reason: 'error', last_error: lastError } },
+      entry(1, 'turn_ended', { stopReason: 'error', lastError, errorKind: 'budget_too_large' }, undefined),
     ]);
     for (const m of [live, stored]) {
       const end = outline(m).at(-1) ?? '';
       assert.ok(!end.includes('pen/'), end);
       assert.ok(end.includes('or start a new session and carry over only what matters'), end);
-      assert.ok(end.endsWith('[newSession,showLog]'), end);
+      assert.ok(end.endsWith('[newSession,openSettings,showLog]'), end);
     }
     const failed = promptFailed(session(), 'Could not start a new session: use pen/newSession first (pen/prompt)');
     assert.deepEqual(outline(failed), ['note error: Could not start a new session: use a new session first']);
@@ -344,8 +421,8 @@ describe('helpers', () => {
     const m = promptSent(session(), 'x');
     const frozen = JSON.stringify(m);
     applyEvent(m, ev('text_delta', { text: 'y' }));
-    approvalRequested(m, { sessionId: S, callId: 'c', tool: 't' });
-    appendEntries(m, [{ seq: 1, kind: 'user_prompt', payload: { text: 'z' } }]);
+    approvalRequested(m, { sessionId: S, turnId: T, callId: 'c', tool: 't', arguments: {} });
+    appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
   });
 });

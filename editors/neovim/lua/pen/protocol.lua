@@ -1,0 +1,89 @@
+--- pen's protocol names, generated from the Rust types (src/protocol.rs); do not edit.
+--- Update: PEN_UPDATE_GENERATED=1 cargo test --lib protocol::codegen
+--- Every method name and enum value the plugin compares against comes from here.
+local M = {}
+
+M.methods = {
+  CALL_TOOL = 'pen/callTool',
+  LIST_TOOLS = 'pen/listTools',
+  GET_CONFIG = 'pen/getConfig',
+  SET_CONFIG = 'pen/setConfig',
+  NEW_SESSION = 'pen/newSession',
+  LIST_SESSIONS = 'pen/listSessions',
+  GET_TRANSCRIPT = 'pen/getTranscript',
+  PROMPT = 'pen/prompt',
+  STOP = 'pen/stop',
+  EVENT = 'pen/event',
+  REQUEST_APPROVAL = 'pen/requestApproval',
+}
+
+M.stop_reason = {
+  END_TURN = 'end_turn',
+  CANCELLED = 'cancelled',
+  MAX_TURN_REQUESTS = 'max_turn_requests',
+  ERROR = 'error',
+}
+
+M.error_kind = {
+  CONTEXT_WINDOW = 'context_window',
+  AUTH = 'auth',
+  RATE_LIMIT = 'rate_limit',
+  NETWORK = 'network',
+  PROVIDER_BAD_REQUEST = 'provider_bad_request',
+  NO_PROVIDER = 'no_provider',
+  BUDGET_TOO_LARGE = 'budget_too_large',
+  HISTORY_UNREPAIRABLE = 'history_unrepairable',
+  SESSION_BUSY = 'session_busy',
+  STORE = 'store',
+}
+
+M.call_outcome = {
+  DONE = 'done',
+  ERROR = 'error',
+  DENIED = 'denied',
+  STALE_AUTHORITY = 'stale_authority',
+  NOT_EXECUTED = 'not_executed',
+  INTERRUPTED = 'interrupted',
+  UNKNOWN = 'unknown',
+}
+
+M.event_kind = {
+  TEXT_DELTA = 'text_delta',
+  TOOL_CALL_STARTED = 'tool_call_started',
+  APPROVAL_REQUESTED = 'approval_requested',
+  APPROVAL_WITHDRAWN = 'approval_withdrawn',
+  TOOL_CALL_FINISHED = 'tool_call_finished',
+  CONTEXT_TRIMMED = 'context_trimmed',
+  TURN_ENDED = 'turn_ended',
+}
+
+M.entry_kind = {
+  USER_PROMPT = 'user_prompt',
+  ASSISTANT_MESSAGE = 'assistant_message',
+  TOOL_CALL = 'tool_call',
+  TOOL_RESULT = 'tool_result',
+  TURN_ENDED = 'turn_ended',
+  CONTEXT_TRIMMED = 'context_trimmed',
+  CONTEXT_WINDOW_REJECTED = 'context_window_rejected',
+  TOOL_ALLOWED_FOR_SESSION = 'tool_allowed_for_session',
+  EVENT = 'event',
+}
+
+M.trim_reason = {
+  BUDGET = 'budget',
+  CONTEXT_WINDOW_EXCEEDED = 'context_window_exceeded',
+}
+
+M.decision = {
+  ALLOW = 'allow',
+  ALLOW_FOR_SESSION = 'allow_for_session',
+  DENY = 'deny',
+}
+
+for name, values in pairs(M) do
+  setmetatable(values, { __index = function(_, key)
+    error(('pen.protocol.%s has no %s'):format(name, tostring(key)), 2)
+  end })
+end
+
+return M

@@ -1,0 +1,249 @@
+//! Generated from pen's Rust protocol types (src/protocol.rs) by ts-rs; do not edit.
+//! Update: PEN_UPDATE_GENERATED=1 cargo test --lib protocol::codegen
+
+export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
+
+/** The `pen/…` methods. */
+export const METHODS = {
+  CALL_TOOL: 'pen/callTool',
+  LIST_TOOLS: 'pen/listTools',
+  GET_CONFIG: 'pen/getConfig',
+  SET_CONFIG: 'pen/setConfig',
+  NEW_SESSION: 'pen/newSession',
+  LIST_SESSIONS: 'pen/listSessions',
+  GET_TRANSCRIPT: 'pen/getTranscript',
+  PROMPT: 'pen/prompt',
+  STOP: 'pen/stop',
+  EVENT: 'pen/event',
+  REQUEST_APPROVAL: 'pen/requestApproval',
+} as const;
+
+export const STOP_REASONS = ['end_turn', 'cancelled', 'max_turn_requests', 'error'] as const;
+
+export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'network', 'provider_bad_request', 'no_provider', 'budget_too_large', 'history_unrepairable', 'session_busy', 'store'] as const;
+
+export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
+
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'turn_ended'] as const;
+
+export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
+
+export const TRIM_REASONS = ['budget', 'context_window_exceeded'] as const;
+
+export const DECISIONS = ['allow', 'allow_for_session', 'deny'] as const;
+
+/**
+ * How a tool call ended: the `status` of its stored result, the `state` of its
+ * `tool_call_finished` event.
+ */
+export type CallOutcome = "done" | "error" | "denied" | "stale_authority" | "not_executed" | "interrupted" | "unknown";
+
+/**
+ * Why a turn ended.
+ */
+export type StopReason = "end_turn" | "cancelled" | "max_turn_requests" | "error";
+
+/**
+ * What kind of failure ended a turn with `error`: the clients choose their actions from it
+ * (a new session, the provider settings, a retry), never from the wording of `last_error`.
+ */
+export type TurnErrorKind = "context_window" | "auth" | "rate_limit" | "network" | "provider_bad_request" | "no_provider" | "budget_too_large" | "history_unrepairable" | "session_busy" | "store";
+
+/**
+ * The owner's decision, as the client sends it.
+ */
+export type Decision = "allow" | "allow_for_session" | "deny";
+
+/**
+ * Why the model stopped answering.
+ */
+export type FinishReason = "end_turn" | "tool_use" | "max_tokens" | "other";
+
+/**
+ * `pen/callTool` params: one native tool, no model.
+ */
+export type CallToolParams = { name: string, arguments: JsonValue, };
+
+/**
+ * `pen/newSession` params.
+ */
+export type NewSessionParams = { title?: string, };
+
+/**
+ * `pen/listSessions` params.
+ */
+export type ListSessionsParams = { cursor?: string, limit?: number, 
+/**
+ * List sessions with no work in them too (entries but no assistant message: a first
+ * prompt whose provider failed). Default false.
+ */
+includeEmpty?: boolean, };
+
+/**
+ * A session as the protocol shows it.
+ */
+export type SessionSummary = { sessionId: string, title: string | null, 
+/**
+ * Unix milliseconds.
+ */
+createdAt: number, updatedAt: number, entryCount: number, };
+
+/**
+ * `pen/listSessions` result.
+ */
+export type ListSessionsResponse = { sessions: Array<SessionSummary>, nextCursor?: string, };
+
+/**
+ * `pen/getTranscript` params.
+ */
+export type GetTranscriptParams = { sessionId: string, afterSeq?: number, limit?: number, };
+
+/**
+ * `pen/getTranscript` result.
+ */
+export type TranscriptResponse = { sessionId: string, entries: Array<TranscriptRecord>, nextAfterSeq?: number, };
+
+/**
+ * One entry of `pen/getTranscript`: its place in the session and its typed content, tagged
+ * `kind`/`data` in camelCase like a `pen/event`. The kinds a live turn also reports
+ * (`turn_ended`, `context_trimmed`) carry the very data type of that event, and a stored call
+ * or result carries the fields of `tool_call_started` / `tool_call_finished`, so a client
+ * renders stored and live entries with one code path.
+ */
+export type TranscriptRecord = { seq: number, turnId?: string, 
+/**
+ * Unix milliseconds.
+ */
+createdAt: number, } & ({ "kind": "user_prompt", "data": { text: string, } } | { "kind": "assistant_message", "data": { text: string, toolCalls: Array<AssistantCall>, finishReason: FinishReason | null, usage: Usage | null, 
+/**
+ * The model that answered.
+ */
+model: string | null, 
+/**
+ * The uncalibrated token estimate of the request this answers.
+ */
+estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
+/**
+ * The parsed arguments, or the model's raw text when it was not JSON.
+ */
+arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, tool: string | null, 
+/**
+ * `done` or `error` (from `isError`) for a result an older pen stored without one.
+ */
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "event", "data": JsonValue });
+
+/**
+ * The `kind` of a [`TranscriptRecord`] and its `data`.
+ */
+export type EntryBody = { "kind": "user_prompt", "data": { text: string, } } | { "kind": "assistant_message", "data": { text: string, toolCalls: Array<AssistantCall>, finishReason: FinishReason | null, usage: Usage | null, 
+/**
+ * The model that answered.
+ */
+model: string | null, 
+/**
+ * The uncalibrated token estimate of the request this answers.
+ */
+estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
+/**
+ * The parsed arguments, or the model's raw text when it was not JSON.
+ */
+arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, tool: string | null, 
+/**
+ * `done` or `error` (from `isError`) for a result an older pen stored without one.
+ */
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "event", "data": JsonValue };
+
+/**
+ * A tool call inside an answer, as it was made.
+ */
+export type AssistantCall = { id: string, name: string, 
+/**
+ * The arguments as the model wrote them (JSON text, or not).
+ */
+arguments: string, };
+
+/**
+ * Token usage as the provider reported it.
+ */
+export type Usage = { inputTokens: number, outputTokens: number, };
+
+/**
+ * `pen/prompt` params: run one turn of the agent in a session.
+ */
+export type PromptParams = { sessionId: string, text: string, };
+
+/**
+ * `pen/prompt` result, sent when the turn ends.
+ */
+export type PromptResponse = { sessionId: string, turnId: string, stopReason: StopReason, lastError?: string, 
+/**
+ * What kind of failure ended the turn, for a client to act on (a new session for
+ * `history_unrepairable`, the provider settings for `auth` …).
+ */
+errorKind?: TurnErrorKind | null, };
+
+/**
+ * How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it.
+ */
+export type TurnOutcome = { stopReason: StopReason, lastError: string | null, errorKind: TurnErrorKind | null, };
+
+/**
+ * `pen/stop` params.
+ */
+export type StopParams = { sessionId: string, };
+
+/**
+ * `pen/stop` result: whether a running turn was told to stop.
+ */
+export type StopResponse = { stopped: boolean, };
+
+/**
+ * `pen/event` params: one progress event of a turn.
+ */
+export type EventParams = { sessionId: string, turnId: string, seq: number, } & ({ "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
+/**
+ * `null` when the model's arguments were not JSON.
+ */
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "turn_ended", "data": TurnOutcome });
+
+/**
+ * The `kind` of a `pen/event` and its `data`.
+ */
+export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
+/**
+ * `null` when the model's arguments were not JSON.
+ */
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "turn_ended", "data": TurnOutcome };
+
+/**
+ * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
+ */
+export type TrimmedData = { "reason": "budget", policyVersion: number, excerptedCallIds: Array<string>, omittedCallIds: Array<string>, droppedExchanges: Array<[number, number]>, tokensBefore: number, tokensAfter: number, budget: number, } | { "reason": "context_window_exceeded", shrunkCallIds: Array<string>, headBytes: number, 
+/**
+ * The provider's words, in a stored entry (`pen/getTranscript`); live events have
+ * none.
+ */
+providerMessage?: string, };
+
+/**
+ * `pen/requestApproval` params: what the owner is asked to approve.
+ */
+export type ApprovalParams = { sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
+/**
+ * For pen_edit: the unified diff the edit would make.
+ */
+diff?: string | null, };
+
+/**
+ * The client's answer to `pen/requestApproval`: an object with a known `decision` and at most
+ * a string `reason`, nothing else. Anything else fails to parse, and a failed answer is never
+ * an allow (fail closed): an array (`["allow"]`, which serde would take field by field), a
+ * string, `null`, an unknown decision or field, a `reason` that is not a string.
+ */
+export type ApprovalResponse = { decision: Decision, reason?: string, };
+
+/** The kind of a `pen/event`. */
+export type EventKind = EventBody['kind'];
+
+/** The kind of a `pen/getTranscript` entry. */
+export type EntryKind = EntryBody['kind'];
