@@ -65,6 +65,19 @@ impl ProviderFamily {
     }
 }
 
+/// The size of a text in quarter tokens: 1 per ASCII byte, 2 per other byte. Additive: the
+/// size of a concatenation is the sum of the sizes of its parts.
+pub(super) fn quarter_tokens(text: &[u8]) -> u64 {
+    // `is_ascii` checks a word at a time; most text takes only that pass.
+    let non_ascii = if text.is_ascii() {
+        0
+    } else {
+        text.iter().filter(|b| !b.is_ascii()).count() as u64
+    };
+    let ascii = text.len() as u64 - non_ascii;
+    ascii + 2 * non_ascii
+}
+
 /// A deterministic token estimate for one provider family.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenEstimator {
@@ -105,14 +118,14 @@ impl TokenEstimator {
     }
 
     fn quarter_tokens(text: &str) -> u64 {
-        // `is_ascii` checks a word at a time; most text takes only that pass.
-        let non_ascii = if text.is_ascii() {
-            0
-        } else {
-            text.bytes().filter(|b| !b.is_ascii()).count() as u64
-        };
-        let ascii = text.len() as u64 - non_ascii;
-        ascii + 2 * non_ascii
+        quarter_tokens(text.as_bytes())
+    }
+
+    /// A message's size in quarter tokens from its unframed size (`raw`, the quarter tokens of
+    /// its texts) and how many tool call or result blocks it frames: what
+    /// [`TokenEstimator::quarters`] gives for the message, without its text.
+    pub(super) fn framed(&self, raw: u64, tool_blocks: u64) -> u64 {
+        raw + 4 * self.family.message_overhead() + 4 * self.family.tool_overhead() * tool_blocks
     }
 
     /// The estimated tokens of a bare text (the system prompt).
@@ -147,7 +160,8 @@ impl TokenEstimator {
     }
 
     /// An assistant message, estimated from its parts (each call's id, name and arguments) so
-    /// the planner need not build it.
+    /// the planner need not build it. (The reference planner's; the planner keeps sizes.)
+    #[cfg(test)]
     pub(super) fn assistant<'a>(
         &self,
         text: &str,
@@ -173,7 +187,8 @@ impl TokenEstimator {
         self.message_quarters(text) + calls
     }
 
-    /// A tool result, estimated from its parts.
+    /// A tool result, estimated from its parts. (The reference planner's.)
+    #[cfg(test)]
     pub(super) fn tool_result(&self, call_id: &str, content: &str) -> u64 {
         self.scale(self.result_quarters(call_id, content))
     }
