@@ -23,6 +23,8 @@
 mod estimate;
 mod excerpt;
 mod history;
+#[cfg(test)]
+mod law_tests;
 mod planner;
 #[cfg(test)]
 mod reference;

@@ -80,8 +80,7 @@ struct Exchange {
     first_seq: u64,
     last_seq: u64,
     /// Opened by a group at the transcript's start, before any exchange: its seqs are those of
-    /// the record that ends the group (as the planner has always numbered it), so they are set
-    /// then, and records until then do not extend it.
+    /// the record that ends the group (as the planner has always numbered it), set then.
     provisional: bool,
     units: Vec<Unit>,
     /// The sum of its messages' sizes, and how many messages: a lower bound of its tokens at
@@ -258,9 +257,8 @@ impl Planner {
 
     /// Any record extends the current exchange to itself.
     fn extend_last(&mut self, seq: u64) {
-        if let Some(last) = self.exchanges.last_mut()
-            && !last.provisional
-        {
+        // (A provisional exchange's seqs are set anew when its group ends.)
+        if let Some(last) = self.exchanges.last_mut() {
             last.last_seq = seq;
         }
     }
