@@ -369,8 +369,43 @@ fn batch_is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
     })
 }
 
+/// The ceiling the estimate has always taken (`f64::ceil`), which `scale` computes faster.
+fn scaled_as_before(quarters: u64, ratio: f64) -> u64 {
+    (quarters as f64 * ratio / 4.0).ceil() as u64
+}
+
+/// Ratios `TokenEstimator::new` gives, and ratios only a hand-built estimator has.
+fn ratio_strategy() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        4 => 0.5f64..=4.0,
+        1 => prop::sample::select(vec![0.0, -1.0, 1e-310, 1e-300, 4.000_000_1, 1e20, f64::NAN, f64::INFINITY]),
+        1 => any::<f64>(),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// `scale` and `scale_sum` round exactly as `f64::ceil` did, whatever the sizes and ratio.
+    #[test]
+    fn the_fast_ceilings_are_the_ceiling(
+        sizes in prop::collection::vec(prop_oneof![
+            8 => 0u64..100_000,
+            1 => prop::sample::select(vec![0, 1, 3, 4, 5, (1 << 50) - 1, (1 << 53) - 1, 1 << 53, (1 << 53) + 1, 1 << 62, u64::MAX]),
+            1 => any::<u64>(),
+        ], 0..40),
+        ratio in ratio_strategy(),
+    ) {
+        let estimator = TokenEstimator { family: ProviderFamily::OpenAi, ratio };
+        for &size in &sizes {
+            prop_assert_eq!(estimator.scale(size), scaled_as_before(size, ratio), "{} at {}", size, ratio);
+        }
+        let summable: Vec<u64> = sizes.iter().copied().filter(|&s| s < estimate::SUM_SIZE_LIMIT).collect();
+        let as_f64: Vec<f64> = summable.iter().map(|&s| s as f64).collect();
+        if let Some(sum) = estimator.scale_sum(&as_f64) {
+            prop_assert_eq!(sum, summable.iter().map(|&s| scaled_as_before(s, ratio)).sum::<u64>());
+        }
+    }
 
     /// The law: plan after every push = the batch plan of the prefix, for every budget and
     /// ratio; the untouched messages too.

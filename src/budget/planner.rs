@@ -8,10 +8,10 @@
 //! estimate rounds every message up at the request's calibration ratio, which changes with
 //! every answer, so that sum cannot be kept as the records arrive.
 
-use super::estimate::quarter_tokens;
+use super::estimate::{SUM_SIZE_LIMIT, SUM_TOTAL_LIMIT, quarter_tokens};
 use super::{
-    Budget, BudgetError, POLICY_VERSION, Part, Plan, TokenEstimator, TrimReport, excerpt, invalid,
-    shrink,
+    Budget, BudgetError, POLICY_VERSION, Part, Plan, ProviderFamily, TokenEstimator, TrimReport,
+    excerpt, invalid, shrink,
 };
 use crate::providers::{Message, ReasoningBlock, ToolCall, ToolDefinition};
 use crate::transcript::{AssistantMessage, CallOutcome, Event, Item, Record, ToolResult};
@@ -26,9 +26,18 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Default)]
 pub struct Planner {
     exchanges: Vec<Exchange>,
-    /// The unframed size of every message of every exchange (in no particular order): what
-    /// `tokens_before` sums.
+    /// Each exchange's `(first_seq, last_seq)`, apart from the rest of it: the report lists
+    /// those of every dropped exchange.
+    spans: Vec<(u64, u64)>,
+    /// The unframed size of every message of every exchange (in no particular order).
     sizes: Vec<Size>,
+    /// The same sizes framed for each of `ProviderFamily::FRAMINGS`, as f64: what
+    /// `tokens_before` sums, in one vectorized pass (see `TokenEstimator::scale_sum`).
+    framed: [Vec<f64>; 2],
+    /// The total of each `framed` column, and how many sizes are over what that pass takes:
+    /// while any is, the sum is taken one size at a time.
+    framed_totals: [u64; 2],
+    oversized: usize,
     /// The group whose results are still arriving.
     open: Option<Open>,
     /// Every call id an answer made, and where its slot is.
@@ -77,10 +86,9 @@ struct LateSlot {
 /// transcript that does not start with a prompt has none.
 #[derive(Debug, Clone)]
 struct Exchange {
-    first_seq: u64,
-    last_seq: u64,
     /// Opened by a group at the transcript's start, before any exchange: its seqs are those of
     /// the record that ends the group (as the planner has always numbered it), set then.
+    /// (Its seqs are in [`Planner::spans`].)
     provisional: bool,
     units: Vec<Unit>,
     /// The sum of its messages' sizes, and how many messages: a lower bound of its tokens at
@@ -92,10 +100,8 @@ struct Exchange {
 }
 
 impl Exchange {
-    fn new(seq: u64, provisional: bool) -> Exchange {
+    fn new(provisional: bool) -> Exchange {
         Exchange {
-            first_seq: seq,
-            last_seq: seq,
             provisional,
             units: Vec::new(),
             raw: 0,
@@ -233,8 +239,7 @@ impl Planner {
             Item::ToolResult(result) => self.answer(seq, result)?,
             Item::UserPrompt { text } => {
                 self.close_open(seq);
-                self.exchanges.push(Exchange::new(seq, false));
-                let exchange = self.exchanges.len() - 1;
+                let exchange = self.new_exchange(seq, false);
                 let size = self.add_size(
                     exchange,
                     Size {
@@ -255,12 +260,25 @@ impl Planner {
         Ok(())
     }
 
+    fn new_exchange(&mut self, seq: u64, provisional: bool) -> usize {
+        self.exchanges.push(Exchange::new(provisional));
+        self.spans.push((seq, seq));
+        self.exchanges.len() - 1
+    }
+
     /// Any record extends the current exchange to itself.
     fn extend_last(&mut self, seq: u64) {
         // (A provisional exchange's seqs are set anew when its group ends.)
-        if let Some(last) = self.exchanges.last_mut() {
-            last.last_seq = seq;
+        if let Some(last) = self.spans.last_mut() {
+            last.1 = seq;
         }
+    }
+
+    /// The framed sizes of `size`, one per framing, and whether the vectorized sum takes it.
+    fn framings(size: Size) -> ([u64; 2], bool) {
+        let framed = ProviderFamily::FRAMINGS
+            .map(|family| TokenEstimator::new(family, 1.0).framed(size.raw, size.tool_blocks));
+        (framed, framed.iter().all(|&f| f < SUM_SIZE_LIMIT))
     }
 
     fn add_size(&mut self, exchange: usize, size: Size) -> usize {
@@ -268,6 +286,12 @@ impl Planner {
         totals.raw += size.raw;
         totals.tool_blocks += size.tool_blocks;
         totals.messages += 1;
+        let (framed, summable) = Self::framings(size);
+        for (column, value) in framed.into_iter().enumerate() {
+            self.framed[column].push(value as f64);
+            self.framed_totals[column] = self.framed_totals[column].saturating_add(value);
+        }
+        self.oversized += usize::from(!summable);
         self.sizes.push(size);
         self.sizes.len() - 1
     }
@@ -277,20 +301,40 @@ impl Planner {
         let old = std::mem::replace(&mut self.sizes[index], size);
         let totals = &mut self.exchanges[exchange];
         totals.raw = totals.raw - old.raw + size.raw;
+        let (old_framed, old_summable) = Self::framings(old);
+        let (framed, summable) = Self::framings(size);
+        for column in 0..framed.len() {
+            self.framed[column][index] = framed[column] as f64;
+            self.framed_totals[column] = self.framed_totals[column]
+                .saturating_sub(old_framed[column])
+                .saturating_add(framed[column]);
+        }
+        self.oversized = self.oversized - usize::from(!old_summable) + usize::from(!summable);
+    }
+
+    /// The sum of every message's tokens at the estimator's ratio.
+    fn all_tokens(&self, estimator: &TokenEstimator) -> u64 {
+        let column = estimator.family.framing();
+        let summable = self.oversized == 0 && self.framed_totals[column] < SUM_TOTAL_LIMIT;
+        summable
+            .then(|| estimator.scale_sum(&self.framed[column]))
+            .flatten()
+            .unwrap_or_else(|| {
+                (0..self.sizes.len())
+                    .map(|index| self.tokens(index, estimator))
+                    .sum()
+            })
     }
 
     /// An assistant record: a plain answer, or a group whose results follow.
     fn answered_by(&mut self, seq: u64, message: &AssistantMessage) -> Result<(), BudgetError> {
         if message.tool_calls.is_empty() {
-            let exchange = match self.exchanges.last_mut() {
+            let exchange = match self.spans.last_mut() {
                 Some(last) => {
-                    last.last_seq = last.last_seq.max(seq);
+                    last.1 = last.1.max(seq);
                     self.exchanges.len() - 1
                 }
-                None => {
-                    self.exchanges.push(Exchange::new(seq, false));
-                    0
-                }
+                None => self.new_exchange(seq, false),
             };
             let size = self.add_size(
                 exchange,
@@ -307,7 +351,7 @@ impl Planner {
             return Ok(());
         }
         if self.exchanges.is_empty() {
-            self.exchanges.push(Exchange::new(seq, true));
+            self.new_exchange(seq, true);
         }
         let exchange = self.exchanges.len() - 1;
         let unit = self.exchanges[exchange].units.len();
@@ -396,12 +440,12 @@ impl Planner {
             return;
         };
         let exchange = &mut self.exchanges[open.at.exchange];
+        let span = &mut self.spans[open.at.exchange];
         if exchange.provisional {
-            exchange.first_seq = seq;
-            exchange.last_seq = seq;
+            *span = (seq, seq);
             exchange.provisional = false;
         } else {
-            exchange.last_seq = exchange.last_seq.max(seq);
+            span.1 = span.1.max(seq);
         }
         let Some(group) = self.group_mut(open.at) else {
             return;
@@ -613,7 +657,7 @@ impl Planner {
     /// cuts applied). Fails, naming the entry, on a history no provider accepts.
     pub fn transcript_messages(&self) -> Result<Vec<Message>, BudgetError> {
         self.check()?;
-        let estimator = TokenEstimator::new(super::ProviderFamily::OpenAi, 1.0);
+        let estimator = TokenEstimator::new(ProviderFamily::OpenAi, 1.0);
         let mut out = Outbound {
             messages: Vec::new(),
             quarters: Vec::new(),
@@ -665,12 +709,7 @@ impl Planner {
             });
         };
         // Every message rounded up at this ratio: the one pass over the whole session.
-        let tokens_before = fixed
-            + self
-                .sizes
-                .iter()
-                .map(|size| estimator.scale(estimator.framed(size.raw, size.tool_blocks)))
-                .sum::<u64>();
+        let tokens_before = fixed + self.all_tokens(estimator);
 
         // (a) Excerpt the oldest groups of the newest exchange, never its latest two, until it fits.
         let newest_costs: Vec<u64> = newest
@@ -767,10 +806,7 @@ impl Planner {
             room -= total;
             keep_from -= 1;
         }
-        let dropped_exchanges: Vec<(u64, u64)> = older[..keep_from]
-            .iter()
-            .map(|x| (x.first_seq, x.last_seq))
-            .collect();
+        let dropped_exchanges: Vec<(u64, u64)> = self.spans[..keep_from].to_vec();
 
         let mut out = Outbound {
             messages: Vec::new(),
