@@ -77,9 +77,6 @@ impl ProviderFamily {
     }
 }
 
-/// The largest size [`TokenEstimator::scale_sum`] takes (its products stay below 2^51).
-pub(super) const SUM_SIZE_LIMIT: u64 = 1 << 50;
-
 /// The largest total of the sizes [`TokenEstimator::scale_sum`] takes (its sums of ceilings
 /// stay integers below 2^53).
 pub(super) const SUM_TOTAL_LIMIT: u64 = 1 << 51;
@@ -155,24 +152,25 @@ impl TokenEstimator {
         (raw_quarter_tokens as f64 * self.ratio / 4.0).ceil() as u64
     }
 
-    /// The sum of [`TokenEstimator::scale`] over many sizes, given as f64 (each below
-    /// [`SUM_SIZE_LIMIT`], their total below [`SUM_TOTAL_LIMIT`]); `None` for a ratio set by
-    /// hand outside `0..=4`, which the caller sums one by one.
+    /// The sum of [`TokenEstimator::scale`] over many sizes (their total below
+    /// [`SUM_TOTAL_LIMIT`]); `None` for a ratio set by hand outside `0..=4`, which the caller
+    /// sums one by one.
     ///
     /// The planner sums every message of the session for each request, so this is written
-    /// for the vector unit: four lanes of f64 adds, and a ceiling without conversions (adding
-    /// and taking away 2^52 rounds a value below 2^51 to the nearest integer). It gives
-    /// exactly what `scale` gives: `size × (ratio × ¼)` is `size × ratio ÷ 4` bit for bit (a
-    /// power-of-two factor never rounds), every product is below 2^51, and every partial sum
-    /// is an integer below 2^53.
-    pub(super) fn scale_sum(&self, sizes: &[f64]) -> Option<u64> {
+    /// for the vector unit (and for memory: 4 bytes a message): four lanes of f64 adds, and a
+    /// ceiling without float-to-integer conversions (adding and taking away 2^52 rounds a
+    /// value below 2^51 to the nearest integer). It gives exactly what `scale` gives: a u32 is
+    /// an f64 exactly, `size × (ratio × ¼)` is `size × ratio ÷ 4` bit for bit (a power-of-two
+    /// factor never rounds), every product is below 2^32, and every partial sum is an integer
+    /// below 2^53.
+    pub(super) fn scale_sum(&self, sizes: &[u32]) -> Option<u64> {
         const TWO_52: f64 = (1u64 << 52) as f64;
         if !(1e-300..=4.0).contains(&self.ratio) {
             return None;
         }
         let quarter_ratio = self.ratio * 0.25;
-        let ceil = |size: f64| {
-            let tokens = size * quarter_ratio;
+        let ceil = |size: u32| {
+            let tokens = f64::from(size) * quarter_ratio;
             let nearest = (tokens + TWO_52) - TWO_52;
             nearest + if nearest < tokens { 1.0 } else { 0.0 }
         };

@@ -8,7 +8,7 @@
 //! estimate rounds every message up at the request's calibration ratio, which changes with
 //! every answer, so that sum cannot be kept as the records arrive.
 
-use super::estimate::{SUM_SIZE_LIMIT, SUM_TOTAL_LIMIT, quarter_tokens};
+use super::estimate::{SUM_TOTAL_LIMIT, quarter_tokens};
 use super::{
     Budget, BudgetError, POLICY_VERSION, Part, Plan, ProviderFamily, TokenEstimator, TrimReport,
     excerpt, invalid, shrink,
@@ -31,9 +31,10 @@ pub struct Planner {
     spans: Vec<(u64, u64)>,
     /// The unframed size of every message of every exchange (in no particular order).
     sizes: Vec<Size>,
-    /// The same sizes framed for each of `ProviderFamily::FRAMINGS`, as f64: what
-    /// `tokens_before` sums, in one vectorized pass (see `TokenEstimator::scale_sum`).
-    framed: [Vec<f64>; 2],
+    /// The same sizes framed for each of `ProviderFamily::FRAMINGS`: what `tokens_before`
+    /// sums, in one vectorized pass (see `TokenEstimator::scale_sum`). A size over `u32::MAX`
+    /// is 0 here and counted in `oversized`.
+    framed: [Vec<u32>; 2],
     /// The total of each `framed` column, and how many sizes are over what that pass takes:
     /// while any is, the sum is taken one size at a time.
     framed_totals: [u64; 2],
@@ -278,7 +279,7 @@ impl Planner {
     fn framings(size: Size) -> ([u64; 2], bool) {
         let framed = ProviderFamily::FRAMINGS
             .map(|family| TokenEstimator::new(family, 1.0).framed(size.raw, size.tool_blocks));
-        (framed, framed.iter().all(|&f| f < SUM_SIZE_LIMIT))
+        (framed, framed.iter().all(|&f| u32::try_from(f).is_ok()))
     }
 
     fn add_size(&mut self, exchange: usize, size: Size) -> usize {
@@ -288,7 +289,7 @@ impl Planner {
         totals.messages += 1;
         let (framed, summable) = Self::framings(size);
         for (column, value) in framed.into_iter().enumerate() {
-            self.framed[column].push(value as f64);
+            self.framed[column].push(u32::try_from(value).unwrap_or(0));
             self.framed_totals[column] = self.framed_totals[column].saturating_add(value);
         }
         self.oversized += usize::from(!summable);
@@ -304,7 +305,7 @@ impl Planner {
         let (old_framed, old_summable) = Self::framings(old);
         let (framed, summable) = Self::framings(size);
         for column in 0..framed.len() {
-            self.framed[column][index] = framed[column] as f64;
+            self.framed[column][index] = u32::try_from(framed[column]).unwrap_or(0);
             self.framed_totals[column] = self.framed_totals[column]
                 .saturating_sub(old_framed[column])
                 .saturating_add(framed[column]);
