@@ -135,17 +135,18 @@ fn median(mut times: Vec<Duration>) -> Duration {
 /// Plans per size in the incremental series.
 const PLAN_RUNS: usize = 31;
 
-/// The incremental series: per-plan cost as the session grows, beside the batch plan.
+/// The incremental series: per-plan cost as the session grows, beside the batch plan. Each
+/// plan is timed from cold caches (as after a provider round trip) and again at once (warm).
 fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
     // About 30 older exchanges and the newest fit: every size is over it.
     let budget = Budget {
         max_input_tokens: 32_000,
     };
     println!(
-        "\nincremental: entries   plan (median of 31, best)   batch plan (median of 5)   batch ÷ plan   push µs/record   request"
+        "\nincremental planner, {PLAN_RUNS} plans a size (median; best)\n\
+         entries   cold plan            warm plan            batch plan (median of 5)   push µs/record   request"
     );
-    let mut first: Option<Duration> = None;
-    let mut last = Duration::ZERO;
+    let mut rows: Vec<[Duration; 4]> = Vec::new();
     for size in [1_000, 10_000, 50_000] {
         let records = growing_session(size);
         let started = Instant::now();
@@ -154,18 +155,20 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
             planner.push(record);
         }
         let push = started.elapsed();
-        let mut times = Vec::new();
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
         let mut shape = String::new();
         for run in 0..PLAN_RUNS {
             // Each request of a turn is calibrated by the answer before it.
             let estimator =
                 TokenEstimator::new(ProviderFamily::Anthropic, 1.1 + run as f64 / 1_000.0);
-            if std::env::var_os("WARM").is_none() {
-                evict_caches(flush);
-            }
+            evict_caches(flush);
             let started = Instant::now();
             let planned = planner.plan("system", tools, budget, &estimator);
-            times.push(started.elapsed());
+            cold.push(started.elapsed());
+            let started = Instant::now();
+            let again = planner.plan("system", tools, budget, &estimator);
+            warm.push(started.elapsed());
+            assert_eq!(planned, again);
             match planned {
                 Ok(plan) => {
                     let report = plan
@@ -181,8 +184,13 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
                 Err(err) => panic!("{size} entries: {err}"),
             }
         }
-        let best = *times.iter().min().unwrap_or(&Duration::ZERO);
-        let incremental = median(times);
+        let best = |times: &[Duration]| times.iter().min().copied().unwrap_or_default();
+        let figures = [
+            median(cold.clone()),
+            best(&cold),
+            median(warm.clone()),
+            best(&warm),
+        ];
         let mut batch_times = Vec::new();
         for run in 0..5 {
             let estimator =
@@ -194,21 +202,27 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
             std::hint::black_box(planned.ok());
         }
         let batch = median(batch_times);
+        let micros = |d: Duration| d.as_secs_f64() * 1e6;
         println!(
-            "{size:>20}   {:>8.1} µs, {:>6.1} µs   {:>14.3} ms          {:>8.0}×   {:>14.2}   {shape}",
-            incremental.as_secs_f64() * 1e6,
-            best.as_secs_f64() * 1e6,
+            "{size:>7}   {:>6.1} µs; {:>6.1} µs   {:>6.1} µs; {:>6.1} µs   {:>10.3} ms ({:>4.0}× cold)    {:>8.2}      {shape}",
+            micros(figures[0]),
+            micros(figures[1]),
+            micros(figures[2]),
+            micros(figures[3]),
             batch.as_secs_f64() * 1e3,
-            batch.as_secs_f64() / incremental.as_secs_f64(),
+            batch.as_secs_f64() / figures[0].as_secs_f64(),
             push.as_secs_f64() * 1e6 / size as f64,
         );
-        first.get_or_insert(incremental);
-        last = incremental;
+        rows.push(figures);
     }
-    if let Some(first) = first {
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        let ratio = |i: usize| last[i].as_secs_f64() / first[i].as_secs_f64();
         println!(
-            "incremental plan at 50,000 entries ÷ at 1,000: {:.2}× (target ≤ 2×)",
-            last.as_secs_f64() / first.as_secs_f64()
+            "50,000 ÷ 1,000 entries (target ≤ 2×): cold {:.2}× (best {:.2}×), warm {:.2}× (best {:.2}×)",
+            ratio(0),
+            ratio(1),
+            ratio(2),
+            ratio(3)
         );
     }
 }
