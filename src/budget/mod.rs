@@ -1,13 +1,16 @@
 //! The prompt budget, policy version 3 (SPEC §6): from the durable transcript to the
 //! messages of one provider request that fit the model's input budget.
 //!
-//! **API boundary.** Plain Rust, no I/O, no clock: [`plan`] takes the session's entries, the
+//! **API boundary.** Plain Rust, no I/O, no clock. A session keeps a [`Planner`] (or the
+//! [`History`] that wraps it) and pushes it each record it commits; [`Planner::plan`] takes the
 //! fixed parts of the request (system prompt, tool definitions), a [`Budget`] and a
-//! [`TokenEstimator`], and returns a [`Plan`] or a [`BudgetError`]. The caller sends the plan's
-//! messages and records its [`TrimReport`].
+//! [`TokenEstimator`], and returns a [`Plan`] or a [`BudgetError`]. [`plan`] does the same from
+//! a whole transcript at once. The caller sends the plan's messages and records its
+//! [`TrimReport`].
 //!
 //! **Invariants.**
-//! - Same entries, fixed parts, budget and estimator ⇒ byte-identical plan.
+//! - Same entries, fixed parts, budget and estimator ⇒ byte-identical plan, whether the
+//!   records were pushed one by one with plans between or all at once (the planner's law).
 //! - An inconsistent history (a call without a result, a result without its call, a repeated
 //!   call id, results out of call order) is refused before any compaction, naming the entry.
 //!   A late answer is not an inconsistency: a result for a call whose group ended without it
