@@ -539,3 +539,46 @@ fn a_shrink_after_its_result_changes_the_earlier_group() {
         "{content}"
     );
 }
+
+/// A ratio outside what `TokenEstimator::new` allows (built by hand) takes the one-by-one sum of
+/// `tokens_before`: the same plan as the batch's.
+#[test]
+fn a_hand_built_ratio_sums_message_by_message() {
+    let entries = transcript(&[
+        Op::Prompt(40),
+        Op::Calls {
+            count: 2,
+            repeat: None,
+            model: 0,
+            usage: None,
+            results: vec![(3_000, 0), (900, 1)],
+        },
+        Op::Answer,
+        Op::Prompt(10),
+        Op::Calls {
+            count: 1,
+            repeat: None,
+            model: 0,
+            usage: None,
+            results: vec![(200, 0)],
+        },
+    ]);
+    let mut planner = Planner::new();
+    for entry in &entries {
+        planner.push(&entry.record());
+    }
+    for ratio in [4.5, 1e-310] {
+        let estimator = TokenEstimator {
+            family: ProviderFamily::Bedrock,
+            ratio,
+        };
+        for max_input_tokens in [300, 3_000] {
+            let budget = Budget { max_input_tokens };
+            assert_eq!(
+                planner.plan(SYSTEM, &tools(), budget, &estimator),
+                reference::plan(&entries, SYSTEM, &tools(), budget, &estimator),
+                "{ratio} {max_input_tokens}"
+            );
+        }
+    }
+}
