@@ -1,13 +1,19 @@
-//! Prompt-budget planning time for transcripts of 100 to 100,000 entries, and how it grows:
-//! the planner should be linear, and plan 10,000 entries in under 10 ms. Every run starts with
-//! the CPU caches evicted, so all sizes are measured the same way (from memory).
+//! Prompt-budget planning time. Every run starts with the CPU caches evicted, so all sizes are
+//! measured the same way (from memory). `cargo bench --bench budget`.
 //!
-//! Half of each transcript is older exchanges (some dropped), half the newest exchange (its
-//! old groups excerpted), so every step of the policy runs. `cargo bench --bench budget`.
+//! 1. The batch planner (`budget::plan`: every record pushed, then one plan) over transcripts
+//!    of 100 to 100,000 entries, and how it grows: it should be linear, and plan 10,000
+//!    entries in under 10 ms. Half of each transcript is older exchanges (some dropped), half
+//!    the newest exchange (its old groups excerpted), so every step of the policy runs.
+//! 2. The incremental planner (`budget::Planner`, as a session keeps it) at 1,000, 10,000 and
+//!    50,000 entries under a budget every size is over: the same request (the newest exchange
+//!    and the older exchanges that fit), only the session grows. Each plan uses a new
+//!    calibration ratio, as each request of a turn does. Target: 50k ÷ 1k ≤ 2×.
 
-use pen::budget::{Budget, ProviderFamily, TokenEstimator, plan};
+use pen::budget::{Budget, Planner, ProviderFamily, TokenEstimator, plan};
 use pen::providers::ToolDefinition;
 use pen::session::{Entry, EntryKind};
+use pen::transcript::Record;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -73,12 +79,165 @@ fn evict_caches(buffer: &mut [u8]) {
     std::hint::black_box(&buffer);
 }
 
+/// Older exchanges of a prompt and four call/result pairs, then a newest exchange of 40 pairs:
+/// the session grows in older exchanges only.
+fn growing_session(entries: usize) -> Vec<Record> {
+    let result = "fn main() { println!(\"hello\"); }\n".repeat(30);
+    let mut out: Vec<Entry> = Vec::with_capacity(entries);
+    let push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
+        let seq = out.len() as u64 + 1;
+        out.push(Entry {
+            seq,
+            kind,
+            turn_id: None,
+            payload,
+            created_at: 0,
+        });
+    };
+    const NEWEST: usize = 1 + 40 * 2;
+    let mut call = 0;
+    while out.len() < entries {
+        let in_newest = out.len() >= entries - NEWEST;
+        let opens_exchange = if in_newest {
+            out.len() == entries - NEWEST
+        } else {
+            out.len() % 9 == 0
+        };
+        if opens_exchange {
+            push(
+                &mut out,
+                EntryKind::UserPrompt,
+                json!({"text": "next task"}),
+            );
+            continue;
+        }
+        call += 1;
+        let id = format!("call_{call}");
+        push(
+            &mut out,
+            EntryKind::AssistantMessage,
+            json!({"text": "", "tool_calls": [{"id": id, "name": "pen_read", "arguments": "{\"path\":\"src/main.rs\"}"}]}),
+        );
+        push(
+            &mut out,
+            EntryKind::ToolResult,
+            json!({"call_id": id, "content": result, "is_error": false}),
+        );
+    }
+    out.iter().map(Entry::record).collect()
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Plans per size in the incremental series.
+const PLAN_RUNS: usize = 31;
+
+/// The incremental series: per-plan cost as the session grows, beside the batch plan. Each
+/// plan is timed from cold caches (as after a provider round trip) and again at once (warm).
+fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
+    // About 30 older exchanges and the newest fit: every size is over it.
+    let budget = Budget {
+        max_input_tokens: 32_000,
+    };
+    println!(
+        "\nincremental planner, {PLAN_RUNS} plans a size (median; best)\n\
+         entries   cold plan            warm plan            batch plan (median of 5)   push µs/record   request"
+    );
+    let mut rows: Vec<[Duration; 4]> = Vec::new();
+    for size in [1_000, 10_000, 50_000] {
+        let records = growing_session(size);
+        let started = Instant::now();
+        let mut planner = Planner::new();
+        for record in &records {
+            planner.push(record);
+        }
+        let push = started.elapsed();
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        let mut shape = String::new();
+        for run in 0..PLAN_RUNS {
+            // Each request of a turn is calibrated by the answer before it.
+            let estimator =
+                TokenEstimator::new(ProviderFamily::Anthropic, 1.1 + run as f64 / 1_000.0);
+            evict_caches(flush);
+            let started = Instant::now();
+            let planned = planner.plan("system", tools, budget, &estimator);
+            cold.push(started.elapsed());
+            let started = Instant::now();
+            let again = planner.plan("system", tools, budget, &estimator);
+            warm.push(started.elapsed());
+            assert_eq!(planned, again);
+            match planned {
+                Ok(plan) => {
+                    let report = plan
+                        .report
+                        .unwrap_or_else(|| panic!("{size}: not at the budget"));
+                    shape = format!(
+                        "{} messages, {} tokens; {} exchanges dropped",
+                        plan.messages.len(),
+                        plan.estimated_tokens,
+                        report.dropped_exchanges.len()
+                    );
+                }
+                Err(err) => panic!("{size} entries: {err}"),
+            }
+        }
+        let best = |times: &[Duration]| times.iter().min().copied().unwrap_or_default();
+        let figures = [
+            median(cold.clone()),
+            best(&cold),
+            median(warm.clone()),
+            best(&warm),
+        ];
+        let mut batch_times = Vec::new();
+        for run in 0..5 {
+            let estimator =
+                TokenEstimator::new(ProviderFamily::Anthropic, 1.1 + run as f64 / 1_000.0);
+            evict_caches(flush);
+            let started = Instant::now();
+            let planned = plan(&records, "system", tools, budget, &estimator);
+            batch_times.push(started.elapsed());
+            std::hint::black_box(planned.ok());
+        }
+        let batch = median(batch_times);
+        let micros = |d: Duration| d.as_secs_f64() * 1e6;
+        println!(
+            "{size:>7}   {:>6.1} µs; {:>6.1} µs   {:>6.1} µs; {:>6.1} µs   {:>10.3} ms ({:>4.0}× cold)    {:>8.2}      {shape}",
+            micros(figures[0]),
+            micros(figures[1]),
+            micros(figures[2]),
+            micros(figures[3]),
+            batch.as_secs_f64() * 1e3,
+            batch.as_secs_f64() / figures[0].as_secs_f64(),
+            push.as_secs_f64() * 1e6 / size as f64,
+        );
+        rows.push(figures);
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        let ratio = |i: usize| last[i].as_secs_f64() / first[i].as_secs_f64();
+        println!(
+            "50,000 ÷ 1,000 entries (target ≤ 2×): cold {:.2}× (best {:.2}×), warm {:.2}× (best {:.2}×)",
+            ratio(0),
+            ratio(1),
+            ratio(2),
+            ratio(3)
+        );
+    }
+}
+
 fn main() {
     let tools = vec![ToolDefinition {
         name: "pen_read".into(),
         description: "Read a file.".into(),
         input_schema: json!({"type": "object"}),
     }];
+    let mut flush = vec![0u8; FLUSH_BYTES];
+    if std::env::args().any(|arg| arg == "incremental") {
+        incremental(&tools, &mut flush);
+        return;
+    }
     let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.1);
     let mut previous: Option<Duration> = None;
     println!(
@@ -86,8 +245,10 @@ fn main() {
     );
     for size in SIZES {
         let entries = transcript(size);
+        // Typed once, as the session store reads them (not timed): the planner reads records.
+        let records: Vec<Record> = entries.iter().map(Entry::record).collect();
         let untouched = plan(
-            &entries,
+            &records,
             "system",
             &tools,
             Budget {
@@ -106,11 +267,10 @@ fn main() {
         };
         let mut times = Vec::new();
         let mut report = None;
-        let mut flush = vec![0u8; FLUSH_BYTES];
         for _ in 0..5 {
             evict_caches(&mut flush);
             let started = Instant::now();
-            let planned = plan(&entries, "system", &tools, budget, &estimator);
+            let planned = plan(&records, "system", &tools, budget, &estimator);
             times.push(started.elapsed());
             report = match planned {
                 Ok(plan) => plan.report,
@@ -149,4 +309,5 @@ fn main() {
         );
         previous = Some(median);
     }
+    incremental(&tools, &mut flush);
 }

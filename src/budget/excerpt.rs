@@ -3,8 +3,12 @@
 //!
 //! Every field is a JSON string literal (escaped), so text inside a result cannot close the
 //! quotation or pass itself off as the excerpt's own label.
+//!
+//! An excerpt is built from pieces (the group's words, the opening label, each call's head and
+//! result) whose sizes the planner keeps as records arrive, so it knows what an excerpt costs
+//! without building the excerpts it will not send.
 
-use super::{Answered, Group};
+use super::estimate::quarter_tokens;
 use crate::limits::{EXCERPT_ARGUMENT_BYTES, EXCERPT_RESULT_BYTES};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -65,36 +69,77 @@ fn push_quoted(out: &mut Vec<u8>, text: &str) {
     let _ = serde_json::to_writer(&mut *out, text);
 }
 
-fn push_call_excerpt(out: &mut Vec<u8>, answered: &Answered<'_>) {
-    let outcome = match (&answered.status, answered.is_error) {
+/// The call half of a call's excerpt: its name, id and bounded arguments.
+pub(super) fn push_call_head(out: &mut Vec<u8>, name: &str, id: &str, arguments: &str) {
+    out.extend_from_slice(b"tool: ");
+    push_quoted(out, name);
+    out.extend_from_slice(b"\ncall_id: ");
+    push_quoted(out, id);
+    out.extend_from_slice(b"\narguments: ");
+    out.extend_from_slice(bounded_arguments(arguments).as_bytes());
+}
+
+/// The result half of a call's excerpt: the outcome word (`done`, `denied`…; from the error
+/// flag when none was recorded) and the head of the content.
+pub(super) fn push_call_result(
+    out: &mut Vec<u8>,
+    content: &str,
+    is_error: bool,
+    status: Option<&str>,
+) {
+    let outcome = match (status, is_error) {
         (Some(status), _) => status,
         (None, true) => "error",
         (None, false) => "done",
     };
-    out.extend_from_slice(b"tool: ");
-    push_quoted(out, answered.call.name);
-    out.extend_from_slice(b"\ncall_id: ");
-    push_quoted(out, answered.call.id);
-    out.extend_from_slice(b"\narguments: ");
-    out.extend_from_slice(bounded_arguments(answered.call.arguments).as_bytes());
     out.extend_from_slice(b"\nresult (");
     out.extend_from_slice(outcome.as_bytes());
     out.extend_from_slice(b"): ");
-    push_quoted(out, &cut(&answered.content, EXCERPT_RESULT_BYTES));
+    push_quoted(out, &cut(content, EXCERPT_RESULT_BYTES));
 }
 
-/// The excerpt of a whole group: the assistant's own words, then each call in order.
-pub(super) fn group_text(group: &Group<'_>) -> String {
-    let mut text: Vec<u8> = Vec::with_capacity(OPENING.len() + group.calls.len() * 1_024);
-    if !group.text.is_empty() {
-        text.extend_from_slice(group.text.as_bytes());
-        text.extend_from_slice(b"\n\n");
+/// The size in quarter tokens of what `push` appends.
+pub(super) fn piece_quarters(push: impl FnOnce(&mut Vec<u8>)) -> u64 {
+    let mut out = Vec::new();
+    push(&mut out);
+    quarter_tokens(&out)
+}
+
+/// The size in quarter tokens of a group's excerpt, from its words and the sizes of its calls'
+/// pieces (head and result, each as [`piece_quarters`] gives): the same as
+/// `quarter_tokens(group_text(..))`, since the estimate counts bytes.
+pub(super) fn group_quarters(text: &str, pieces: impl Iterator<Item = u64>) -> u64 {
+    let words = if text.is_empty() {
+        0
+    } else {
+        quarter_tokens(text.as_bytes()) + 2
+    };
+    // Each call opens with a newline.
+    words + quarter_tokens(OPENING.as_bytes()) + pieces.map(|piece| 1 + piece).sum::<u64>()
+}
+
+/// The excerpt of a whole group: the assistant's own words, then each call in order, each
+/// written by `push_call` (its head, then its result).
+pub(super) fn group_text<C>(
+    text: &str,
+    calls: &[C],
+    mut push_call: impl FnMut(&mut Vec<u8>, &C),
+) -> String {
+    let mut out: Vec<u8> = Vec::with_capacity(OPENING.len() + calls.len() * 1_024);
+    if !text.is_empty() {
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(b"\n\n");
     }
-    text.extend_from_slice(OPENING.as_bytes());
-    for answered in &group.calls {
-        text.push(b'\n');
-        push_call_excerpt(&mut text, answered);
+    out.extend_from_slice(OPENING.as_bytes());
+    for call in calls {
+        out.push(b'\n');
+        push_call(&mut out, call);
     }
     // Built from str pieces and serde_json's (UTF-8) output: always valid.
-    String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The note's size in quarter tokens.
+pub(super) fn omitted_note_quarters() -> u64 {
+    quarter_tokens(OMITTED_NOTE.as_bytes())
 }

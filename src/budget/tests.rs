@@ -2,6 +2,9 @@
 //! them), and property tests over random valid transcripts and budgets.
 
 use super::*;
+use crate::providers::ToolCall;
+use crate::session::EntryKind;
+use crate::transcript::Record;
 use expect_test::{Expect, expect};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -13,6 +16,11 @@ struct Transcript {
 }
 
 impl Transcript {
+    /// The entries as the planner reads them.
+    fn records(&self) -> Vec<Record> {
+        self.entries.iter().map(Entry::record).collect()
+    }
+
     fn push(mut self, kind: EntryKind, payload: Value) -> Self {
         let seq = self.entries.len() as u64 + 1;
         self.entries.push(Entry {
@@ -119,7 +127,13 @@ fn render(result: &Result<Plan, BudgetError>) -> String {
 
 fn check(transcript: &Transcript, system: &str, max_input_tokens: u64, expected: Expect) {
     let budget = Budget { max_input_tokens };
-    let result = plan(&transcript.entries, system, &schema(), budget, &estimator());
+    let result = plan(
+        &transcript.records(),
+        system,
+        &schema(),
+        budget,
+        &estimator(),
+    );
     expected.assert_eq(&render(&result));
 }
 
@@ -407,7 +421,7 @@ fn late_answers_complete_the_group_they_belong_to() {
         .calls("", &[("c", "pen_read", "{}")])
         .result("b", "late B", true, "not_executed")
         .result("c", "C", false, "done");
-    let messages = transcript_messages(&transcript.entries).expect("repaired");
+    let messages = transcript_messages(&transcript.records()).expect("repaired");
     let order: Vec<String> = messages
         .iter()
         .map(|message| match message {
@@ -437,7 +451,7 @@ fn late_answers_complete_the_group_they_belong_to() {
         .result("a", "A", false, "done")
         .user("again");
     assert_eq!(
-        transcript_messages(&unanswered.entries)
+        transcript_messages(&unanswered.records())
             .expect_err("b has no result")
             .to_string(),
         "entry 6 follows tool call b (entry 2) that has no result; the session history is inconsistent"
@@ -584,10 +598,11 @@ proptest! {
         let estimator = TokenEstimator::new(ProviderFamily::Anthropic, ratio);
         let budget = Budget { max_input_tokens };
         let tools = schema();
-        let first = plan(&transcript.entries, SYSTEM, &tools, budget, &estimator);
-        let again = plan(&transcript.entries, SYSTEM, &tools, budget, &estimator);
+        let records = transcript.records();
+        let first = plan(&records, SYSTEM, &tools, budget, &estimator);
+        let again = plan(&records, SYSTEM, &tools, budget, &estimator);
         prop_assert_eq!(&first, &again);
-        let untouched = transcript_messages(&transcript.entries).unwrap();
+        let untouched = transcript_messages(&transcript.records()).unwrap();
         match first {
             Ok(plan) => {
                 let fixed = estimator.text(SYSTEM) + estimator.tools(&tools);
@@ -672,7 +687,8 @@ proptest! {
                 last.payload["tool_calls"][0]["id"] = id;
             }
         }
-        let result = plan(&entries, SYSTEM, &schema(), Budget { max_input_tokens: 1_000_000 }, &estimator());
+        let records: Vec<Record> = entries.iter().map(Entry::record).collect();
+        let result = plan(&records, SYSTEM, &schema(), Budget { max_input_tokens: 1_000_000 }, &estimator());
         prop_assert!(matches!(result, Err(BudgetError::InvalidHistory { .. })), "{:?}", result);
     }
 }
@@ -699,7 +715,7 @@ fn excerpts_cut_unicode_on_character_boundaries_and_quote_what_they_hold() {
         .read("r1", &"z".repeat(2_000))
         .read("r2", &"z".repeat(2_000));
     let plan = plan(
-        &transcript.entries,
+        &transcript.records(),
         SYSTEM,
         &schema(),
         Budget {

@@ -1,0 +1,205 @@
+//! What the loop asks of a session's history besides the plan, kept as records are committed:
+//! the call ids used so far, the newest large results not yet cut (for the context-window
+//! recovery), the calibration and the rejected sizes per model, and the last trimming report.
+//!
+//! Each answer is the one the loop got by rescanning the transcript before every request; here
+//! [`History::push`] costs O(the record) and each query O(1) or O(its answer).
+
+use super::{Budget, BudgetError, Plan, Planner, ProviderFamily, SHRUNK_HEAD_BYTES};
+use super::{TokenEstimator, TrimReport};
+use crate::providers::{ToolCall, ToolDefinition};
+use crate::transcript::{Event, Item, Record};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeSet;
+
+/// A session's history as the loop reads it: the [`Planner`] and the answers it asks for
+/// between requests. Push every committed record of the session, in order, once.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    planner: Planner,
+    /// Every call id an answer, a call or a result used.
+    used_ids: FxHashSet<String>,
+    /// The results after each assistant message until the next one, for the recovery's
+    /// "newest large group".
+    runs: Vec<Run>,
+    /// The runs with a large result not yet cut.
+    runs_with_large: BTreeSet<usize>,
+    /// The runs each large result's call id appears in (once per result).
+    large_ids: FxHashMap<String, Vec<usize>>,
+    /// Per model, the reported and estimated input tokens of its newest answer with both.
+    calibration: FxHashMap<String, (u64, u64)>,
+    /// Per model, the smallest estimate it rejected as over its context window.
+    rejected: FxHashMap<String, u64>,
+    last_trim: Option<TrimReport>,
+}
+
+/// The results that follow one assistant message.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    /// The call ids of its results over [`SHRUNK_HEAD_BYTES`], in order.
+    large: Vec<String>,
+    /// How many of them are not cut yet.
+    uncut: usize,
+}
+
+impl History {
+    pub fn new() -> History {
+        History::default()
+    }
+
+    /// A history of these records, pushed in order.
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a Record>) -> History {
+        let mut history = History::new();
+        for record in records {
+            history.push(record);
+        }
+        history
+    }
+
+    /// Takes one newly committed record: O(the record).
+    pub fn push(&mut self, record: &Record) {
+        // New cuts first, so the planner's set is the one this reads.
+        if let Item::Event(Event::ResultsShrunk { call_ids, .. }) = &record.item {
+            let mut cut_now: FxHashSet<&str> = FxHashSet::default();
+            for id in call_ids {
+                if self.planner.is_shrunk(id) || !cut_now.insert(id) {
+                    continue;
+                }
+                for &run in self.large_ids.get(id).into_iter().flatten() {
+                    let run_state = &mut self.runs[run];
+                    run_state.uncut -= 1;
+                    if run_state.uncut == 0 {
+                        self.runs_with_large.remove(&run);
+                    }
+                }
+            }
+        }
+        self.planner.push(record);
+        self.used_ids
+            .extend(record.item.call_ids().into_iter().map(str::to_string));
+        match &record.item {
+            Item::AssistantMessage(message) => {
+                self.runs.push(Run::default());
+                if let (Some(model), Some(usage), Some(estimated)) = (
+                    &message.model,
+                    message.usage,
+                    message.estimated_input_tokens,
+                ) && usage.input_tokens > 0
+                    && estimated > 0
+                {
+                    self.calibration
+                        .insert(model.clone(), (usage.input_tokens, estimated));
+                }
+            }
+            Item::ToolResult(result) if result.content.len() > SHRUNK_HEAD_BYTES => {
+                // Results before any assistant message belong to no group.
+                let Some(run) = self.runs.len().checked_sub(1) else {
+                    return;
+                };
+                let run_state = &mut self.runs[run];
+                run_state.large.push(result.call_id.clone());
+                self.large_ids
+                    .entry(result.call_id.clone())
+                    .or_default()
+                    .push(run);
+                if !self.planner.is_shrunk(&result.call_id) {
+                    run_state.uncut += 1;
+                    self.runs_with_large.insert(run);
+                }
+            }
+            Item::Event(Event::ContextWindowRejected {
+                model,
+                estimated_tokens,
+                ..
+            }) => {
+                let smallest = self.rejected.entry(model.clone()).or_insert(u64::MAX);
+                *smallest = (*smallest).min(*estimated_tokens);
+            }
+            Item::Event(Event::ContextTrimmed(report)) => self.last_trim = Some(report.clone()),
+            _ => {}
+        }
+    }
+
+    pub fn planner(&self) -> &Planner {
+        &self.planner
+    }
+
+    /// [`Planner::plan`] of the records pushed so far.
+    pub fn plan(
+        &self,
+        system: &str,
+        tools: &[ToolDefinition],
+        budget: Budget,
+        estimator: &TokenEstimator,
+    ) -> Result<Plan, BudgetError> {
+        self.planner.plan(system, tools, budget, estimator)
+    }
+
+    /// The call ids of the newest group of tool results (the results after one assistant
+    /// message) that has a result over [`SHRUNK_HEAD_BYTES`] not already cut, for the
+    /// context-window recovery step. O(the group).
+    pub fn newest_large_group(&self) -> Option<Vec<String>> {
+        let run = &self.runs[*self.runs_with_large.last()?];
+        Some(
+            run.large
+                .iter()
+                .filter(|id| !self.planner.is_shrunk(id))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Gives every call of a new answer an id no earlier entry of the session and no earlier
+    /// call of the answer uses. The planner refuses a history with a repeated call id (its
+    /// results could not be told apart), so an answer that repeats one, from a hostile model or
+    /// a local server that numbers its calls per answer, would otherwise make every later
+    /// request of the session fail. The first use of an id keeps it: the id only pairs a call
+    /// with its result in pen's own requests, so a replacement changes nothing the model
+    /// relies on. Returns how many were replaced. O(the calls).
+    pub fn make_call_ids_unique(&self, calls: &mut [ToolCall]) -> usize {
+        let mut fresh: FxHashSet<String> = FxHashSet::default();
+        let mut replaced = 0;
+        for call in calls {
+            if call.id.is_empty()
+                || self.used_ids.contains(call.id.as_str())
+                || fresh.contains(&call.id)
+            {
+                call.id = format!("call_{}", uuid::Uuid::now_v7().simple());
+                replaced += 1;
+            }
+            fresh.insert(call.id.clone());
+        }
+        replaced
+    }
+
+    /// The estimator for the session's next request to `model`: calibrated by the latest answer
+    /// from that model whose provider reported its input tokens (answers record the uncalibrated
+    /// estimate of the request they answer), else uncalibrated.
+    pub fn estimator(&self, model: &str, family: ProviderFamily) -> TokenEstimator {
+        match self.calibration.get(model) {
+            Some(&(reported, estimated)) => TokenEstimator::calibrate(family, reported, estimated),
+            None => TokenEstimator::new(family, 1.0),
+        }
+    }
+
+    /// The smallest estimate at which `model` rejected a request of this session as over its
+    /// context window: later requests are planned under it.
+    pub fn rejected_at(&self, model: &str) -> Option<u64> {
+        self.rejected.get(model).copied()
+    }
+
+    /// The session's last recorded `context_trimmed` report.
+    pub fn last_trim(&self) -> Option<&TrimReport> {
+        self.last_trim.as_ref()
+    }
+
+    /// Whether `report` cuts something other than the session's last recorded report: a request
+    /// that repeats the same cuts is not a new compaction and is not recorded again.
+    pub fn is_new_trim(&self, report: &TrimReport) -> bool {
+        self.last_trim.as_ref().is_none_or(|last| {
+            last.excerpted != report.excerpted
+                || last.omitted != report.omitted
+                || last.dropped_exchanges != report.dropped_exchanges
+        })
+    }
+}
