@@ -1,27 +1,28 @@
-//! What the loop reads back from the durable transcript besides the messages (which
-//! [`crate::budget::plan`] builds): the newest large results to cut after a rejection, the
-//! calibration of the estimate, the rejected sizes, and the last trimming report.
+//! The session's history as the turn engine keeps it: the planner's incremental state
+//! ([`crate::budget::History`]: the grouped exchanges, the ids used, the newest large results,
+//! the calibration, the rejected sizes, the last trimming report) and the tools the owner allowed
+//! for the session.
 //!
 //! The transcript is never rewritten: decisions that change what the model is sent (results cut
 //! after a context-window rejection, a lower budget) are event entries, applied every time a
 //! request is planned, so later requests keep them and the same transcript always gives the same
 //! messages.
 
-use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids};
-use crate::providers::ToolCall;
-use crate::session::{Entry, EntryKind};
-use serde_json::Value;
-use std::collections::HashSet;
+use crate::budget::History;
+use crate::session::Entry;
+use crate::transcript::{Event, Item, Record};
 
 pub use crate::budget::SHRUNK_HEAD_BYTES;
+pub use crate::transcript::event_type::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED};
 
-/// A session's history as the turn engine keeps it: the entries in seq order, and the tools
-/// the owner allowed for the session. Write-through: the turn adds each entry once it is
-/// committed; entries another process appended are read with [`SessionHistory::sync`].
+/// A session's history: write-through, so the turn adds each entry once it is committed, and
+/// entries another process appended are read with [`SessionHistory::sync`]. It holds what the
+/// planner keeps, not the entries themselves, so a request costs O(what it sends).
 #[derive(Debug, Default)]
 pub struct SessionHistory {
-    entries: Vec<Entry>,
+    planned: History,
     grants: std::collections::BTreeSet<String>,
+    last_seq: u64,
     /// False once an append may have committed without reaching the history.
     in_step: bool,
 }
@@ -29,11 +30,12 @@ pub struct SessionHistory {
 impl SessionHistory {
     /// The seq of the last entry held (0 for none).
     pub fn last_seq(&self) -> u64 {
-        self.entries.last().map_or(0, |e| e.seq)
+        self.last_seq
     }
 
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    /// The planner's state of the session.
+    pub fn planned(&self) -> &History {
+        &self.planned
     }
 
     /// Whether the owner allowed `tool` for the rest of the session.
@@ -53,19 +55,20 @@ impl SessionHistory {
     }
 
     /// Adds a committed entry; entries must come in seq order without gaps.
-    pub fn push(&mut self, entry: Entry) {
-        if entry.seq != self.last_seq() + 1 {
+    pub fn push(&mut self, record: &Record) {
+        if record.seq != self.last_seq + 1 {
             self.in_step = false;
             return;
         }
-        if entry.kind == EntryKind::Event
-            && let crate::transcript::Item::Event(crate::transcript::Event::ToolAllowedForSession {
-                tool,
-            }) = entry.item()
-        {
-            self.grants.insert(tool);
+        if let Item::Event(Event::ToolAllowedForSession { tool }) = &record.item {
+            self.grants.insert(tool.clone());
         }
-        self.entries.push(entry);
+        self.planned.push(record);
+        self.last_seq = record.seq;
+    }
+
+    fn push_entry(&mut self, entry: &Entry) {
+        self.push(&entry.record());
     }
 
     /// Reads what the store holds after the last entry held (blocking: call it on a blocking
@@ -89,8 +92,8 @@ impl SessionHistory {
                     crate::limits::MAX_TRANSCRIPT_PAGE_ENTRIES,
                 )?;
                 let more = page.next_after_seq.is_some();
-                for entry in page.entries {
-                    self.push(entry);
+                for entry in &page.entries {
+                    self.push_entry(entry);
                 }
                 if !self.in_step || !more {
                     break;
@@ -108,126 +111,18 @@ impl SessionHistory {
     }
 }
 
-/// The call ids of the newest group of tool results that has a result over
-/// [`SHRUNK_HEAD_BYTES`] not already cut, for the context-window recovery step.
-pub fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {
-    let shrunk = shrunk_ids(entries);
-    let mut group: Vec<String> = Vec::new();
-    for entry in entries.iter().rev() {
-        match entry.kind {
-            EntryKind::ToolResult => {
-                let id = entry.payload["call_id"].as_str().unwrap_or_default();
-                let len = entry.payload["content"].as_str().map_or(0, str::len);
-                if len > SHRUNK_HEAD_BYTES && !shrunk.contains(id) {
-                    group.push(id.to_string());
-                }
-            }
-            // The assistant message opens the group of results that follow it.
-            EntryKind::AssistantMessage if !group.is_empty() => {
-                group.reverse();
-                return Some(group);
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// Gives every call of a new answer an id no earlier entry of the session and no earlier call of
-/// the answer uses. The planner refuses a history with a repeated call id (its results could not
-/// be told apart), so an answer that repeats one, from a hostile model or a local server that
-/// numbers its calls per answer, would otherwise make every later request of the session fail.
-/// The first use of an id keeps it: the id only pairs a call with its result in pen's own
-/// requests, so a replacement changes nothing the model relies on. Returns how many were replaced.
-pub fn make_call_ids_unique(entries: &[Entry], calls: &mut [ToolCall]) -> usize {
-    let mut used: HashSet<&str> = HashSet::new();
-    for entry in entries {
-        match entry.kind {
-            EntryKind::AssistantMessage => {
-                let listed = entry.payload["tool_calls"].as_array().into_iter().flatten();
-                used.extend(listed.filter_map(|call| call["id"].as_str()));
-            }
-            EntryKind::ToolCall | EntryKind::ToolResult => {
-                used.extend(entry.payload["call_id"].as_str());
-            }
-            _ => {}
-        }
-    }
-    let mut fresh: HashSet<String> = HashSet::new();
-    let mut replaced = 0;
-    for call in calls {
-        if call.id.is_empty() || used.contains(call.id.as_str()) || fresh.contains(&call.id) {
-            call.id = format!("call_{}", uuid::Uuid::now_v7().simple());
-            replaced += 1;
-        }
-        fresh.insert(call.id.clone());
-    }
-    replaced
-}
-
-/// The estimator for the session's next request to `model`: calibrated by the latest answer
-/// from that model whose provider reported its input tokens (assistant entries record the
-/// uncalibrated estimate of the request they answer), else uncalibrated.
-pub fn estimator(entries: &[Entry], model: &str, family: ProviderFamily) -> TokenEstimator {
-    entries
-        .iter()
-        .rev()
-        .filter(|e| e.kind == EntryKind::AssistantMessage && e.payload["model"] == model)
-        .find_map(|e| {
-            let reported = e.payload["usage"]["input_tokens"].as_u64()?;
-            let estimated = e.payload["estimated_input_tokens"].as_u64()?;
-            (reported > 0 && estimated > 0)
-                .then(|| TokenEstimator::calibrate(family, reported, estimated))
-        })
-        .unwrap_or_else(|| TokenEstimator::new(family, 1.0))
-}
-
-/// The smallest estimate at which `model` rejected a request of this session as over its
-/// context window: later requests are planned under it.
-pub fn rejected_at(entries: &[Entry], model: &str) -> Option<u64> {
-    entries
-        .iter()
-        .filter(|e| {
-            e.kind == EntryKind::Event
-                && e.payload["type"] == CONTEXT_WINDOW_REJECTED
-                && e.payload["model"] == model
-        })
-        .filter_map(|e| e.payload["estimated_tokens"].as_u64())
-        .min()
-}
-
-/// The event entry type that records a context-window rejection.
-pub const CONTEXT_WINDOW_REJECTED: &str = "context_window_rejected";
-
-/// The event entry type that records a budget report.
-pub const CONTEXT_TRIMMED: &str = "context_trimmed";
-
-/// The stored form of a budget report.
-pub fn trim_entry(report: &TrimReport) -> Value {
-    crate::transcript::Item::Event(crate::transcript::Event::ContextTrimmed(report.clone()))
-        .to_payload()
-}
-
-/// Whether `report` cuts something other than the session's last recorded report: a request
-/// that repeats the same cuts is not a new compaction and is not recorded again.
-pub fn is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
-    let last = entries
-        .iter()
-        .rev()
-        .find(|e| e.kind == EntryKind::Event && e.payload["type"] == CONTEXT_TRIMMED);
-    let stored = trim_entry(report);
-    last.is_none_or(|e| {
-        e.payload["excerpted_call_ids"] != stored["excerpted_call_ids"]
-            || e.payload["omitted_call_ids"] != stored["omitted_call_ids"]
-            || e.payload["dropped_exchanges"] != stored["dropped_exchanges"]
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::budget::transcript_messages;
     use crate::providers::Message;
+    use crate::session::EntryKind;
+
+    /// The newest large group not yet cut, as the history answers it.
+    fn newest_large_group(entries: &[Entry]) -> Option<Vec<String>> {
+        let records: Vec<Record> = entries.iter().map(Entry::record).collect();
+        History::of(&records).newest_large_group()
+    }
 
     /// The untouched messages, or the history error as text.
     fn build_messages(entries: &[Entry]) -> Result<Vec<Message>, String> {

@@ -47,7 +47,9 @@ use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::registry::{Execution, Preview, ToolSpec};
 use crate::tools::write::EditPlan;
 use crate::tools::{self, ToolError};
-use crate::transcript::{AssistantMessage, CallOutcome, CallStarted, Event, Item, ToolResult};
+use crate::transcript::{
+    AssistantMessage, CallOutcome, CallStarted, Event, Item, Record, ToolResult,
+};
 use futures::future::BoxFuture;
 use history::SessionHistory;
 use serde_json::Value;
@@ -344,10 +346,10 @@ impl Turn {
                 .await
             {
                 Ok(mut response) => {
-                    let replaced = history::make_call_ids_unique(
-                        self.lock_history().entries(),
-                        &mut response.tool_calls,
-                    );
+                    let replaced = self
+                        .lock_history()
+                        .planned()
+                        .make_call_ids_unique(&mut response.tool_calls);
                     if replaced > 0 {
                         tracing::warn!(
                             replaced,
@@ -372,7 +374,7 @@ impl Turn {
             if rejection.is_some() {
                 return Err(TurnError::ContextWindow(context_message(&err)));
             }
-            let large = history::newest_large_group(self.lock_history().entries());
+            let large = self.lock_history().planned().newest_large_group();
             if let Some(call_ids) = large {
                 self.append_item(Item::Event(Event::ResultsShrunk {
                     call_ids: call_ids.clone(),
@@ -399,19 +401,19 @@ impl Turn {
         definitions: &[ToolDefinition],
         rejection: Option<&ProviderError>,
     ) -> Result<(budget::Plan, Option<budget::TrimReport>), TurnError> {
-        let history = self.lock_history();
-        let entries = history.entries();
+        let guard = self.lock_history();
+        let history = guard.planned();
         let family = provider_family(&self.config);
-        let estimator = history::estimator(entries, &self.model, family);
+        let estimator = history.estimator(&self.model, family);
         let mut limit = Budget::new(
             self.config.context_window_tokens,
             self.config.max_output_tokens,
             self.config.budget_margin_tokens,
         );
-        if let Some(rejected) = history::rejected_at(entries, &self.model) {
+        if let Some(rejected) = history.rejected_at(&self.model) {
             limit = limit.below_rejection(rejected);
         }
-        let plan = budget::plan(entries, SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
+        let plan = history.plan(SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
             |err| match (rejection, err) {
                 (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::ContextWindow(format!(
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
@@ -426,7 +428,7 @@ impl Turn {
         let report = plan
             .report
             .as_ref()
-            .filter(|report| history::is_new_trim(entries, report))
+            .filter(|report| history.is_new_trim(report))
             .cloned();
         Ok((plan, report))
     }
@@ -694,12 +696,11 @@ impl Turn {
         let mut history = self.lock_history();
         match appended {
             Ok(seq) => {
-                history.push(crate::session::Entry {
+                history.push(&Record {
                     seq,
-                    kind: entry.kind,
                     turn_id: entry.turn_id,
-                    payload: entry.payload,
                     created_at: crate::session::now_ms(),
+                    item,
                 });
                 Ok(seq)
             }

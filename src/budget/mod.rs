@@ -40,8 +40,7 @@ pub use planner::Planner;
 
 use crate::providers::{Message, ToolDefinition};
 use crate::session::Entry;
-use crate::transcript::{Event, Item, Record};
-use rustc_hash::FxHashSet;
+use crate::transcript::Record;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use thiserror::Error;
@@ -156,8 +155,11 @@ fn planner_of<R: AsRecord>(transcript: &[R]) -> Planner {
     planner
 }
 
-/// The call ids every `results_shrunk` event of the transcript names.
-pub(crate) fn shrunk_ids(entries: &[Entry]) -> FxHashSet<String> {
+/// The call ids every `results_shrunk` event of the transcript names (the law tests' copy of the
+/// loop's old rescan).
+#[cfg(test)]
+pub(crate) fn shrunk_ids(entries: &[Entry]) -> rustc_hash::FxHashSet<String> {
+    use crate::transcript::{Event, Item};
     entries
         .iter()
         .filter_map(|entry| match entry.item() {
