@@ -5,7 +5,8 @@
 //! Half of each transcript is older exchanges (some dropped), half the newest exchange (its
 //! old groups excerpted), so every step of the policy runs. `cargo bench --bench budget`.
 
-use pen::budget::{Budget, ProviderFamily, TokenEstimator, plan};
+use pen::budget::{Budget, TokenEstimator, plan};
+use pen::providers::ProviderKind;
 use pen::providers::ToolDefinition;
 use pen::session::{Entry, EntryKind};
 use serde_json::{Value, json};
@@ -79,7 +80,7 @@ fn main() {
         description: "Read a file.".into(),
         input_schema: json!({"type": "object"}),
     }];
-    let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.1);
+    let estimator = TokenEstimator::new(ProviderKind::Anthropic, 1.1);
     let mut previous: Option<Duration> = None;
     println!(
         "entries     plan (median of 5)   growth   µs/entry   reference (JSON of the payloads)   plan ÷ reference"

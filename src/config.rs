@@ -12,6 +12,7 @@ use crate::limits::{
     MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
     REQUEST_TIMEOUT_SECS,
 };
+use crate::providers::ProviderKind;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -56,18 +57,16 @@ pub const KEYS: &[&str] = &[
     "auto_approve",
 ];
 
-/// The values `provider` takes; unset means "pick one" (see the agent loop).
-pub const PROVIDERS: &[&str] = &["openai", "anthropic", "bedrock"];
-
 /// The tools `auto_approve` may name: the ones that ask for approval.
 pub const APPROVABLE_TOOLS: &[&str] = &["pen_create", "pen_edit", "pen_command"];
 
-/// pen's settings, always valid: integers within their bounds, `provider` one of
-/// [`PROVIDERS`], `auto_approve` a subset of [`APPROVABLE_TOOLS`].
+/// pen's settings, always valid: integers within their bounds, `provider` a [`ProviderKind`]
+/// (unset means "pick one", see [`crate::providers::choice`]), `auto_approve` a subset of
+/// [`APPROVABLE_TOOLS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub max_tool_result_bytes: u64,
-    pub provider: Option<String>,
+    pub provider: Option<ProviderKind>,
     pub model: Option<String>,
     pub base_url: Option<String>,
     /// The name of the environment variable that holds the API key (never the key itself).
@@ -182,7 +181,11 @@ impl Config {
                 self.max_turn_requests = integer(key, value, &MAX_TURN_REQUESTS)?
             }
             // A choice is bounded by its list of values; a refused one is shown cut.
-            "provider" => self.provider = one_of(key, text(key, value, usize::MAX)?, PROVIDERS)?,
+            "provider" => {
+                let names = ProviderKind::ALL.map(ProviderKind::as_str);
+                let name = one_of(key, text(key, value, usize::MAX)?, &names)?;
+                self.provider = name.as_deref().and_then(ProviderKind::from_name);
+            }
             "model" => self.model = text(key, value, MAX_MODEL_BYTES)?,
             "base_url" => self.base_url = text(key, value, MAX_BASE_URL_BYTES)?,
             "api_key_env" => self.api_key_env = text(key, value, MAX_API_KEY_ENV_BYTES)?,
@@ -251,7 +254,7 @@ impl Config {
     pub fn to_json(&self) -> Value {
         json!({
             "max_tool_result_bytes": self.max_tool_result_bytes,
-            "provider": self.provider,
+            "provider": self.provider.map(ProviderKind::as_str),
             "model": self.model,
             "base_url": self.base_url,
             "api_key_env": self.api_key_env,
@@ -414,7 +417,8 @@ mod tests {
         let mut config = Config::default();
         config.set("provider", &json!("anthropic")).unwrap();
         config.set("model", &json!(" claude-x ")).unwrap();
-        assert_eq!(config.provider.as_deref(), Some("anthropic"));
+        assert_eq!(config.provider, Some(ProviderKind::Anthropic));
+        assert_eq!(config.get("provider"), json!("anthropic"));
         assert_eq!(config.model.as_deref(), Some("claude-x"));
         let err = config.set("provider", &json!("gemini")).unwrap_err();
         assert_eq!(
@@ -454,7 +458,7 @@ mod tests {
         ];
         let (config, warnings) = Config::load(None, env);
         assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.provider.as_deref(), Some("openai"));
+        assert_eq!(config.provider, Some(ProviderKind::OpenAi));
         assert_eq!(
             config.base_url.as_deref(),
             Some("http://127.0.0.1:11434/v1")

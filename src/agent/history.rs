@@ -7,8 +7,8 @@
 //! request is planned, so later requests keep them and the same transcript always gives the same
 //! messages.
 
-use crate::budget::{ProviderFamily, TokenEstimator, TrimReport, shrunk_ids};
-use crate::providers::ToolCall;
+use crate::budget::{TokenEstimator, TrimReport, shrunk_ids};
+use crate::providers::{ProviderKind, ToolCall};
 use crate::session::{Entry, EntryKind};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -75,7 +75,7 @@ pub fn make_call_ids_unique(entries: &[Entry], calls: &mut [ToolCall]) -> usize 
 /// The estimator for the session's next request to `model`: calibrated by the latest answer
 /// from that model whose provider reported its input tokens (assistant entries record the
 /// uncalibrated estimate of the request they answer), else uncalibrated.
-pub fn estimator(entries: &[Entry], model: &str, family: ProviderFamily) -> TokenEstimator {
+pub fn estimator(entries: &[Entry], model: &str, family: ProviderKind) -> TokenEstimator {
     entries
         .iter()
         .rev()

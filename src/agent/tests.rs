@@ -3,7 +3,7 @@
 //! behaviour over real HTTP and stdio is tested in `tests/`.)
 
 use super::*;
-use crate::budget::{ProviderFamily, TokenEstimator};
+use crate::budget::TokenEstimator;
 use crate::providers::{ErrorKind, FinishReason, Message};
 use crate::session::Entry;
 use std::collections::VecDeque;
@@ -824,7 +824,7 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
 
 /// The uncalibrated estimate of a request with only the system prompt, the tools and `messages`.
 fn raw_estimate(messages: &[Message]) -> u64 {
-    TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(
+    TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
         SYSTEM_PROMPT,
         &tool_definitions(),
         messages,

@@ -8,7 +8,7 @@
 //! caller corrects the systematic error with `ratio` = reported prompt tokens ÷ estimated.
 
 use crate::limits::{TOKEN_RATIO_MAX, TOKEN_RATIO_MIN};
-use crate::providers::{Message, ToolDefinition};
+use crate::providers::{Message, ProviderKind, ToolDefinition};
 use serde::{Deserialize, Serialize};
 
 /// The input tokens one request may use.
@@ -37,38 +37,28 @@ impl Budget {
     }
 }
 
-/// Which API's message framing the estimate allows for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderFamily {
-    OpenAi,
-    Anthropic,
-    Bedrock,
+/// Framing tokens per message and per tool block, by the API whose framing the estimate allows
+/// for: OpenAI's chat format spends about 4 on role and separators; Anthropic's and Bedrock's
+/// content blocks a little more.
+fn message_overhead(family: ProviderKind) -> u64 {
+    match family {
+        ProviderKind::OpenAi => 4,
+        ProviderKind::Anthropic | ProviderKind::Bedrock => 5,
+    }
 }
 
-impl ProviderFamily {
-    /// Framing tokens per message: OpenAI's chat format spends about 4 on role and separators;
-    /// Anthropic's and Bedrock's content blocks a little more.
-    fn message_overhead(self) -> u64 {
-        match self {
-            ProviderFamily::OpenAi => 4,
-            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 5,
-        }
-    }
-
-    /// Framing tokens per tool call or result block (ids, names, type tags).
-    fn tool_overhead(self) -> u64 {
-        match self {
-            ProviderFamily::OpenAi => 8,
-            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 10,
-        }
+/// Framing tokens per tool call or result block (ids, names, type tags).
+fn tool_overhead(family: ProviderKind) -> u64 {
+    match family {
+        ProviderKind::OpenAi => 8,
+        ProviderKind::Anthropic | ProviderKind::Bedrock => 10,
     }
 }
 
 /// A deterministic token estimate for one provider family.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenEstimator {
-    pub family: ProviderFamily,
+    pub family: ProviderKind,
     /// Reported ÷ estimated prompt tokens, clamped to `TOKEN_RATIO_MIN..=TOKEN_RATIO_MAX`.
     pub ratio: f64,
 }
@@ -76,7 +66,7 @@ pub struct TokenEstimator {
 impl TokenEstimator {
     /// An estimator with `ratio` clamped to the sane range; a ratio that is not a finite
     /// number (no usage seen yet, a division by zero) counts as 1.
-    pub fn new(family: ProviderFamily, ratio: f64) -> TokenEstimator {
+    pub fn new(family: ProviderKind, ratio: f64) -> TokenEstimator {
         let ratio = if ratio.is_finite() {
             ratio.clamp(TOKEN_RATIO_MIN, TOKEN_RATIO_MAX)
         } else {
@@ -88,7 +78,7 @@ impl TokenEstimator {
     /// The calibration ratio for one request: the prompt tokens the provider reported over the
     /// tokens estimated for it (with a ratio of 1), clamped as [`TokenEstimator::new`] does.
     pub fn calibrate(
-        family: ProviderFamily,
+        family: ProviderKind,
         reported_tokens: u64,
         estimated_tokens: u64,
     ) -> TokenEstimator {
@@ -143,7 +133,7 @@ impl TokenEstimator {
     }
 
     fn message_quarters(&self, text: &str) -> u64 {
-        4 * self.family.message_overhead() + Self::quarter_tokens(text)
+        4 * message_overhead(self.family) + Self::quarter_tokens(text)
     }
 
     /// An assistant message, estimated from its parts (each call's id, name and arguments) so
@@ -164,7 +154,7 @@ impl TokenEstimator {
         let calls: u64 = tool_calls
             .into_iter()
             .map(|(id, name, arguments)| {
-                4 * self.family.tool_overhead()
+                4 * tool_overhead(self.family)
                     + Self::quarter_tokens(id)
                     + Self::quarter_tokens(name)
                     + Self::quarter_tokens(arguments)
@@ -179,7 +169,7 @@ impl TokenEstimator {
     }
 
     fn result_quarters(&self, call_id: &str, content: &str) -> u64 {
-        4 * self.family.tool_overhead()
+        4 * tool_overhead(self.family)
             + self.message_quarters(call_id)
             + Self::quarter_tokens(content)
     }
@@ -196,7 +186,7 @@ impl TokenEstimator {
         let quarters: u64 = tools
             .iter()
             .map(|t| {
-                4 * self.family.tool_overhead()
+                4 * tool_overhead(self.family)
                     + Self::quarter_tokens(&t.name)
                     + Self::quarter_tokens(&t.description)
                     + Self::quarter_tokens(&t.input_schema.to_string())

@@ -25,7 +25,7 @@ mod excerpt;
 #[cfg(test)]
 mod tests;
 
-pub use estimate::{Budget, ProviderFamily, TokenEstimator};
+pub use estimate::{Budget, TokenEstimator};
 
 use crate::providers::{Message, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};

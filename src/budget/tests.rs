@@ -2,6 +2,7 @@
 //! them), and property tests over random valid transcripts and budgets.
 
 use super::*;
+use crate::providers::ProviderKind;
 use expect_test::{Expect, expect};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -70,7 +71,7 @@ impl Transcript {
 }
 
 fn estimator() -> TokenEstimator {
-    TokenEstimator::new(ProviderFamily::OpenAi, 1.0)
+    TokenEstimator::new(ProviderKind::OpenAi, 1.0)
 }
 
 fn schema() -> Vec<ToolDefinition> {
@@ -474,17 +475,17 @@ fn budgets_and_calibration_are_clamped_and_lowered() {
     let lowered = Budget::new(128_000, 4_096, 0).below_rejection(100_000);
     assert_eq!(lowered.max_input_tokens, 99_999);
     assert_eq!(lowered.below_rejection(200_000), lowered);
-    let family = ProviderFamily::Anthropic;
+    let family = ProviderKind::Anthropic;
     assert_eq!(TokenEstimator::calibrate(family, 1_200, 1_000).ratio, 1.2);
     assert_eq!(TokenEstimator::calibrate(family, 100_000, 10).ratio, 4.0);
     assert_eq!(TokenEstimator::calibrate(family, 1, 1_000).ratio, 0.5);
     assert_eq!(TokenEstimator::calibrate(family, 5, 0).ratio, 1.0);
     assert_eq!(TokenEstimator::new(family, f64::NAN).ratio, 1.0);
-    let plain = TokenEstimator::new(ProviderFamily::OpenAi, 1.0);
+    let plain = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
     assert_eq!(plain.text("abcd".repeat(100).as_str()), 100);
     // A CJK character is three bytes: half a token each.
     assert_eq!(plain.text(&"語".repeat(100)), 150);
-    let doubled = TokenEstimator::new(ProviderFamily::OpenAi, 2.0);
+    let doubled = TokenEstimator::new(ProviderKind::OpenAi, 2.0);
     assert_eq!(doubled.text(&"abcd".repeat(100)), 200);
 }
 
@@ -581,7 +582,7 @@ proptest! {
         max_input_tokens in 0u64..6_000,
         ratio in 0.3f64..5.0,
     ) {
-        let estimator = TokenEstimator::new(ProviderFamily::Anthropic, ratio);
+        let estimator = TokenEstimator::new(ProviderKind::Anthropic, ratio);
         let budget = Budget { max_input_tokens };
         let tools = schema();
         let first = plan(&transcript.entries, SYSTEM, &tools, budget, &estimator);

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod choice;
 pub mod openai;
 pub mod retry;
 mod wire;
@@ -192,16 +193,49 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
 }
 
-/// Which API a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which API a provider speaks: the one name for it in the config (`provider`), the provider
+/// settings and the token estimate's framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
-    Openai,
+    #[serde(rename = "openai")]
+    OpenAi,
     /// Anthropic Messages.
     Anthropic,
     /// Amazon Bedrock Converse.
     Bedrock,
+}
+
+impl ProviderKind {
+    /// Every kind, in the order the config's error message lists them.
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Bedrock,
+    ];
+
+    /// The name the config and the wire use (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Bedrock => "bedrock",
+        }
+    }
+
+    /// The kind a config names, if it is one.
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        ProviderKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What [`build`] needs to make a provider.
@@ -262,7 +296,7 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderE
     }
     let client = wire::http_client(settings.request_timeout)?;
     let backend: Box<dyn Provider> = match settings.kind {
-        ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(client, settings)?),
+        ProviderKind::OpenAi => Box::new(openai::OpenAiProvider::new(client, settings)?),
         ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
         ProviderKind::Bedrock => Box::new(bedrock::BedrockProvider::from_env(
             settings.model.clone(),
@@ -281,6 +315,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn provider_kinds_have_one_name_in_the_config_and_in_serde() {
+        for kind in ProviderKind::ALL {
+            assert_eq!(ProviderKind::from_name(kind.as_str()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::json!(kind.as_str())
+            );
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        assert_eq!(ProviderKind::OpenAi.as_str(), "openai");
+        assert_eq!(ProviderKind::from_name("gemini"), None);
+    }
+
+    #[test]
     fn settings_debug_never_shows_the_key() {
         let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
         settings.api_key = Some("sk-ant-secret".into());
@@ -291,14 +339,14 @@ mod tests {
 
     #[test]
     fn build_refuses_what_cannot_work_before_any_request() {
-        use ProviderKind::{Anthropic, Openai};
+        use ProviderKind::{Anthropic, OpenAi};
         let ollama = Some("http://127.0.0.1:11434/v1");
         let cases = [
-            (Openai, " ", ollama, None, "no model is configured"),
+            (OpenAi, " ", ollama, None, "no model is configured"),
             (Anthropic, "m", None, None, "needs an API key"),
-            (Openai, "m", None, None, "needs an API key"),
-            (Openai, "m", Some("localhost:11434"), None, "is not an http"),
-            (Openai, "m", None, Some("bad\nkey"), "cannot carry"),
+            (OpenAi, "m", None, None, "needs an API key"),
+            (OpenAi, "m", Some("localhost:11434"), None, "is not an http"),
+            (OpenAi, "m", None, Some("bad\nkey"), "cannot carry"),
         ];
         for (kind, model, base_url, api_key, wording) in cases {
             let mut settings = ProviderSettings::new(kind, model);
@@ -308,7 +356,7 @@ mod tests {
             assert_eq!(error.kind, ErrorKind::Config, "{kind:?}");
             assert!(error.message.contains(wording), "{}", error.message);
         }
-        let mut local = ProviderSettings::new(ProviderKind::Openai, "smollm2");
+        let mut local = ProviderSettings::new(ProviderKind::OpenAi, "smollm2");
         local.base_url = Some("http://127.0.0.1:11434/v1".into());
         assert!(build(&local).is_ok());
     }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 /// wait below ends on an event, never on it.
 fn settings(kind: ProviderKind, fake: &FakeProvider, api_key: Option<&str>) -> ProviderSettings {
     let base_url = match kind {
-        ProviderKind::Openai => format!("{}/v1", fake.url()),
+        ProviderKind::OpenAi => format!("{}/v1", fake.url()),
         _ => fake.url().to_string(),
     };
     ProviderSettings {
@@ -93,7 +93,7 @@ async fn openai_streams_text_deltas_in_order_to_a_local_server_without_a_key() {
         &[],
         usage(),
     ))]);
-    let provider = build(&settings(ProviderKind::Openai, &fake, None)).expect("provider");
+    let provider = build(&settings(ProviderKind::OpenAi, &fake, None)).expect("provider");
 
     let (result, deltas) = complete(&*provider, &request()).await;
 
@@ -184,10 +184,10 @@ fn calls() -> Vec<ToolCall> {
 
 #[tokio::test]
 async fn tool_call_answers_are_parsed_with_their_exact_arguments() {
-    for kind in [ProviderKind::Openai, ProviderKind::Anthropic] {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         let fake = FakeProvider::start();
         let frames = match kind {
-            ProviderKind::Openai => openai_frames(&["Let me look."], &calls(), usage()),
+            ProviderKind::OpenAi => openai_frames(&["Let me look."], &calls(), usage()),
             _ => anthropic_frames(&["Let me look."], &calls(), usage()),
         };
         fake.push([Reply::Stream(frames)]);
@@ -205,7 +205,7 @@ async fn tool_call_answers_are_parsed_with_their_exact_arguments() {
             "{kind:?}"
         );
         assert_eq!(deltas, ["Let me look."]);
-        if kind == ProviderKind::Openai {
+        if kind == ProviderKind::OpenAi {
             assert_eq!(
                 fake.requests()[0].header("authorization"),
                 Some("Bearer sk-test-key")
@@ -229,7 +229,7 @@ async fn rate_limited_request_is_retried_after_retry_after() {
         Reply::Stream(openai_frames(&["ok"], &[], usage())),
     ]);
 
-    let (result, _) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, _) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     assert_eq!(result.expect("answer after the retry").text, "ok");
     let requests = fake.requests();
@@ -278,7 +278,7 @@ async fn auth_errors_are_final_and_never_echo_the_key() {
         Reply::Stream(openai_frames(&["ok"], &[], usage())),
     ]);
 
-    let (result, _) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, _) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     let error = result.expect_err("refused");
     assert_eq!((error.kind, error.status), (ErrorKind::Auth, Some(401)));
@@ -301,7 +301,7 @@ async fn a_silent_provider_times_out() {
     let provider = build(&ProviderSettings {
         request_timeout: Duration::from_millis(200),
         max_attempts: 1,
-        ..settings(ProviderKind::Openai, &fake, None)
+        ..settings(ProviderKind::OpenAi, &fake, None)
     })
     .expect("provider");
 
@@ -317,7 +317,7 @@ async fn an_unreachable_server_is_a_network_error() {
     let provider = build(&ProviderSettings {
         base_url: Some(format!("{url}/v1")),
         max_attempts: 1,
-        ..ProviderSettings::new(ProviderKind::Openai, "fake-model")
+        ..ProviderSettings::new(ProviderKind::OpenAi, "fake-model")
     })
     .expect("provider");
 
@@ -336,7 +336,7 @@ async fn an_unreachable_server_is_a_network_error() {
 async fn server_errors_then_success_are_retried() {
     let cases = [
         (
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 500,
                 "The server had an error while processing your request. Sorry about that!",
@@ -383,7 +383,7 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
     let cases = [
         (
             "OpenAI",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 400,
                 "This model's maximum context length is 128000 tokens. However, your messages \
@@ -394,17 +394,17 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
         ),
         (
             "llama-server",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             raw_error(400, llama_server),
         ),
         (
             "llama-cpp-python",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             raw_error(400, llama_cpp_python),
         ),
         (
             "Ollama",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 400,
                 "the input length exceeds the context length",
@@ -426,7 +426,7 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
         let fake = FakeProvider::start();
         // A retry would get an answer, so only the flag keeps the request from being resent.
         let answer = match kind {
-            ProviderKind::Openai => openai_frames(&["ok"], &[], usage()),
+            ProviderKind::OpenAi => openai_frames(&["ok"], &[], usage()),
             _ => anthropic_frames(&["ok"], &[], usage()),
         };
         fake.push([rejection, Reply::Stream(answer)]);
@@ -455,7 +455,7 @@ async fn the_size_rule_rejects_only_requests_over_it() {
         ),
     );
     fake.push([Reply::Stream(openai_frames(&["small"], &[], usage()))]);
-    let provider = provider(ProviderKind::Openai, &fake);
+    let provider = provider(ProviderKind::OpenAi, &fake);
     let mut large = request();
     large.messages.push(Message::ToolResult {
         call_id: "call_1".into(),
@@ -486,7 +486,7 @@ async fn a_stream_closed_before_any_chunk_fails_and_is_retried() {
     fake.push([Reply::Stream(vec![]), Reply::Stream(vec![])]);
     let provider = build(&ProviderSettings {
         max_attempts: 2,
-        ..settings(ProviderKind::Openai, &fake, None)
+        ..settings(ProviderKind::OpenAi, &fake, None)
     })
     .expect("provider");
 
@@ -514,7 +514,7 @@ async fn a_stream_that_fails_after_text_is_not_retried() {
         Reply::Stream(openai_frames(&["Hello"], &[], usage())),
     ]);
 
-    let (result, deltas) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, deltas) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     let error = result.expect_err("a cut stream");
     assert_eq!(error.kind, ErrorKind::Network);
@@ -528,10 +528,10 @@ async fn a_stream_that_fails_after_text_is_not_retried() {
 
 #[tokio::test]
 async fn cancel_during_a_hanging_stream_returns_cancelled() {
-    for kind in [ProviderKind::Openai, ProviderKind::Anthropic] {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         let fake = FakeProvider::start();
         let frames = match kind {
-            ProviderKind::Openai => openai_frames(&["Hel", "lo"], &[], usage())[..2].to_vec(),
+            ProviderKind::OpenAi => openai_frames(&["Hel", "lo"], &[], usage())[..2].to_vec(),
             _ => anthropic_frames(&["Hel", "lo"], &[], usage())[..4].to_vec(),
         };
         fake.push([Reply::Hang(frames)]);
