@@ -1,5 +1,6 @@
-//! Which provider a turn uses (moved here from `agent`, which re-exports it): the config's `provider`, or for a new user with none configured,
+//! Which provider a turn uses: the config's `provider`, or for a new user with none configured,
 //! OpenAI when `OPENAI_API_KEY` is set, else an Ollama server answering on 127.0.0.1:11434.
+//! (`agent` re-exports [`provider_from_config`] and [`NO_PROVIDER`].)
 
 use crate::config::Config;
 use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
