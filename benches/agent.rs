@@ -47,6 +47,7 @@ impl Provider for Instant_ {
             finish_reason: FinishReason::EndTurn,
             tool_calls,
             usage: None,
+            reasoning: Vec::new(),
         };
         self.inside_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);

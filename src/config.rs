@@ -10,7 +10,7 @@ use crate::limits::{
     BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
     MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
     MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
-    REQUEST_TIMEOUT_SECS,
+    REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
 use crate::providers::ProviderKind;
 use serde_json::{Value, json};
@@ -37,6 +37,13 @@ pub enum ConfigError {
     TooLong { key: String, len: usize, max: usize },
     #[error(transparent)]
     OutOfRange(#[from] LimitError),
+    #[error("config key `{key}` must be 0 (off) or between {min} and {max}, got {got}")]
+    NotOffOrInRange {
+        key: String,
+        got: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("cannot read {path}: {reason}")]
     File { path: PathBuf, reason: String },
 }
@@ -50,6 +57,7 @@ pub const KEYS: &[&str] = &[
     "api_key_env",
     "context_window_tokens",
     "max_output_tokens",
+    "reasoning_budget_tokens",
     "budget_margin_tokens",
     "request_timeout_secs",
     "max_attempts",
@@ -73,6 +81,8 @@ pub struct Config {
     pub api_key_env: Option<String>,
     pub context_window_tokens: u64,
     pub max_output_tokens: u64,
+    /// Extended thinking's budget (Anthropic, Bedrock); 0 is off.
+    pub reasoning_budget_tokens: u64,
     pub budget_margin_tokens: u64,
     pub request_timeout_secs: u64,
     pub max_attempts: u64,
@@ -90,6 +100,7 @@ impl Default for Config {
             api_key_env: None,
             context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
+            reasoning_budget_tokens: REASONING_BUDGET_TOKENS.default,
             budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
             request_timeout_secs: REQUEST_TIMEOUT_SECS.default,
             max_attempts: MAX_ATTEMPTS.default,
@@ -104,6 +115,22 @@ fn integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError
         .as_u64()
         .ok_or_else(|| wrong_type(key, "a whole number", value))?;
     Ok(bounds.check(number)?)
+}
+
+/// An integer key where 0 means "off" and any other value must lie within `bounds`.
+fn off_or_integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError> {
+    let number = value
+        .as_u64()
+        .ok_or_else(|| wrong_type(key, "a whole number", value))?;
+    if number != 0 && bounds.check(number).is_err() {
+        return Err(ConfigError::NotOffOrInRange {
+            key: key.to_string(),
+            got: number,
+            min: bounds.min,
+            max: bounds.max,
+        });
+    }
+    Ok(number)
 }
 
 /// A text key of at most `max` bytes (after trimming); `null` or `""` unsets it. Every string a
@@ -169,6 +196,9 @@ impl Config {
             }
             "max_output_tokens" => {
                 self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
+            }
+            "reasoning_budget_tokens" => {
+                self.reasoning_budget_tokens = off_or_integer(key, value, &REASONING_BUDGET_TOKENS)?
             }
             "budget_margin_tokens" => {
                 self.budget_margin_tokens = integer(key, value, &BUDGET_MARGIN_TOKENS)?
@@ -260,6 +290,7 @@ impl Config {
             "api_key_env": self.api_key_env,
             "context_window_tokens": self.context_window_tokens,
             "max_output_tokens": self.max_output_tokens,
+            "reasoning_budget_tokens": self.reasoning_budget_tokens,
             "budget_margin_tokens": self.budget_margin_tokens,
             "request_timeout_secs": self.request_timeout_secs,
             "max_attempts": self.max_attempts,
@@ -439,6 +470,39 @@ mod tests {
             config.get("auto_approve"),
             json!(["pen_edit", "pen_create"])
         );
+    }
+
+    #[test]
+    fn the_reasoning_budget_is_off_or_within_its_bounds() {
+        let mut config = Config::default();
+        assert_eq!(config.get("reasoning_budget_tokens"), json!(0));
+        config.set("reasoning_budget_tokens", &json!(1024)).unwrap();
+        config
+            .set("reasoning_budget_tokens", &json!(1_000_000))
+            .unwrap();
+        for bad in [json!(1), json!(1023), json!(1_000_001)] {
+            let err = config.set("reasoning_budget_tokens", &bad).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "config key `reasoning_budget_tokens` must be 0 (off) or between 1024 and \
+                     1000000, got {bad}"
+                )
+            );
+        }
+        assert!(
+            config
+                .set("reasoning_budget_tokens", &json!("lots"))
+                .is_err()
+        );
+        assert_eq!(config.reasoning_budget_tokens, 1_000_000);
+        config.set("reasoning_budget_tokens", &json!(0)).unwrap();
+        assert_eq!(config.reasoning_budget_tokens, 0);
+        let env = vec![(
+            "PEN_REASONING_BUDGET_TOKENS".to_string(),
+            "2048".to_string(),
+        )];
+        assert_eq!(Config::load(None, env).0.reasoning_budget_tokens, 2048);
     }
 
     #[test]

@@ -129,6 +129,7 @@ fn answer(text: &str, calls: &[(&str, &str, Value)]) -> ModelResponse {
             FinishReason::ToolUse
         },
         usage: None,
+        reasoning: Vec::new(),
     }
 }
 

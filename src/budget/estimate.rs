@@ -120,7 +120,9 @@ impl TokenEstimator {
     pub(super) fn quarters(&self, message: &Message) -> u64 {
         match message {
             Message::User { text } => self.message_quarters(text),
-            Message::Assistant { text, tool_calls } => self.assistant_quarters(
+            Message::Assistant {
+                text, tool_calls, ..
+            } => self.assistant_quarters(
                 text,
                 tool_calls
                     .iter()

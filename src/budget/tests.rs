@@ -91,7 +91,9 @@ fn render(result: &Result<Plan, BudgetError>) -> String {
     for message in &plan.messages {
         match message {
             Message::User { text } => out += &format!("user: {text:?}\n"),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text, tool_calls, ..
+            } => {
                 out += &format!("assistant: {text}\n");
                 for call in tool_calls {
                     out += &format!("  call {} {} {}\n", call.id, call.name, call.arguments);
@@ -710,7 +712,10 @@ fn excerpts_cut_unicode_on_character_boundaries_and_quote_what_they_hold() {
     )
     .unwrap();
     assert_eq!(plan.report.unwrap().excerpted, vec!["u1".to_string()]);
-    let Message::Assistant { text, tool_calls } = &plan.messages[1] else {
+    let Message::Assistant {
+        text, tool_calls, ..
+    } = &plan.messages[1]
+    else {
         panic!("{:?}", plan.messages[1]);
     };
     assert!(tool_calls.is_empty());

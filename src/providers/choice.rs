@@ -158,6 +158,20 @@ fn settings(
     settings.api_key = key_name.as_deref().and_then(env);
     settings.request_timeout = Duration::from_secs(config.request_timeout_secs);
     settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
+    settings.reasoning_budget_tokens =
+        u32::try_from(config.reasoning_budget_tokens).unwrap_or(u32::MAX);
+    // Thinking counts against the output limit: a budget that leaves no room for the answer is
+    // refused here, before any request, naming both keys (the backends check it again).
+    if config.reasoning_budget_tokens > 0
+        && config.reasoning_budget_tokens >= config.max_output_tokens
+        && kind != ProviderKind::OpenAi
+    {
+        return Err(format!(
+            "reasoning_budget_tokens ({}) must be less than max_output_tokens ({}), which the \
+             thinking counts against: raise max_output_tokens or lower reasoning_budget_tokens",
+            config.reasoning_budget_tokens, config.max_output_tokens
+        ));
+    }
     Ok(settings)
 }
 
@@ -237,6 +251,42 @@ mod tests {
             (s.kind, s.base_url.as_deref(), s.api_key),
             (ProviderKind::OpenAi, Some("http://127.0.0.1:8080/v1"), None)
         );
+    }
+
+    #[test]
+    fn a_reasoning_budget_must_leave_room_for_the_answer() {
+        let mut config = Config::default();
+        config
+            .set("provider", &serde_json::json!("anthropic"))
+            .unwrap();
+        config
+            .set("reasoning_budget_tokens", &serde_json::json!(4096))
+            .unwrap();
+        let env = with_env(&[("ANTHROPIC_API_KEY", "k")]);
+        let error = settings(&config, &env, None).unwrap_err();
+        assert!(
+            error.contains(
+                "reasoning_budget_tokens (4096) must be less than max_output_tokens (4096)"
+            ),
+            "{error}"
+        );
+        config
+            .set("max_output_tokens", &serde_json::json!(8192))
+            .unwrap();
+        assert_eq!(
+            settings(&config, &env, None)
+                .unwrap()
+                .reasoning_budget_tokens,
+            4096
+        );
+        // OpenAI-compatible servers ignore the key, so it cannot be wrong for them.
+        config
+            .set("provider", &serde_json::json!("openai"))
+            .unwrap();
+        config
+            .set("max_output_tokens", &serde_json::json!(1024))
+            .unwrap();
+        assert!(settings(&config, &with_env(&[("OPENAI_API_KEY", "k")]), None).is_ok());
     }
 
     #[test]

@@ -38,6 +38,32 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A block of the model's reasoning ("extended thinking"), kept so it can be sent back as the
+/// provider requires: Anthropic and Bedrock refuse a tool-use loop whose last assistant message
+/// lost its thinking blocks or their signatures. The provider's text is opaque to pen: a block is
+/// returned to the API that produced it byte for byte, or not at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningBlock {
+    /// The reasoning as the provider showed it (empty for a redacted block).
+    pub text: String,
+    /// The provider's signature over the block (Anthropic `signature`, Bedrock
+    /// `reasoningText.signature`); `None` where the API has none (OpenAI-compatible servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// The opaque payload of a block the provider withheld: Anthropic's `redacted_thinking`
+    /// `data`, Bedrock's `redactedContent` (base64, as the JSON wire carries it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
+impl ReasoningBlock {
+    /// Whether the block can go back to a provider that checks reasoning: it carries a
+    /// signature or a redacted payload. Unsigned reasoning (a local server's) never does.
+    pub fn is_returnable(&self) -> bool {
+        self.signature.is_some() || self.redacted.is_some()
+    }
+}
+
 /// One message of the conversation, provider-neutral. The system prompt is not a message: it
 /// travels once, in [`ModelRequest::system`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +75,10 @@ pub enum Message {
     Assistant {
         text: String,
         tool_calls: Vec<ToolCall>,
+        /// The reasoning that came with the message, in the order received; it precedes the
+        /// text and the calls on the wire.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningBlock>,
     },
     /// The result of one tool call; results of one assistant message follow it in call order.
     ToolResult {
@@ -94,6 +124,10 @@ pub struct Usage {
 pub struct ModelResponse {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Reasoning blocks, in the order received; they precede the text and the calls, and go
+    /// back unchanged in the [`Message::Assistant`] that records this answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningBlock>,
     pub finish_reason: FinishReason,
     pub usage: Option<Usage>,
 }
@@ -253,6 +287,10 @@ pub struct ProviderSettings {
     pub request_timeout: Duration,
     /// Attempts per request, the first included, for retryable failures.
     pub max_attempts: u32,
+    /// Anthropic's and Bedrock's extended-thinking budget (`budget_tokens`); 0 turns thinking
+    /// off. Thinking tokens count against the request's `max_output_tokens`, which must exceed
+    /// it. OpenAI-compatible servers ignore it.
+    pub reasoning_budget_tokens: u32,
 }
 
 impl ProviderSettings {
@@ -266,6 +304,7 @@ impl ProviderSettings {
             api_key: None,
             request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
             max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
+            reasoning_budget_tokens: 0,
         }
     }
 }
@@ -279,6 +318,7 @@ impl fmt::Debug for ProviderSettings {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
+            .field("reasoning_budget_tokens", &self.reasoning_budget_tokens)
             .finish()
     }
 }
@@ -298,11 +338,14 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderE
     let backend: Box<dyn Provider> = match settings.kind {
         ProviderKind::OpenAi => Box::new(openai::OpenAiProvider::new(client, settings)?),
         ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
-        ProviderKind::Bedrock => Box::new(bedrock::BedrockProvider::from_env(
-            settings.model.clone(),
-            settings.base_url.clone(),
-            settings.request_timeout,
-        )?),
+        ProviderKind::Bedrock => Box::new(
+            bedrock::BedrockProvider::from_env(
+                settings.model.clone(),
+                settings.base_url.clone(),
+                settings.request_timeout,
+            )?
+            .with_reasoning_budget(settings.reasoning_budget_tokens),
+        ),
     };
     Ok(Box::new(retry::Retrying::new(
         backend,

@@ -203,6 +203,7 @@ async fn a_text_answer_streams_and_the_request_is_signed_converse() {
         Ok(ModelResponse {
             text: "Hello, world.".into(),
             tool_calls: vec![],
+            reasoning: vec![],
             finish_reason: FinishReason::EndTurn,
             usage: Some(Usage {
                 input_tokens: 25,
@@ -300,6 +301,7 @@ async fn a_tool_use_answer_becomes_tool_calls_and_results_go_back_together() {
     messages.push(Message::Assistant {
         text: first.text,
         tool_calls: first.tool_calls,
+        reasoning: first.reasoning,
     });
     messages.push(Message::ToolResult {
         call_id: "tooluse_a".into(),

@@ -80,6 +80,7 @@ fn text_answer(text: &str) -> ModelResponse {
     ModelResponse {
         text: text.into(),
         tool_calls: vec![],
+        reasoning: vec![],
         finish_reason: FinishReason::EndTurn,
         usage: Some(usage()),
     }
@@ -199,6 +200,7 @@ async fn tool_call_answers_are_parsed_with_their_exact_arguments() {
             ModelResponse {
                 text: "Let me look.".into(),
                 tool_calls: calls(),
+                reasoning: vec![],
                 finish_reason: FinishReason::ToolUse,
                 usage: Some(usage()),
             },

@@ -44,16 +44,18 @@ fn body_has_the_system_prompt_once_tools_and_a_tool_round() {
         Message::Assistant {
             text: "Reading both.".into(),
             tool_calls: vec![call("t1", r#"{"path":"a"}"#), call("t2", "{not json")],
+            reasoning: vec![],
         },
         result("t1", "contents of a", false),
         result("t2", "invalid arguments: expected value", true),
         Message::Assistant {
             text: "Done.".into(),
             tool_calls: vec![],
+            reasoning: vec![],
         },
     ]);
     assert_eq!(
-        serde_json::to_value(converse_body(&request)).expect("serializable"),
+        serde_json::to_value(converse_body(&request, None)).expect("serializable"),
         json!({
             "system": [{"text": "You are pen."}],
             "messages": [
@@ -95,6 +97,7 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
         Message::Assistant {
             text: String::new(),
             tool_calls: vec![call("t1", "{}")],
+            reasoning: vec![],
         },
         result("t1", "not executed (stopped)", true),
         Message::User {
@@ -103,7 +106,7 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
     ]);
     without_tools.system = String::new();
     without_tools.tools = Vec::new();
-    let body = serde_json::to_value(converse_body(&without_tools)).expect("serializable");
+    let body = serde_json::to_value(converse_body(&without_tools, None)).expect("serializable");
     assert_eq!(body.get("system"), None);
     assert_eq!(body.get("toolConfig"), None);
     assert_eq!(
@@ -285,6 +288,7 @@ fn a_streamed_tool_round_assembles_text_calls_stop_reason_and_usage() {
                 input_tokens: 120,
                 output_tokens: 30,
             }),
+            reasoning: vec![],
         })
     );
 }
@@ -506,7 +510,7 @@ fn errors_are_classified_from_type_status_and_wording() {
 fn error_messages_are_bounded_and_scrubbed_of_credentials() {
     let long = format!(r#"{{"message":"{}"}}"#, "x".repeat(5_000));
     let error = classify_error(Some(400), Some("ValidationException"), long.as_bytes());
-    assert!(error.message.chars().count() < MAX_ERROR_MESSAGE_CHARS + 100);
+    assert!(error.message.chars().count() < crate::limits::PROVIDER_ERROR_MESSAGE_BYTES + 100);
 
     let provider = BedrockProvider::new(
         "m",
