@@ -802,6 +802,125 @@ mod tests {
         }
     }
 
+    fn thought(text: &str, signature: Option<&str>, redacted: Option<&str>) -> ReasoningBlock {
+        ReasoningBlock {
+            text: text.into(),
+            signature: signature.map(str::to_string),
+            redacted: redacted.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn thinking_and_redacted_thinking_blocks_become_reasoning_in_order_apart_from_the_text() {
+        let signature = "EqQBCkgIARABGAIiQL+/sig==";
+        let body = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me read "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "a.txt first."}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Reading."}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_a", "name": "pen_read", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": "{\"path\":\"a.txt\"}"}}),
+            json!({"type": "content_block_stop", "index": 3}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 90}}),
+            json!({"type": "message_stop"}),
+        ]);
+        for piece in [body.len(), 7] {
+            let (result, deltas) = decode(&body, piece);
+            assert_eq!(deltas, ["Reading."], "thinking is not streamed as text");
+            let response = result.unwrap();
+            assert_eq!(response.text, "Reading.");
+            assert_eq!(
+                response.reasoning,
+                [
+                    thought("Let me read a.txt first.", Some(signature), None),
+                    thought("", None, Some("EmwKAhgBEgy3va3pzix/LafPsn4a")),
+                ]
+            );
+            assert_eq!(
+                response.tool_calls,
+                [call("toolu_a", "pen_read", r#"{"path":"a.txt"}"#)]
+            );
+        }
+    }
+
+    #[test]
+    fn reasoning_goes_back_first_and_unchanged_only_while_thinking_is_on() {
+        let signed = thought("Read a.txt.", Some("sig+/=="), None);
+        let redacted = thought("", None, Some("opaque=="));
+        // A local server's thinking has no signature: the API could not check it.
+        let unsigned = thought("local thoughts", None, None);
+        let request = ModelRequest {
+            model: "claude-test".into(),
+            system: String::new(),
+            messages: vec![
+                Message::User { text: "go".into() },
+                // The prompt budget's excerpt, then the kept call with its reasoning: one turn,
+                // the thinking first.
+                Message::Assistant {
+                    text: "[excerpt]".into(),
+                    tool_calls: vec![],
+                    reasoning: vec![],
+                },
+                Message::Assistant {
+                    text: "Reading.".into(),
+                    tool_calls: vec![call("toolu_1", "pen_read", r#"{"path":"a.txt"}"#)],
+                    reasoning: vec![signed, unsigned, redacted],
+                },
+                result("toolu_1", "hello", false),
+            ],
+            tools: vec![],
+            max_output_tokens: 4096,
+        };
+        let body = request_body(&request, Some(2048));
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Read a.txt.", "signature": "sig+/=="},
+                {"type": "redacted_thinking", "data": "opaque=="},
+                {"type": "text", "text": "[excerpt]"},
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
+            ]})
+        );
+        let off = request_body(&request, None);
+        assert!(off.get("thinking").is_none());
+        assert!(!off.to_string().contains("thinking"), "{off}");
+    }
+
+    #[test]
+    fn a_thinking_budget_must_be_below_the_output_limit() {
+        let mut request = ModelRequest {
+            model: "claude-test".into(),
+            system: String::new(),
+            messages: vec![Message::User { text: "go".into() }],
+            tools: vec![],
+            max_output_tokens: 2048,
+        };
+        assert_eq!(wire::thinking_budget(0, &request), Ok(None));
+        let error = wire::thinking_budget(2048, &request).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Config);
+        assert!(
+            error.message.contains(
+                "reasoning_budget_tokens (2048) must be less than max_output_tokens (2048)"
+            ),
+            "{}",
+            error.message
+        );
+        request.max_output_tokens = 2049;
+        assert_eq!(wire::thinking_budget(2048, &request), Ok(Some(2048)));
+    }
+
     #[test]
     fn an_error_event_in_the_stream_is_classified() {
         let body = format!(

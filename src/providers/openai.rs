@@ -763,6 +763,41 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_content_is_kept_apart_from_the_text_and_never_sent_back() {
+        // llama-server and vLLM say `reasoning_content`; Ollama says `reasoning`.
+        for field in ["reasoning_content", "reasoning"] {
+            let body = sse(&[
+                json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, field: "The user "}}]}),
+                json!({"choices": [{"index": 0, "delta": {field: "wants a greeting."}}]}),
+                json!({"choices": [{"index": 0, "delta": {"content": "Hello!"}, "finish_reason": "stop"}]}),
+            ]);
+            let (result, deltas) = decode(&body, 11);
+            assert_eq!(deltas, ["Hello!"], "{field}");
+            let response = result.unwrap();
+            assert_eq!(response.text, "Hello!");
+            assert_eq!(
+                response.reasoning,
+                [ReasoningBlock {
+                    text: "The user wants a greeting.".into(),
+                    signature: None,
+                    redacted: None,
+                }]
+            );
+            let mut next = request();
+            next.messages.push(Message::Assistant {
+                text: response.text,
+                tool_calls: vec![],
+                reasoning: response.reasoning,
+            });
+            let sent = request_body(&next, "max_tokens").to_string();
+            assert!(
+                !sent.contains("reasoning") && !sent.contains("greeting."),
+                "{sent}"
+            );
+        }
+    }
+
+    #[test]
     fn a_call_without_an_id_gets_a_unique_one() {
         let body = sse(&[json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"function": {"name": "pen_list", "arguments": "{}"}},

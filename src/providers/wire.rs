@@ -499,6 +499,64 @@ mod tests {
         map
     }
 
+    /// The progress item `item` makes: 2 is Bedrock's `messageStop` (whole), 3 its `metadata`
+    /// (the last event), 9 an SSE terminator.
+    fn progress_of(item: u32) -> Progress {
+        match item {
+            2 => Progress::Complete,
+            3 | 9 => Progress::Done,
+            _ => Progress::More,
+        }
+    }
+
+    /// Runs [`read_until_done`] over items sent on a channel: `first` is there from the start;
+    /// once the reader took item 1 and waits for more, `then` arrives and Stop fires, both
+    /// before the reader is polled again (as when the last bytes and the user's Stop come
+    /// together). Returns the result and the items taken.
+    async fn read_with_stop(first: &[u32], then: &[u32]) -> (Result<(), ProviderError>, Vec<u32>) {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        for item in first {
+            sender.send(Ok(*item)).unwrap();
+        }
+        let pieces = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx));
+        let cancel = CancellationToken::new();
+        let (took_first, first_taken) = tokio::sync::oneshot::channel();
+        let mut took_first = Some(took_first);
+        let mut taken = Vec::new();
+        let read = read_until_done(pieces, &cancel, |item| {
+            taken.push(item);
+            if let Some(signal) = took_first.take() {
+                let _ = signal.send(());
+            }
+            Ok(progress_of(item))
+        });
+        let (result, ()) = tokio::join!(read, async {
+            first_taken.await.unwrap();
+            for item in then {
+                sender.send(Ok(*item)).unwrap();
+            }
+            cancel.cancel();
+        });
+        (result, taken)
+    }
+
+    #[tokio::test]
+    async fn stop_keeps_an_answer_whose_terminator_arrived_and_cancels_one_still_streaming() {
+        // The terminator arrived with Stop: it is read first, and the answer is whole.
+        let (result, taken) = read_with_stop(&[1], &[9]).await;
+        assert_eq!((result, taken), (Ok(()), vec![1, 9]));
+        // Stop while the answer still waits for the network: cancelled at once.
+        let (result, taken) = read_with_stop(&[1], &[]).await;
+        assert_eq!(result.map_err(|e| e.kind), Err(ErrorKind::Cancelled));
+        assert_eq!(taken, [1]);
+        // Whole (Bedrock's messageStop) and waiting for trailing events: kept without them.
+        let (result, taken) = read_with_stop(&[1, 2], &[]).await;
+        assert_eq!((result, taken), (Ok(()), vec![1, 2]));
+        // What arrived is decoded before Stop is looked at, to the last event.
+        let (result, taken) = read_with_stop(&[1], &[2, 3]).await;
+        assert_eq!((result, taken), (Ok(()), vec![1, 2, 3]));
+    }
+
     #[test]
     fn retry_after_reads_seconds_dates_and_milliseconds() {
         let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();

@@ -533,3 +533,122 @@ fn error_messages_are_bounded_and_scrubbed_of_credentials() {
         error.message
     );
 }
+
+fn thought(text: &str, signature: Option<&str>, redacted: Option<&str>) -> ReasoningBlock {
+    ReasoningBlock {
+        text: text.into(),
+        signature: signature.map(str::to_string),
+        redacted: redacted.map(str::to_string),
+    }
+}
+
+#[test]
+fn reasoning_content_deltas_become_reasoning_blocks_apart_from_the_text() {
+    let (response, streamed) = assemble(&[
+        event("messageStart", json!({"role": "assistant"})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "Read "}}}),
+        ),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "a first."}}}),
+        ),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig+/=="}}}),
+        ),
+        event("contentBlockStop", json!({"contentBlockIndex": 0})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 1, "delta": {"reasoningContent": {"redactedContent": "b3BhcXVl"}}}),
+        ),
+        event("contentBlockStop", json!({"contentBlockIndex": 1})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 2, "delta": {"text": "Reading."}}),
+        ),
+        event("messageStop", json!({"stopReason": "end_turn"})),
+    ]);
+    assert_eq!(streamed, "Reading.");
+    let response = response.expect("answer");
+    assert_eq!(response.text, "Reading.");
+    assert_eq!(
+        response.reasoning,
+        [
+            thought("Read a first.", Some("sig+/=="), None),
+            thought("", None, Some("b3BhcXVl")),
+        ]
+    );
+}
+
+#[test]
+fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
+    let mut with_thinking = request(vec![
+        Message::User { text: "go".into() },
+        Message::Assistant {
+            text: "Reading.".into(),
+            tool_calls: vec![call("t1", r#"{"path":"a"}"#)],
+            reasoning: vec![
+                thought("Read a first.", Some("sig+/=="), None),
+                // Unsigned reasoning (another server's) cannot be checked, so it stays home.
+                thought("local", None, None),
+                thought("", None, Some("b3BhcXVl")),
+            ],
+        },
+        result("t1", "a", false),
+    ]);
+    with_thinking.max_output_tokens = 4096;
+    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048))).expect("json");
+    assert_eq!(
+        body["additionalModelRequestFields"],
+        json!({"thinking": {"type": "enabled", "budget_tokens": 2048}})
+    );
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"reasoningContent": {"reasoningText": {"text": "Read a first.", "signature": "sig+/=="}}},
+            {"reasoningContent": {"redactedContent": "b3BhcXVl"}},
+            {"text": "Reading."},
+            {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {"path": "a"}}},
+        ])
+    );
+    let off = serde_json::to_value(converse_body(&with_thinking, None)).expect("json");
+    assert_eq!(off.get("additionalModelRequestFields"), None);
+    assert!(!off.to_string().contains("reasoning"), "{off}");
+}
+
+#[test]
+fn an_answer_is_whole_at_message_stop_and_done_at_metadata() {
+    let mut answer = StreamedAnswer::default();
+    let apply = |answer: &mut StreamedAnswer, event_type: &str, payload| {
+        answer
+            .apply(&event(event_type, payload), &|_| {})
+            .expect("applies");
+        answer.progress()
+    };
+    assert_eq!(
+        apply(
+            &mut answer,
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "Hi"}})
+        ),
+        Progress::More
+    );
+    assert_eq!(
+        apply(
+            &mut answer,
+            "messageStop",
+            json!({"stopReason": "end_turn"})
+        ),
+        Progress::Complete
+    );
+    assert_eq!(
+        apply(
+            &mut answer,
+            "metadata",
+            json!({"usage": {"inputTokens": 3, "outputTokens": 1}})
+        ),
+        Progress::Done
+    );
+}
