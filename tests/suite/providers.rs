@@ -1,14 +1,16 @@
 //! The providers over real HTTP against the fake provider: streamed text and tool calls in both
 //! wire formats, retries (Retry-After, 5xx, early-closed streams), context-window rejections
-//! flagged and never retried, and Stop during a hanging stream or a retry wait.
+//! flagged and never retried, Stop during a hanging stream or a retry wait and after an answer's
+//! terminator, and Anthropic's thinking blocks sent back byte for byte.
 
 use super::fake_provider::{
-    FakeProvider, Reply, anthropic_error, anthropic_error_frame, anthropic_frames, openai_error,
-    openai_frames, raw_error,
+    FakeProvider, Reply, anthropic_error, anthropic_error_frame, anthropic_frames,
+    anthropic_thinking_frames, openai_error, openai_frames, raw_error,
 };
 use pen::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderKind, ProviderSettings, StreamEvent, ToolCall, ToolDefinition, Usage, build,
+    ProviderKind, ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, ToolDefinition, Usage,
+    build,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -577,4 +579,143 @@ async fn cancel_during_a_retry_wait_returns_cancelled() {
 
     assert_eq!(result.expect_err("cancelled").kind, ErrorKind::Cancelled);
     assert_eq!(fake.requests().len(), 1);
+}
+
+/// A signature as Anthropic sends one: long base64 with `+`, `/` and `=`, which must come back
+/// byte for byte.
+const SIGNATURE: &str = "EqQBCkgIARABGAIiQHuzP+8m/3f0Zt7Xq1WvJc8=+/ErRjYWxsIG1lIGFnYWlu/x==";
+
+#[tokio::test]
+async fn anthropic_thinking_blocks_go_back_byte_for_byte_first_on_the_next_request() {
+    let fake = FakeProvider::start();
+    let reasoning = vec![
+        ReasoningBlock {
+            text: "The user wants a.txt; read it — then answer.".into(),
+            signature: Some(SIGNATURE.into()),
+            redacted: None,
+        },
+        ReasoningBlock {
+            text: String::new(),
+            signature: None,
+            redacted: Some("EmwKAhgBEgy3va3pzix/LafPsn4aDGRhdGEgb2YgdGhlIG1vZGVs".into()),
+        },
+    ];
+    let call = ToolCall {
+        id: "toolu_01".into(),
+        name: "pen_read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    };
+    fake.push([
+        Reply::Stream(anthropic_thinking_frames(
+            &reasoning,
+            &["Reading."],
+            std::slice::from_ref(&call),
+            usage(),
+        )),
+        Reply::Stream(anthropic_frames(&["It says hello."], &[], usage())),
+    ]);
+    let provider = build(&ProviderSettings {
+        reasoning_budget_tokens: 1024,
+        ..settings(ProviderKind::Anthropic, &fake, Some("sk-test-key"))
+    })
+    .expect("provider");
+    let mut request = ModelRequest {
+        max_output_tokens: 4096,
+        ..request()
+    };
+
+    let (first, deltas) = complete(&*provider, &request).await;
+    let first = first.expect("tool use");
+    assert_eq!(deltas, ["Reading."], "thinking is not streamed as text");
+    assert_eq!(first.reasoning, reasoning);
+    assert_eq!(first.tool_calls, [call.clone()]);
+
+    request.messages.push(Message::Assistant {
+        text: first.text,
+        tool_calls: first.tool_calls,
+        reasoning: first.reasoning,
+    });
+    request.messages.push(Message::ToolResult {
+        call_id: call.id.clone(),
+        content: "hello".into(),
+        is_error: false,
+    });
+    let (second, _) = complete(&*provider, &request).await;
+    assert_eq!(second.expect("answer").text, "It says hello.");
+
+    let requests = fake.requests();
+    for sent in &requests {
+        assert_eq!(
+            sent.body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 1024})
+        );
+        assert_eq!(sent.body["max_tokens"], 4096);
+    }
+    assert_eq!(
+        requests[1].body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "The user wants a.txt; read it — then answer.",
+             "signature": SIGNATURE},
+            {"type": "redacted_thinking",
+             "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDGRhdGEgb2YgdGhlIG1vZGVs"},
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_01", "name": "pen_read", "input": {"path": "a.txt"}},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn a_thinking_budget_not_below_the_output_limit_is_refused_before_any_request() {
+    let fake = FakeProvider::start();
+    let provider = build(&ProviderSettings {
+        reasoning_budget_tokens: 1024,
+        ..settings(ProviderKind::Anthropic, &fake, Some("sk-test-key"))
+    })
+    .expect("provider");
+    let (result, _) = complete(&*provider, &request()).await;
+    let error = result.expect_err("refused");
+    assert_eq!(error.kind, ErrorKind::Config);
+    assert!(
+        error.message.contains("raise max_output_tokens"),
+        "{}",
+        error.message
+    );
+    assert!(fake.requests().is_empty());
+}
+
+/// Sends `request`, firing Stop from `on_event` as the first text delta arrives.
+async fn complete_stopping_at_the_first_delta(
+    provider: &dyn Provider,
+    request: &ModelRequest,
+) -> Result<ModelResponse, ProviderError> {
+    let cancel = CancellationToken::new();
+    let on_event = |_: StreamEvent| cancel.cancel();
+    provider.complete(request, &on_event, &cancel).await
+}
+
+#[tokio::test]
+async fn stop_after_the_terminator_keeps_the_answer_and_stop_before_it_cancels() {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let frames = match kind {
+            ProviderKind::OpenAi => openai_frames(&["Hel", "lo"], &[], usage()),
+            _ => anthropic_frames(&["Hel", "lo"], &[], usage()),
+        };
+        // The whole answer, terminator included, arrives in one read while the connection
+        // stays open: Stop during that read keeps it.
+        let fake = FakeProvider::start();
+        fake.push([Reply::HoldOpen(frames.clone())]);
+        let kept = complete_stopping_at_the_first_delta(&*provider(kind, &fake), &request()).await;
+        assert_eq!(kept, Ok(text_answer("Hello")), "{kind:?}");
+
+        // Everything but the terminator: the answer is still streaming, so Stop cancels it.
+        let fake = FakeProvider::start();
+        fake.push([Reply::Hang(frames[..frames.len() - 1].to_vec())]);
+        let stopped =
+            complete_stopping_at_the_first_delta(&*provider(kind, &fake), &request()).await;
+        assert_eq!(
+            stopped.map_err(|error| error.kind),
+            Err(ErrorKind::Cancelled),
+            "{kind:?}"
+        );
+    }
 }
