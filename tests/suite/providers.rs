@@ -628,7 +628,7 @@ async fn anthropic_thinking_blocks_go_back_byte_for_byte_first_on_the_next_reque
     let first = first.expect("tool use");
     assert_eq!(deltas, ["Reading."], "thinking is not streamed as text");
     assert_eq!(first.reasoning, reasoning);
-    assert_eq!(first.tool_calls, [call.clone()]);
+    assert_eq!(first.tool_calls, std::slice::from_ref(&call));
 
     request.messages.push(Message::Assistant {
         text: first.text,
