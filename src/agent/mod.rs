@@ -272,10 +272,13 @@ impl Turn {
             let stopped = self.cancel.is_cancelled();
             // The answer is kept even when Stop came while it was on its way. The model and the
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
-            self.append(
-                EntryKind::AssistantMessage,
-                json!({"text": response.text, "tool_calls": response.tool_calls, "finish_reason": response.finish_reason, "usage": response.usage, "model": self.model, "estimated_input_tokens": estimated}),
-            )?;
+            let mut payload = json!({"text": response.text, "tool_calls": response.tool_calls, "finish_reason": response.finish_reason, "usage": response.usage, "model": self.model, "estimated_input_tokens": estimated});
+            // Reasoning blocks go back to the provider on later requests (Anthropic and Bedrock
+            // require the thinking of a tool-use loop); stored only when there are some.
+            if !response.reasoning.is_empty() {
+                payload["reasoning"] = json!(response.reasoning);
+            }
+            self.append(EntryKind::AssistantMessage, payload)?;
             if response.tool_calls.is_empty() {
                 return Ok(if stopped {
                     StopReason::Cancelled

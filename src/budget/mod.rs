@@ -27,7 +27,7 @@ mod tests;
 
 pub use estimate::{Budget, TokenEstimator};
 
-use crate::providers::{Message, ToolCall, ToolDefinition};
+use crate::providers::{Message, ReasoningBlock, ToolCall, ToolDefinition};
 use crate::session::{Entry, EntryKind};
 use crate::tools::floor_char_boundary;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -128,6 +128,8 @@ fn too_large_message(part: Part, tokens: u64, budget: u64) -> String {
 struct Group<'a> {
     text: &'a str,
     calls: Vec<Answered<'a>>,
+    /// The message's stored reasoning blocks (`payload.reasoning`), sent back with it.
+    reasoning: Option<&'a Value>,
 }
 
 /// A tool call as its entry holds it.
@@ -178,18 +180,27 @@ fn calls_of(tool_calls: Option<&Value>) -> Vec<CallRef<'_>> {
 }
 
 /// An assistant entry's text and calls, read in one pass over its fields.
-fn assistant_fields(payload: &Value) -> (&str, Vec<CallRef<'_>>) {
-    let (mut text, mut tool_calls) = ("", None);
+fn assistant_fields(payload: &Value) -> (&str, Vec<CallRef<'_>>, Option<&Value>) {
+    let (mut text, mut tool_calls, mut reasoning) = ("", None, None);
     if let Value::Object(fields) = payload {
         for (key, value) in fields {
             match key.as_str() {
                 "text" => text = value.as_str().unwrap_or_default(),
                 "tool_calls" => tool_calls = Some(value),
+                "reasoning" => reasoning = Some(value),
                 _ => {}
             }
         }
     }
-    (text, calls_of(tool_calls))
+    (text, calls_of(tool_calls), reasoning)
+}
+
+/// An assistant message's reasoning blocks as stored. Blocks that do not parse are left out:
+/// they are the provider's opaque data, never a reason to refuse the history.
+fn reasoning_of(stored: Option<&Value>) -> Vec<ReasoningBlock> {
+    stored
+        .and_then(|value| Vec::<ReasoningBlock>::deserialize(value).ok())
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone)]
@@ -327,7 +338,7 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                 })],
             }),
             EntryKind::AssistantMessage => {
-                let (text, tool_calls) = assistant_fields(&entry.payload);
+                let (text, tool_calls, reasoning) = assistant_fields(&entry.payload);
                 for call in &tool_calls {
                     if !seen.insert(call.id) {
                         return Err(invalid(
@@ -340,7 +351,7 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                     let message = Message::Assistant {
                         text: text.to_string(),
                         tool_calls: Vec::new(),
-                        reasoning: Vec::new(),
+                        reasoning: reasoning_of(reasoning),
                     };
                     push_unit(&mut exchanges, Unit::Plain(message), entry.seq);
                 } else {
@@ -353,7 +364,15 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                             status: None,
                         })
                         .collect();
-                    open = Some((Group { text, calls }, entry.seq, 0));
+                    open = Some((
+                        Group {
+                            text,
+                            calls,
+                            reasoning,
+                        },
+                        entry.seq,
+                        0,
+                    ));
                 }
             }
             EntryKind::ToolResult => {
@@ -467,7 +486,7 @@ fn group_messages(group: Group<'_>, out: &mut Vec<Message>) {
     out.push(Message::Assistant {
         text: group.text.to_string(),
         tool_calls,
-        reasoning: Vec::new(),
+        reasoning: reasoning_of(group.reasoning),
     });
     out.extend(results);
 }

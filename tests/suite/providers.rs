@@ -719,3 +719,60 @@ async fn stop_after_the_terminator_keeps_the_answer_and_stop_before_it_cancels()
         );
     }
 }
+
+/// Through `pen run`: the loop records an answer's thinking blocks and the next request of the
+/// turn carries them back, signature byte for byte, first in their assistant message.
+#[test]
+fn pen_run_sends_anthropic_thinking_back_on_the_next_request_of_the_turn() {
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("a.txt"), "hello\n").expect("a.txt");
+    let data = tempfile::tempdir().expect("data dir");
+    let thinking = ReasoningBlock {
+        text: "Read a.txt, then answer.".into(),
+        signature: Some(SIGNATURE.into()),
+        redacted: None,
+    };
+    let call = ToolCall {
+        id: "toolu_run".into(),
+        name: "pen_read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    };
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Stream(anthropic_thinking_frames(
+            std::slice::from_ref(&thinking),
+            &[],
+            std::slice::from_ref(&call),
+            usage(),
+        )),
+        Reply::Stream(anthropic_frames(&["It says hello."], &[], usage())),
+    ]);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args(["run", "What is in a.txt?", "--provider", "anthropic"])
+        .args(["--model", "fake-model", "--base-url", fake.url()])
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env("ANTHROPIC_API_KEY", "sk-test-key")
+        .env("PEN_REASONING_BUDGET_TOKENS", "1024")
+        .env("PEN_MAX_OUTPUT_TOKENS", "4096")
+        .current_dir(root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("pen run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("It says hello."),
+        "{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{stderr}");
+    assert_eq!(
+        requests[1].body["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": "Read a.txt, then answer.", "signature": SIGNATURE})
+    );
+    assert_eq!(
+        requests[1].body["messages"][1]["content"][1]["type"],
+        "tool_use"
+    );
+}
