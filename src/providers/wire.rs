@@ -1,7 +1,8 @@
 //! What the HTTP backends share: the client, sending a request, reading `Retry-After`, turning
 //! transport failures and statuses into [`ProviderError`]s, the wording that means "over the
-//! context window", and decoding a server-sent event stream through a backend's
-//! [`StreamDecoder`].
+//! context window", the one Stop rule ([`read_until_done`]) and, for the two backends that
+//! answer in server-sent events, the whole request/stream loop ([`complete_sse`]): each of
+//! them supplies only its request body, its error classifier and its [`StreamDecoder`].
 //!
 //! Server-sent events are parsed by `eventsource-stream`, which implements the WHATWG framing
 //! (CRLF, CR or LF line ends, multi-line `data:`, comments, a leading BOM, characters split
