@@ -188,7 +188,7 @@ impl BedrockProvider {
         let mut frames = event_stream::Decoder::default();
         let mut answer = StreamedAnswer::default();
         let chunks = response.bytes_stream().map_err(wire::transport_error);
-        wire::read_until_done(chunks, cancel, |chunk| {
+        let ending = wire::read_until_done(chunks, cancel, |chunk| {
             frames.push(&chunk);
             while let Some(message) = frames.next_message().map_err(|e| {
                 ProviderError::new(ErrorKind::Protocol, format!("Bedrock stream: {e}"))
@@ -198,7 +198,8 @@ impl BedrockProvider {
             Ok(answer.progress())
         })
         .await?;
-        answer.finish(frames.has_partial())
+        // Half a frame left by Stop after messageStop is the unread metadata, not a cut answer.
+        answer.finish(ending != wire::Ending::StoppedWhole && frames.has_partial())
     }
 
     /// Removes the credentials from a message built from provider text, in case a proxy or a

@@ -46,6 +46,18 @@ pub(crate) enum Progress {
     Done,
 }
 
+/// Why [`read_until_done`] stopped reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The piece that makes the answer done arrived.
+    Done,
+    /// The stream ended (the connection closed).
+    Closed,
+    /// Stop fired while a whole answer waited for its trailing events; bytes of a piece may be
+    /// left unread, which does not make the answer short.
+    StoppedWhole,
+}
+
 /// The content type of a server-sent event stream.
 pub(crate) const SSE_CONTENT_TYPE: &str = "text/event-stream";
 
@@ -205,7 +217,7 @@ pub(crate) async fn read_until_done<S, T>(
     pieces: S,
     cancel: &CancellationToken,
     mut take: impl FnMut(T) -> Result<Progress, ProviderError>,
-) -> Result<(), ProviderError>
+) -> Result<Ending, ProviderError>
 where
     S: Stream<Item = Result<T, ProviderError>>,
 {
@@ -216,16 +228,16 @@ where
             biased;
             next = pieces.next() => next,
             () = cancel.cancelled() => {
-                return if complete { Ok(()) } else { Err(cancelled()) };
+                return if complete { Ok(Ending::StoppedWhole) } else { Err(cancelled()) };
             }
         };
         let Some(piece) = next else {
-            return Ok(());
+            return Ok(Ending::Closed);
         };
         match take(piece?)? {
             Progress::More => {}
             Progress::Complete => complete = true,
-            Progress::Done => return Ok(()),
+            Progress::Done => return Ok(Ending::Done),
         }
     }
 }
@@ -514,7 +526,10 @@ mod tests {
     /// once the reader took item 1 and waits for more, `then` arrives and Stop fires, both
     /// before the reader is polled again (as when the last bytes and the user's Stop come
     /// together). Returns the result and the items taken.
-    async fn read_with_stop(first: &[u32], then: &[u32]) -> (Result<(), ProviderError>, Vec<u32>) {
+    async fn read_with_stop(
+        first: &[u32],
+        then: &[u32],
+    ) -> (Result<Ending, ProviderError>, Vec<u32>) {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
         for item in first {
             sender.send(Ok(*item)).unwrap();
@@ -545,17 +560,17 @@ mod tests {
     async fn stop_keeps_an_answer_whose_terminator_arrived_and_cancels_one_still_streaming() {
         // The terminator arrived with Stop: it is read first, and the answer is whole.
         let (result, taken) = read_with_stop(&[1], &[9]).await;
-        assert_eq!((result, taken), (Ok(()), vec![1, 9]));
+        assert_eq!((result, taken), (Ok(Ending::Done), vec![1, 9]));
         // Stop while the answer still waits for the network: cancelled at once.
         let (result, taken) = read_with_stop(&[1], &[]).await;
         assert_eq!(result.map_err(|e| e.kind), Err(ErrorKind::Cancelled));
         assert_eq!(taken, [1]);
         // Whole (Bedrock's messageStop) and waiting for trailing events: kept without them.
         let (result, taken) = read_with_stop(&[1, 2], &[]).await;
-        assert_eq!((result, taken), (Ok(()), vec![1, 2]));
+        assert_eq!((result, taken), (Ok(Ending::StoppedWhole), vec![1, 2]));
         // What arrived is decoded before Stop is looked at, to the last event.
         let (result, taken) = read_with_stop(&[1], &[2, 3]).await;
-        assert_eq!((result, taken), (Ok(()), vec![1, 2, 3]));
+        assert_eq!((result, taken), (Ok(Ending::Done), vec![1, 2, 3]));
     }
 
     #[test]

@@ -472,6 +472,16 @@ async fn stop_after_message_stop_keeps_the_answer_and_stop_before_it_cancels() {
         ("Hello", FinishReason::EndTurn, None)
     );
 
+    // Half of the metadata frame has arrived too: what is left unread is not the answer.
+    let mut with_half_metadata = Reply::events(&hello_events(false));
+    let metadata = Reply::events(&hello_events(true)[5..]).body;
+    with_half_metadata
+        .body
+        .extend_from_slice(&metadata[..metadata.len() / 2]);
+    let (_fake, url) = FakeBedrock::start(vec![with_half_metadata.held_open()]).await;
+    let kept = complete_stopping_at_the_first_delta(&provider(&url), &request).await;
+    assert_eq!(kept.expect("the whole answer is kept").text, "Hello");
+
     // Before messageStop the answer is still streaming: Stop cancels it.
     let mut streaming = hello_events(false);
     streaming.pop();
