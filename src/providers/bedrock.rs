@@ -225,7 +225,14 @@ impl Provider for BedrockProvider {
             async move {
                 self.converse(request, on_event, cancel)
                     .await
-                    .map_err(|error| self.scrub(error))
+                    .map_err(|mut error| {
+                        // Bedrock's own errors name it already; the shared transport and
+                        // Stop errors get the same prefix.
+                        if !error.message.starts_with("Bedrock") {
+                            error.message = format!("Bedrock: {}", error.message);
+                        }
+                        self.scrub(error)
+                    })
             }
             .instrument(span),
         )
