@@ -56,14 +56,6 @@ pub struct ReasoningBlock {
     pub redacted: Option<String>,
 }
 
-impl ReasoningBlock {
-    /// Whether the block can go back to a provider that checks reasoning: it carries a
-    /// signature or a redacted payload. Unsigned reasoning (a local server's) never does.
-    pub fn is_returnable(&self) -> bool {
-        self.signature.is_some() || self.redacted.is_some()
-    }
-}
-
 /// One message of the conversation, provider-neutral. The system prompt is not a message: it
 /// travels once, in [`ModelRequest::system`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,6 +361,40 @@ mod tests {
         }
         assert_eq!(ProviderKind::OpenAi.as_str(), "openai");
         assert_eq!(ProviderKind::from_name("gemini"), None);
+    }
+
+    #[test]
+    fn reasoning_is_optional_on_the_wire_of_messages_and_answers() {
+        use serde_json::json;
+        // What older sessions and callers wrote reads back with no reasoning.
+        let old: Message =
+            serde_json::from_value(json!({"role": "assistant", "text": "hi", "tool_calls": []}))
+                .unwrap();
+        assert_eq!(
+            old,
+            Message::Assistant {
+                text: "hi".into(),
+                tool_calls: vec![],
+                reasoning: vec![],
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&old).unwrap(),
+            json!({"role": "assistant", "text": "hi", "tool_calls": []})
+        );
+        let block = ReasoningBlock {
+            text: "why".into(),
+            signature: Some("sig".into()),
+            redacted: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&block).unwrap(),
+            json!({"text": "why", "signature": "sig"})
+        );
+        let stored = json!([{"text": "why", "signature": "sig"}, {"text": "", "redacted": "x=="}]);
+        let blocks: Vec<ReasoningBlock> = serde_json::from_value(stored).unwrap();
+        assert_eq!(blocks[0], block);
+        assert_eq!(blocks[1].redacted.as_deref(), Some("x=="));
     }
 
     #[test]
