@@ -652,3 +652,42 @@ fn an_answer_is_whole_at_message_stop_and_done_at_metadata() {
         Progress::Done
     );
 }
+
+#[test]
+fn an_excerpt_before_a_kept_call_shares_its_turn_with_the_reasoning_first() {
+    let request = request(vec![
+        Message::User { text: "go".into() },
+        Message::Assistant {
+            text: "[excerpt]".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![call("t1", "{}")],
+            reasoning: vec![thought("why", Some("sig"), None)],
+        },
+        result("t1", "ok", false),
+    ]);
+    let body = serde_json::to_value(converse_body(&request, Some(1024))).expect("json");
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "why", "signature": "sig"}}},
+            {"text": "[excerpt]"},
+            {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {}}},
+        ]})
+    );
+}
+
+#[test]
+fn a_base_url_that_is_not_http_is_refused_before_any_request() {
+    let refused = BedrockProvider::new(
+        "m",
+        "us-east-1",
+        Some("bedrock.internal:443".into()),
+        AwsCredentials::new("AKID", "secret", None),
+        Duration::from_secs(5),
+    );
+    assert_eq!(refused.err().map(|e| e.kind), Some(ErrorKind::Config));
+}
