@@ -12,7 +12,7 @@ use crate::limits::{
     MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
     REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
-use crate::providers::ProviderKind;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -64,6 +64,53 @@ pub const KEYS: &[&str] = &[
     "max_turn_requests",
     "auto_approve",
 ];
+
+/// Which API a provider speaks: the one name for it in the config (`provider`), the provider
+/// settings and the token estimate's framing. It lives here, below `providers` (which
+/// re-exports it as `providers::ProviderKind`), so that the config does not depend on the
+/// backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Amazon Bedrock Converse.
+    Bedrock,
+}
+
+impl ProviderKind {
+    /// Every kind, in the order the config's error message lists them.
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Bedrock,
+    ];
+
+    /// The name the config and the wire use (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Bedrock => "bedrock",
+        }
+    }
+
+    /// The kind a config names, if it is one.
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        ProviderKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The tools `auto_approve` may name: the ones that ask for approval.
 pub const APPROVABLE_TOOLS: &[&str] = &["pen_create", "pen_edit", "pen_command"];

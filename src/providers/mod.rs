@@ -219,50 +219,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
 }
 
-/// Which API a provider speaks: the one name for it in the config (`provider`), the provider
-/// settings and the token estimate's framing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
-    #[serde(rename = "openai")]
-    OpenAi,
-    /// Anthropic Messages.
-    Anthropic,
-    /// Amazon Bedrock Converse.
-    Bedrock,
-}
-
-impl ProviderKind {
-    /// Every kind, in the order the config's error message lists them.
-    pub const ALL: [ProviderKind; 3] = [
-        ProviderKind::OpenAi,
-        ProviderKind::Anthropic,
-        ProviderKind::Bedrock,
-    ];
-
-    /// The name the config and the wire use (the serde name).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Bedrock => "bedrock",
-        }
-    }
-
-    /// The kind a config names, if it is one.
-    pub fn from_name(name: &str) -> Option<ProviderKind> {
-        ProviderKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == name)
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Which API a provider speaks (defined in [`crate::config`], below this module, whose
+/// `provider` key it is).
+pub use crate::config::ProviderKind;
 
 /// What [`build`] needs to make a provider.
 #[derive(Clone, PartialEq, Eq)]
