@@ -53,6 +53,7 @@ impl Provider for Instant_ {
             finish_reason: FinishReason::EndTurn,
             tool_calls,
             usage: None,
+            reasoning: Vec::new(),
         };
         self.inside_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
@@ -91,6 +92,7 @@ impl Provider for Timed {
             text: "ok".into(),
             finish_reason: FinishReason::EndTurn,
             tool_calls,
+            reasoning: Vec::new(),
             usage: None,
         };
         Box::pin(async move { Ok(response) })

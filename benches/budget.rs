@@ -10,7 +10,7 @@
 //!    and the older exchanges that fit), only the session grows. Each plan uses a new
 //!    calibration ratio, as each request of a turn does. Target: 50k ÷ 1k ≤ 2×.
 
-use pen::budget::{Budget, Planner, ProviderFamily, TokenEstimator, plan};
+use pen::budget::{Budget, Planner, ProviderKind, TokenEstimator, plan};
 use pen::providers::ToolDefinition;
 use pen::session::{Entry, EntryKind};
 use pen::transcript::Record;
@@ -160,7 +160,7 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
         for run in 0..PLAN_RUNS {
             // Each request of a turn is calibrated by the answer before it.
             let estimator =
-                TokenEstimator::new(ProviderFamily::Anthropic, 1.1 + run as f64 / 1_000.0);
+                TokenEstimator::new(ProviderKind::Anthropic, 1.1 + run as f64 / 1_000.0);
             evict_caches(flush);
             let started = Instant::now();
             let planned = planner.plan("system", tools, budget, &estimator);
@@ -194,7 +194,7 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
         let mut batch_times = Vec::new();
         for run in 0..5 {
             let estimator =
-                TokenEstimator::new(ProviderFamily::Anthropic, 1.1 + run as f64 / 1_000.0);
+                TokenEstimator::new(ProviderKind::Anthropic, 1.1 + run as f64 / 1_000.0);
             evict_caches(flush);
             let started = Instant::now();
             let planned = plan(&records, "system", tools, budget, &estimator);
@@ -238,7 +238,7 @@ fn main() {
         incremental(&tools, &mut flush);
         return;
     }
-    let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.1);
+    let estimator = TokenEstimator::new(ProviderKind::Anthropic, 1.1);
     let mut previous: Option<Duration> = None;
     println!(
         "entries     plan (median of 5)   growth   µs/entry   reference (JSON of the payloads)   plan ÷ reference"

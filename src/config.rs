@@ -10,8 +10,9 @@ use crate::limits::{
     BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
     MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
     MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
-    REQUEST_TIMEOUT_SECS,
+    REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -36,6 +37,13 @@ pub enum ConfigError {
     TooLong { key: String, len: usize, max: usize },
     #[error(transparent)]
     OutOfRange(#[from] LimitError),
+    #[error("config key `{key}` must be 0 (off) or between {min} and {max}, got {got}")]
+    NotOffOrInRange {
+        key: String,
+        got: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("cannot read {path}: {reason}")]
     File { path: PathBuf, reason: String },
 }
@@ -49,6 +57,7 @@ pub const KEYS: &[&str] = &[
     "api_key_env",
     "context_window_tokens",
     "max_output_tokens",
+    "reasoning_budget_tokens",
     "budget_margin_tokens",
     "request_timeout_secs",
     "max_attempts",
@@ -56,25 +65,72 @@ pub const KEYS: &[&str] = &[
     "auto_approve",
 ];
 
-/// The values `provider` takes; unset means "pick one" (see the agent loop).
-pub const PROVIDERS: &[&str] = &["openai", "anthropic", "bedrock"];
+/// Which API a provider speaks: the one name for it in the config (`provider`), the provider
+/// settings and the token estimate's framing. It lives here, below `providers` (which
+/// re-exports it as `providers::ProviderKind`), so that the config does not depend on the
+/// backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Amazon Bedrock Converse.
+    Bedrock,
+}
+
+impl ProviderKind {
+    /// Every kind, in the order the config's error message lists them.
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Bedrock,
+    ];
+
+    /// The name the config and the wire use (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Bedrock => "bedrock",
+        }
+    }
+
+    /// The kind a config names, if it is one.
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        ProviderKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The tools `auto_approve` may name: the ones that ask for approval.
 pub static APPROVABLE_TOOLS: std::sync::LazyLock<Vec<&'static str>> =
     std::sync::LazyLock::new(crate::tools::registry::approvable_names);
 
-/// pen's settings, always valid: integers within their bounds, `provider` one of
-/// [`PROVIDERS`], `auto_approve` a subset of [`APPROVABLE_TOOLS`].
+/// pen's settings, always valid: integers within their bounds, `provider` a [`ProviderKind`]
+/// (unset means "pick one", see [`crate::providers::choice`]), `auto_approve` a subset of
+/// [`APPROVABLE_TOOLS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub max_tool_result_bytes: u64,
-    pub provider: Option<String>,
+    pub provider: Option<ProviderKind>,
     pub model: Option<String>,
     pub base_url: Option<String>,
     /// The name of the environment variable that holds the API key (never the key itself).
     pub api_key_env: Option<String>,
     pub context_window_tokens: u64,
     pub max_output_tokens: u64,
+    /// Extended thinking's budget (Anthropic, Bedrock); 0 is off.
+    pub reasoning_budget_tokens: u64,
     pub budget_margin_tokens: u64,
     pub request_timeout_secs: u64,
     pub max_attempts: u64,
@@ -92,6 +148,7 @@ impl Default for Config {
             api_key_env: None,
             context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
+            reasoning_budget_tokens: REASONING_BUDGET_TOKENS.default,
             budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
             request_timeout_secs: REQUEST_TIMEOUT_SECS.default,
             max_attempts: MAX_ATTEMPTS.default,
@@ -106,6 +163,22 @@ fn integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError
         .as_u64()
         .ok_or_else(|| wrong_type(key, "a whole number", value))?;
     Ok(bounds.check(number)?)
+}
+
+/// An integer key where 0 means "off" and any other value must lie within `bounds`.
+fn off_or_integer(key: &str, value: &Value, bounds: &Bounds) -> Result<u64, ConfigError> {
+    let number = value
+        .as_u64()
+        .ok_or_else(|| wrong_type(key, "a whole number", value))?;
+    if number != 0 && bounds.check(number).is_err() {
+        return Err(ConfigError::NotOffOrInRange {
+            key: key.to_string(),
+            got: number,
+            min: bounds.min,
+            max: bounds.max,
+        });
+    }
+    Ok(number)
 }
 
 /// A text key of at most `max` bytes (after trimming); `null` or `""` unsets it. Every string a
@@ -172,6 +245,9 @@ impl Config {
             "max_output_tokens" => {
                 self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
             }
+            "reasoning_budget_tokens" => {
+                self.reasoning_budget_tokens = off_or_integer(key, value, &REASONING_BUDGET_TOKENS)?
+            }
             "budget_margin_tokens" => {
                 self.budget_margin_tokens = integer(key, value, &BUDGET_MARGIN_TOKENS)?
             }
@@ -183,7 +259,11 @@ impl Config {
                 self.max_turn_requests = integer(key, value, &MAX_TURN_REQUESTS)?
             }
             // A choice is bounded by its list of values; a refused one is shown cut.
-            "provider" => self.provider = one_of(key, text(key, value, usize::MAX)?, PROVIDERS)?,
+            "provider" => {
+                let names = ProviderKind::ALL.map(ProviderKind::as_str);
+                let name = one_of(key, text(key, value, usize::MAX)?, &names)?;
+                self.provider = name.as_deref().and_then(ProviderKind::from_name);
+            }
             "model" => self.model = text(key, value, MAX_MODEL_BYTES)?,
             "base_url" => self.base_url = text(key, value, MAX_BASE_URL_BYTES)?,
             "api_key_env" => self.api_key_env = text(key, value, MAX_API_KEY_ENV_BYTES)?,
@@ -252,12 +332,13 @@ impl Config {
     pub fn to_json(&self) -> Value {
         json!({
             "max_tool_result_bytes": self.max_tool_result_bytes,
-            "provider": self.provider,
+            "provider": self.provider.map(ProviderKind::as_str),
             "model": self.model,
             "base_url": self.base_url,
             "api_key_env": self.api_key_env,
             "context_window_tokens": self.context_window_tokens,
             "max_output_tokens": self.max_output_tokens,
+            "reasoning_budget_tokens": self.reasoning_budget_tokens,
             "budget_margin_tokens": self.budget_margin_tokens,
             "request_timeout_secs": self.request_timeout_secs,
             "max_attempts": self.max_attempts,
@@ -415,7 +496,8 @@ mod tests {
         let mut config = Config::default();
         config.set("provider", &json!("anthropic")).unwrap();
         config.set("model", &json!(" claude-x ")).unwrap();
-        assert_eq!(config.provider.as_deref(), Some("anthropic"));
+        assert_eq!(config.provider, Some(ProviderKind::Anthropic));
+        assert_eq!(config.get("provider"), json!("anthropic"));
         assert_eq!(config.model.as_deref(), Some("claude-x"));
         let err = config.set("provider", &json!("gemini")).unwrap_err();
         assert_eq!(
@@ -439,6 +521,39 @@ mod tests {
     }
 
     #[test]
+    fn the_reasoning_budget_is_off_or_within_its_bounds() {
+        let mut config = Config::default();
+        assert_eq!(config.get("reasoning_budget_tokens"), json!(0));
+        config.set("reasoning_budget_tokens", &json!(1024)).unwrap();
+        config
+            .set("reasoning_budget_tokens", &json!(1_000_000))
+            .unwrap();
+        for bad in [json!(1), json!(1023), json!(1_000_001)] {
+            let err = config.set("reasoning_budget_tokens", &bad).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "config key `reasoning_budget_tokens` must be 0 (off) or between 1024 and \
+                     1000000, got {bad}"
+                )
+            );
+        }
+        assert!(
+            config
+                .set("reasoning_budget_tokens", &json!("lots"))
+                .is_err()
+        );
+        assert_eq!(config.reasoning_budget_tokens, 1_000_000);
+        config.set("reasoning_budget_tokens", &json!(0)).unwrap();
+        assert_eq!(config.reasoning_budget_tokens, 0);
+        let env = vec![(
+            "PEN_REASONING_BUDGET_TOKENS".to_string(),
+            "2048".to_string(),
+        )];
+        assert_eq!(Config::load(None, env).0.reasoning_budget_tokens, 2048);
+    }
+
+    #[test]
     fn environment_values_take_each_key_type() {
         let env = vec![
             ("PEN_PROVIDER".to_string(), "openai".to_string()),
@@ -455,7 +570,7 @@ mod tests {
         ];
         let (config, warnings) = Config::load(None, env);
         assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.provider.as_deref(), Some("openai"));
+        assert_eq!(config.provider, Some(ProviderKind::OpenAi));
         assert_eq!(
             config.base_url.as_deref(),
             Some("http://127.0.0.1:11434/v1")

@@ -67,6 +67,17 @@ pub const MAX_OUTPUT_TOKENS: Bounds = Bounds {
     max: 1_000_000,
 };
 
+/// `reasoning_budget_tokens`: Anthropic's and Bedrock's extended-thinking budget. 0 (the
+/// default) is off; any other value must lie in this range. The floor is Anthropic's documented
+/// minimum `budget_tokens`; the budget must also be below `max_output_tokens`, which the
+/// provider checks before sending (thinking tokens count against the output limit).
+pub const REASONING_BUDGET_TOKENS: Bounds = Bounds {
+    name: "reasoning_budget_tokens",
+    default: 0,
+    min: 1_024,
+    max: 1_000_000,
+};
+
 /// `budget_margin_tokens`: input tokens kept free below `context_window_tokens −
 /// max_output_tokens`, for the estimate's error (SPEC §6). 2% of the default window.
 pub const BUDGET_MARGIN_TOKENS: Bounds = Bounds {

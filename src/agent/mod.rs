@@ -27,21 +27,21 @@ mod events;
 mod history;
 mod host;
 mod lease;
-mod provider_choice;
 mod system_prompt;
 
+pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{AgentEvent, EventKind, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
 pub use lease::TurnLease;
-pub use provider_choice::{NO_PROVIDER, provider_from_config};
 pub use system_prompt::SYSTEM_PROMPT;
 
-use crate::budget::{self, Budget, BudgetError, ProviderFamily};
+use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
 use crate::providers::{
-    ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall, ToolDefinition,
+    ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent, ToolCall,
+    ToolDefinition,
 };
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::registry::{Execution, Preview, ToolSpec};
@@ -265,7 +265,7 @@ impl Turn {
             self.append_item(Item::AssistantMessage(AssistantMessage {
                 text: response.text,
                 tool_calls: response.tool_calls,
-                reasoning: Vec::new(),
+                reasoning: response.reasoning,
                 finish_reason: Some(response.finish_reason),
                 usage: response.usage,
                 model: Some(self.model.clone()),
@@ -756,12 +756,8 @@ fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefinition> {
 
 /// The token-estimate family of the configured provider (an unset provider is OpenAI-style:
 /// OpenAI itself or a local OpenAI-compatible server).
-fn provider_family(config: &Config) -> ProviderFamily {
-    match config.provider.as_deref() {
-        Some("anthropic") => ProviderFamily::Anthropic,
-        Some("bedrock") => ProviderFamily::Bedrock,
-        _ => ProviderFamily::OpenAi,
-    }
+fn provider_family(config: &Config) -> ProviderKind {
+    config.provider.unwrap_or(ProviderKind::OpenAi)
 }
 
 #[cfg(test)]

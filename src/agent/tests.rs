@@ -3,7 +3,7 @@
 //! behaviour over real HTTP and stdio is tested in `tests/`.)
 
 use super::*;
-use crate::budget::{ProviderFamily, TokenEstimator};
+use crate::budget::TokenEstimator;
 use crate::providers::{ErrorKind, FinishReason, Message};
 use crate::session::{Entry, EntryKind};
 use serde_json::json;
@@ -130,6 +130,7 @@ fn answer(text: &str, calls: &[(&str, &str, Value)]) -> ModelResponse {
             FinishReason::ToolUse
         },
         usage: None,
+        reasoning: Vec::new(),
     }
 }
 
@@ -861,7 +862,7 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
 
 /// The uncalibrated estimate of a request with only the system prompt, the tools and `messages`.
 fn raw_estimate(messages: &[Message]) -> u64 {
-    TokenEstimator::new(ProviderFamily::OpenAi, 1.0).request(
+    TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
         SYSTEM_PROMPT,
         &tool_definitions(&crate::tools::registry::catalog(
             &crate::limits::Limits::default(),

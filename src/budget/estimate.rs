@@ -8,7 +8,7 @@
 //! caller corrects the systematic error with `ratio` = reported prompt tokens ÷ estimated.
 
 use crate::limits::{TOKEN_RATIO_MAX, TOKEN_RATIO_MIN};
-use crate::providers::{Message, ToolDefinition};
+use crate::providers::{Message, ProviderKind, ToolDefinition};
 use serde::{Deserialize, Serialize};
 
 /// The input tokens one request may use.
@@ -37,25 +37,15 @@ impl Budget {
     }
 }
 
-/// Which API's message framing the estimate allows for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderFamily {
-    OpenAi,
-    Anthropic,
-    Bedrock,
-}
-
-impl ProviderFamily {
+impl ProviderKind {
     /// One family of each framing (the families whose overheads are the same share one).
-    pub(super) const FRAMINGS: [ProviderFamily; 2] =
-        [ProviderFamily::OpenAi, ProviderFamily::Anthropic];
+    pub(super) const FRAMINGS: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthropic];
 
-    /// The index of this family's framing in [`ProviderFamily::FRAMINGS`].
+    /// The index of this family's framing in [`ProviderKind::FRAMINGS`].
     pub(super) fn framing(self) -> usize {
         match self {
-            ProviderFamily::OpenAi => 0,
-            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 1,
+            ProviderKind::OpenAi => 0,
+            ProviderKind::Anthropic | ProviderKind::Bedrock => 1,
         }
     }
 
@@ -63,16 +53,16 @@ impl ProviderFamily {
     /// Anthropic's and Bedrock's content blocks a little more.
     fn message_overhead(self) -> u64 {
         match self {
-            ProviderFamily::OpenAi => 4,
-            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 5,
+            ProviderKind::OpenAi => 4,
+            ProviderKind::Anthropic | ProviderKind::Bedrock => 5,
         }
     }
 
     /// Framing tokens per tool call or result block (ids, names, type tags).
     fn tool_overhead(self) -> u64 {
         match self {
-            ProviderFamily::OpenAi => 8,
-            ProviderFamily::Anthropic | ProviderFamily::Bedrock => 10,
+            ProviderKind::OpenAi => 8,
+            ProviderKind::Anthropic | ProviderKind::Bedrock => 10,
         }
     }
 }
@@ -97,7 +87,7 @@ pub(super) fn quarter_tokens(text: &[u8]) -> u64 {
 /// A deterministic token estimate for one provider family.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenEstimator {
-    pub family: ProviderFamily,
+    pub family: ProviderKind,
     /// Reported ÷ estimated prompt tokens, clamped to `TOKEN_RATIO_MIN..=TOKEN_RATIO_MAX`.
     pub ratio: f64,
 }
@@ -105,7 +95,7 @@ pub struct TokenEstimator {
 impl TokenEstimator {
     /// An estimator with `ratio` clamped to the sane range; a ratio that is not a finite
     /// number (no usage seen yet, a division by zero) counts as 1.
-    pub fn new(family: ProviderFamily, ratio: f64) -> TokenEstimator {
+    pub fn new(family: ProviderKind, ratio: f64) -> TokenEstimator {
         let ratio = if ratio.is_finite() {
             ratio.clamp(TOKEN_RATIO_MIN, TOKEN_RATIO_MAX)
         } else {
@@ -117,7 +107,7 @@ impl TokenEstimator {
     /// The calibration ratio for one request: the prompt tokens the provider reported over the
     /// tokens estimated for it (with a ratio of 1), clamped as [`TokenEstimator::new`] does.
     pub fn calibrate(
-        family: ProviderFamily,
+        family: ProviderKind,
         reported_tokens: u64,
         estimated_tokens: u64,
     ) -> TokenEstimator {
@@ -215,7 +205,9 @@ impl TokenEstimator {
     pub(super) fn quarters(&self, message: &Message) -> u64 {
         match message {
             Message::User { text } => self.message_quarters(text),
-            Message::Assistant { text, tool_calls } => self.assistant_quarters(
+            Message::Assistant {
+                text, tool_calls, ..
+            } => self.assistant_quarters(
                 text,
                 tool_calls
                     .iter()

@@ -5,7 +5,7 @@
 //! Each answer is the one the loop got by rescanning the transcript before every request; here
 //! [`History::push`] costs O(the record) and each query O(1) or O(its answer).
 
-use super::{Budget, BudgetError, Plan, Planner, ProviderFamily, SHRUNK_HEAD_BYTES};
+use super::{Budget, BudgetError, Plan, Planner, ProviderKind, SHRUNK_HEAD_BYTES};
 use super::{TokenEstimator, TrimReport};
 use crate::providers::{ToolCall, ToolDefinition};
 use crate::transcript::{Event, Item, Record};
@@ -175,7 +175,7 @@ impl History {
     /// The estimator for the session's next request to `model`: calibrated by the latest answer
     /// from that model whose provider reported its input tokens (answers record the uncalibrated
     /// estimate of the request they answer), else uncalibrated.
-    pub fn estimator(&self, model: &str, family: ProviderFamily) -> TokenEstimator {
+    pub fn estimator(&self, model: &str, family: ProviderKind) -> TokenEstimator {
         match self.calibration.get(model) {
             Some(&(reported, estimated)) => TokenEstimator::calibrate(family, reported, estimated),
             None => TokenEstimator::new(family, 1.0),

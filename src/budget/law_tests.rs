@@ -280,11 +280,11 @@ fn transcript_strategy() -> impl Strategy<Value = Vec<Entry>> {
     prop::collection::vec(op_strategy(), 1..45).prop_map(|ops| transcript(&ops))
 }
 
-fn family_strategy() -> impl Strategy<Value = ProviderFamily> {
+fn family_strategy() -> impl Strategy<Value = ProviderKind> {
     prop_oneof![
-        Just(ProviderFamily::OpenAi),
-        Just(ProviderFamily::Anthropic),
-        Just(ProviderFamily::Bedrock)
+        Just(ProviderKind::OpenAi),
+        Just(ProviderKind::Anthropic),
+        Just(ProviderKind::Bedrock)
     ]
 }
 
@@ -330,7 +330,7 @@ fn batch_used_ids(entries: &[Entry]) -> HashSet<&str> {
     used
 }
 
-fn batch_estimator(entries: &[Entry], model: &str, family: ProviderFamily) -> TokenEstimator {
+fn batch_estimator(entries: &[Entry], model: &str, family: ProviderKind) -> TokenEstimator {
     entries
         .iter()
         .rev()
@@ -396,7 +396,7 @@ proptest! {
         ], 0..40),
         ratio in ratio_strategy(),
     ) {
-        let estimator = TokenEstimator { family: ProviderFamily::OpenAi, ratio };
+        let estimator = TokenEstimator { family: ProviderKind::OpenAi, ratio };
         for &size in &sizes {
             prop_assert_eq!(estimator.scale(size), scaled_as_before(size, ratio), "{} at {}", size, ratio);
         }
@@ -418,7 +418,7 @@ proptest! {
         for (i, entry) in entries.iter().enumerate() {
             planner.push(&entry.record());
             let prefix = &entries[..=i];
-            for &(max_input_tokens, ratio, family) in budgets.iter().chain([&(1_000_000, 1.0, ProviderFamily::OpenAi)]) {
+            for &(max_input_tokens, ratio, family) in budgets.iter().chain([&(1_000_000, 1.0, ProviderKind::OpenAi)]) {
                 let estimator = TokenEstimator::new(family, ratio);
                 let budget = Budget { max_input_tokens };
                 prop_assert_eq!(
@@ -521,7 +521,7 @@ fn a_shrink_after_its_result_changes_the_earlier_group() {
     for entry in &entries {
         planner.push(&entry.record());
     }
-    let estimator = TokenEstimator::new(ProviderFamily::Anthropic, 1.3);
+    let estimator = TokenEstimator::new(ProviderKind::Anthropic, 1.3);
     for max_input_tokens in [200, 900, 1_500, 2_500, 100_000] {
         let budget = Budget { max_input_tokens };
         assert_eq!(
@@ -569,7 +569,7 @@ fn a_hand_built_ratio_sums_message_by_message() {
     }
     for ratio in [4.5, 1e-310] {
         let estimator = TokenEstimator {
-            family: ProviderFamily::Bedrock,
+            family: ProviderKind::Bedrock,
             ratio,
         };
         for max_input_tokens in [300, 3_000] {

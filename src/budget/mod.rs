@@ -34,7 +34,8 @@ mod reference;
 #[cfg(test)]
 mod tests;
 
-pub use estimate::{Budget, ProviderFamily, TokenEstimator};
+pub use crate::providers::ProviderKind;
+pub use estimate::{Budget, TokenEstimator};
 pub use history::History;
 pub use planner::Planner;
 

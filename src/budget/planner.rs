@@ -10,7 +10,7 @@
 
 use super::estimate::{SUM_TOTAL_LIMIT, quarter_tokens};
 use super::{
-    Budget, BudgetError, POLICY_VERSION, Part, Plan, ProviderFamily, TokenEstimator, TrimReport,
+    Budget, BudgetError, POLICY_VERSION, Part, Plan, ProviderKind, TokenEstimator, TrimReport,
     excerpt, invalid, shrink,
 };
 use crate::providers::{Message, ReasoningBlock, ToolCall, ToolDefinition};
@@ -31,7 +31,7 @@ pub struct Planner {
     spans: Vec<(u64, u64)>,
     /// The unframed size of every message of every exchange (in no particular order).
     sizes: Vec<Size>,
-    /// The same sizes framed for each of `ProviderFamily::FRAMINGS`: what `tokens_before`
+    /// The same sizes framed for each of `ProviderKind::FRAMINGS`: what `tokens_before`
     /// sums, in one vectorized pass (see `TokenEstimator::scale_sum`). A size over `u32::MAX`
     /// is 0 here and counted in `oversized`.
     framed: [Vec<u32>; 2],
@@ -122,7 +122,6 @@ enum Unit {
     Answer {
         text: String,
         /// Kept for the provider seam (sent back on the following requests of the turn).
-        #[expect(dead_code, reason = "sent once `Message::Assistant` carries reasoning")]
         reasoning: Vec<ReasoningBlock>,
         size: usize,
     },
@@ -134,7 +133,6 @@ enum Unit {
 struct Group {
     text: String,
     /// Kept for the provider seam (sent back on the following requests of the turn).
-    #[expect(dead_code, reason = "sent once `Message::Assistant` carries reasoning")]
     reasoning: Vec<ReasoningBlock>,
     calls: Vec<Slot>,
     /// The assistant message's size.
@@ -277,7 +275,7 @@ impl Planner {
 
     /// The framed sizes of `size`, one per framing, and whether the vectorized sum takes it.
     fn framings(size: Size) -> ([u64; 2], bool) {
-        let framed = ProviderFamily::FRAMINGS
+        let framed = ProviderKind::FRAMINGS
             .map(|family| TokenEstimator::new(family, 1.0).framed(size.raw, size.tool_blocks));
         (framed, framed.iter().all(|&f| u32::try_from(f).is_ok()))
     }
@@ -623,12 +621,17 @@ impl Planner {
                 Message::User { text: text.clone() },
                 self.quarters(*size, estimator),
             ),
-            // The provider seam adds `reasoning` to assistant messages; these two places send
-            // it (`reasoning.clone()`).
-            Unit::Answer { text, size, .. } => out.push(
+            // Reasoning blocks go back with their message, signatures unchanged (Anthropic and
+            // Bedrock require the thinking of a tool-use loop on its later requests).
+            Unit::Answer {
+                text,
+                size,
+                reasoning,
+            } => out.push(
                 Message::Assistant {
                     text: text.clone(),
                     tool_calls: Vec::new(),
+                    reasoning: reasoning.clone(),
                 },
                 self.quarters(*size, estimator),
             ),
@@ -637,6 +640,7 @@ impl Planner {
                     Message::Assistant {
                         text: group.text.clone(),
                         tool_calls: group.calls.iter().map(|slot| slot.call.clone()).collect(),
+                        reasoning: group.reasoning.clone(),
                     },
                     self.quarters(group.size, estimator),
                 );
@@ -658,7 +662,7 @@ impl Planner {
     /// cuts applied). Fails, naming the entry, on a history no provider accepts.
     pub fn transcript_messages(&self) -> Result<Vec<Message>, BudgetError> {
         self.check()?;
-        let estimator = TokenEstimator::new(ProviderFamily::OpenAi, 1.0);
+        let estimator = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
         let mut out = Outbound {
             messages: Vec::new(),
             quarters: Vec::new(),
@@ -857,6 +861,7 @@ impl Planner {
                 Message::Assistant {
                     text,
                     tool_calls: Vec::new(),
+                    reasoning: Vec::new(),
                 },
                 estimator.framed(quarters, 0),
             );

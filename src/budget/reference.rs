@@ -211,6 +211,7 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
                     let message = Message::Assistant {
                         text: text.to_string(),
                         tool_calls: Vec::new(),
+                        reasoning: Vec::new(),
                     };
                     push_unit(&mut exchanges, Unit::Plain(message), entry.seq);
                 } else {
@@ -337,6 +338,7 @@ fn group_messages(group: Group<'_>, out: &mut Vec<Message>) {
     out.push(Message::Assistant {
         text: group.text.to_string(),
         tool_calls,
+        reasoning: Vec::new(),
     });
     out.extend(results);
 }
@@ -348,6 +350,7 @@ fn unit_messages(unit: Unit<'_>, out: &mut Vec<Message>) {
         Unit::Excerpt(text) => out.push(Message::Assistant {
             text,
             tool_calls: Vec::new(),
+            reasoning: Vec::new(),
         }),
     }
 }

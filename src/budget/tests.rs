@@ -78,7 +78,7 @@ impl Transcript {
 }
 
 fn estimator() -> TokenEstimator {
-    TokenEstimator::new(ProviderFamily::OpenAi, 1.0)
+    TokenEstimator::new(ProviderKind::OpenAi, 1.0)
 }
 
 fn schema() -> Vec<ToolDefinition> {
@@ -98,7 +98,9 @@ fn render(result: &Result<Plan, BudgetError>) -> String {
     for message in &plan.messages {
         match message {
             Message::User { text } => out += &format!("user: {text:?}\n"),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text, tool_calls, ..
+            } => {
                 out += &format!("assistant: {text}\n");
                 for call in tool_calls {
                     out += &format!("  call {} {} {}\n", call.id, call.name, call.arguments);
@@ -488,17 +490,17 @@ fn budgets_and_calibration_are_clamped_and_lowered() {
     let lowered = Budget::new(128_000, 4_096, 0).below_rejection(100_000);
     assert_eq!(lowered.max_input_tokens, 99_999);
     assert_eq!(lowered.below_rejection(200_000), lowered);
-    let family = ProviderFamily::Anthropic;
+    let family = ProviderKind::Anthropic;
     assert_eq!(TokenEstimator::calibrate(family, 1_200, 1_000).ratio, 1.2);
     assert_eq!(TokenEstimator::calibrate(family, 100_000, 10).ratio, 4.0);
     assert_eq!(TokenEstimator::calibrate(family, 1, 1_000).ratio, 0.5);
     assert_eq!(TokenEstimator::calibrate(family, 5, 0).ratio, 1.0);
     assert_eq!(TokenEstimator::new(family, f64::NAN).ratio, 1.0);
-    let plain = TokenEstimator::new(ProviderFamily::OpenAi, 1.0);
+    let plain = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
     assert_eq!(plain.text("abcd".repeat(100).as_str()), 100);
     // A CJK character is three bytes: half a token each.
     assert_eq!(plain.text(&"語".repeat(100)), 150);
-    let doubled = TokenEstimator::new(ProviderFamily::OpenAi, 2.0);
+    let doubled = TokenEstimator::new(ProviderKind::OpenAi, 2.0);
     assert_eq!(doubled.text(&"abcd".repeat(100)), 200);
 }
 
@@ -595,7 +597,7 @@ proptest! {
         max_input_tokens in 0u64..6_000,
         ratio in 0.3f64..5.0,
     ) {
-        let estimator = TokenEstimator::new(ProviderFamily::Anthropic, ratio);
+        let estimator = TokenEstimator::new(ProviderKind::Anthropic, ratio);
         let budget = Budget { max_input_tokens };
         let tools = schema();
         let records = transcript.records();
@@ -725,7 +727,10 @@ fn excerpts_cut_unicode_on_character_boundaries_and_quote_what_they_hold() {
     )
     .unwrap();
     assert_eq!(plan.report.unwrap().excerpted, vec!["u1".to_string()]);
-    let Message::Assistant { text, tool_calls } = &plan.messages[1] else {
+    let Message::Assistant {
+        text, tool_calls, ..
+    } = &plan.messages[1]
+    else {
         panic!("{:?}", plan.messages[1]);
     };
     assert!(tool_calls.is_empty());

@@ -1,15 +1,22 @@
 //! The Anthropic Messages backend: `POST {base_url}/v1/messages` with `stream: true`.
 //!
 //! The answer is assembled from the Messages stream: `message_start` (input usage),
-//! `content_block_start` / `content_block_delta` (`text_delta`, `input_json_delta`) /
-//! `content_block_stop` per block, `message_delta` (stop reason, output usage), and
-//! `message_stop`, the terminator. `ping` and event types this module does not know are skipped,
-//! as Anthropic's versioning policy asks; an `error` event is classified like an HTTP error.
+//! `content_block_start` / `content_block_delta` (`text_delta`, `input_json_delta`,
+//! `thinking_delta`, `signature_delta`) / `content_block_stop` per block, `message_delta` (stop
+//! reason, output usage), and `message_stop`, the terminator. `ping` and event types this module
+//! does not know are skipped, as Anthropic's versioning policy asks; an `error` event is
+//! classified like an HTTP error.
+//!
+//! Extended thinking (`reasoning_budget_tokens` > 0) sends `thinking: {type: "enabled",
+//! budget_tokens}`. The answer's `thinking` and `redacted_thinking` blocks become
+//! [`ReasoningBlock`]s and go back, unchanged and first in their assistant message, on every
+//! later request: the API refuses a tool-use loop whose last assistant message lost them or
+//! their signatures.
 
 use super::wire::{self, StreamDecoder};
 use super::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderSettings, StreamEvent, ToolCall, Usage,
+    ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -31,6 +38,8 @@ pub struct AnthropicProvider {
     api_key: String,
     /// How error messages name this provider.
     label: String,
+    /// The extended-thinking budget; 0 is off.
+    reasoning_budget_tokens: u32,
 }
 
 impl AnthropicProvider {
@@ -57,6 +66,7 @@ impl AnthropicProvider {
             headers,
             api_key,
             label: format!("Anthropic API at {base}"),
+            reasoning_budget_tokens: settings.reasoning_budget_tokens,
         })
     }
 
@@ -64,44 +74,55 @@ impl AnthropicProvider {
         &self,
         request: &ModelRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
+        let thinking = wire::thinking_budget(self.reasoning_budget_tokens, request)?;
         let http = self
             .client
             .post(&self.url)
             .headers(self.headers.clone())
-            .json(&request_body(request));
-        let response = wire::send(http, classify_error).await?;
-        wire::decode_response(response, AnthropicStream::default(), on_event).await
+            .json(&request_body(request, thinking));
+        wire::complete_sse(
+            http,
+            classify_error,
+            AnthropicStream::default(),
+            on_event,
+            cancel,
+        )
+        .await
     }
 }
 
 impl Provider for AnthropicProvider {
-    /// Streams one request; see [`wire::cancellable`] for what Stop keeps.
+    /// Streams one request; see [`wire::read_until_done`] for what Stop keeps.
     fn complete<'a>(
         &'a self,
         request: &'a ModelRequest,
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
-        Box::pin(wire::cancellable(
+        Box::pin(wire::labelled(
             &self.label,
             Some(&self.api_key),
-            cancel,
-            self.stream(request, on_event),
+            self.stream(request, on_event, cancel),
         ))
     }
 }
 
 /// The Messages request body for `request`, keys in a fixed order so one request always
-/// serializes to the same bytes.
+/// serializes to the same bytes; `thinking` is the extended-thinking budget, when on.
 ///
 /// The system prompt goes once, top level. Tool results become `tool_result` blocks of the next
 /// user message; consecutive user-side entries (the results of one assistant message, and any
 /// user text after them) share one user message, results first, as the API requires;
-/// consecutive assistant messages share one assistant message. An
-/// assistant message with no text and no calls is left out: the API refuses empty content, and
-/// the user messages around it then merge as the API would merge them.
-fn request_body(request: &ModelRequest) -> Value {
+/// consecutive assistant messages share one assistant message, their reasoning blocks first (the
+/// API wants the last assistant message of a tool-use loop to start with its thinking). An
+/// assistant message with nothing to send is left out: the API refuses empty content, and the
+/// user messages around it then merge as the API would merge them.
+///
+/// Reasoning blocks go back only while thinking is on, and only those the API can check (signed
+/// or redacted): a block another server produced without a signature would be refused.
+fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     let mut user_blocks: Vec<Value> = Vec::new();
     for message in &request.messages {
@@ -122,7 +143,15 @@ fn request_body(request: &ModelRequest) -> Value {
                 }
                 user_blocks.push(block);
             }
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text,
+                tool_calls,
+                reasoning,
+            } => {
+                let thoughts: Vec<Value> = match thinking {
+                    Some(_) => reasoning.iter().filter_map(reasoning_block).collect(),
+                    None => Vec::new(),
+                };
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
                 if !text.is_empty() {
                     blocks.push(json!({"type": "text", "text": text}));
@@ -135,7 +164,7 @@ fn request_body(request: &ModelRequest) -> Value {
                         "input": tool_input(&call.arguments),
                     }));
                 }
-                if blocks.is_empty() {
+                if blocks.is_empty() && thoughts.is_empty() {
                     continue;
                 }
                 if !user_blocks.is_empty() {
@@ -146,10 +175,18 @@ fn request_body(request: &ModelRequest) -> Value {
                 match messages.last_mut() {
                     Some(last) if last["role"] == "assistant" => {
                         if let Some(content) = last["content"].as_array_mut() {
+                            let first_other = content
+                                .iter()
+                                .position(|block| !is_reasoning(block))
+                                .unwrap_or(content.len());
+                            content.splice(first_other..first_other, thoughts);
                             content.extend(blocks);
                         }
                     }
-                    _ => messages.push(json!({"role": "assistant", "content": blocks})),
+                    _ => {
+                        let content: Vec<Value> = thoughts.into_iter().chain(blocks).collect();
+                        messages.push(json!({"role": "assistant", "content": content}));
+                    }
                 }
             }
         }
@@ -162,6 +199,9 @@ fn request_body(request: &ModelRequest) -> Value {
         "max_tokens": request.max_output_tokens,
         "stream": true,
     });
+    if let Some(budget_tokens) = thinking {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget_tokens});
+    }
     if !request.system.is_empty() {
         body["system"] = json!(request.system);
     }
@@ -180,6 +220,27 @@ fn request_body(request: &ModelRequest) -> Value {
             .collect();
     }
     body
+}
+
+/// A reasoning block as the API returned it: `redacted_thinking` with its `data`, or `thinking`
+/// with its text and signature. `None` for a block the API cannot check (no signature).
+fn reasoning_block(block: &ReasoningBlock) -> Option<Value> {
+    match (&block.redacted, &block.signature) {
+        (Some(data), _) => Some(json!({"type": "redacted_thinking", "data": data})),
+        (None, Some(signature)) => Some(json!({
+            "type": "thinking",
+            "thinking": block.text,
+            "signature": signature,
+        })),
+        (None, None) => None,
+    }
+}
+
+fn is_reasoning(block: &Value) -> bool {
+    matches!(
+        block["type"].as_str(),
+        Some("thinking" | "redacted_thinking")
+    )
 }
 
 /// A user message; a lone text block is sent as plain content, the common short form.
@@ -216,7 +277,10 @@ enum Block {
         json: Option<String>,
         initial_input: String,
     },
-    /// Thinking and other blocks pen does not use.
+    /// A `thinking` block (text from `thinking_delta`s, signature from `signature_delta`s) or
+    /// a `redacted_thinking` one (its `data`, whole in `content_block_start`).
+    Reasoning(ReasoningBlock),
+    /// Blocks pen does not use.
     Other,
 }
 
@@ -264,33 +328,50 @@ impl StreamDecoder for AnthropicStream {
             }
             "content_block_start" => {
                 let block = &event["content_block"];
+                let text_of = |key: &str| block[key].as_str().unwrap_or("").to_string();
                 let block = match block["type"].as_str() {
                     Some("text") => {
                         self.push_text(block["text"].as_str().unwrap_or(""), on_event);
                         Block::Text
                     }
                     Some("tool_use") => Block::ToolUse {
-                        id: block["id"].as_str().unwrap_or("").to_string(),
-                        name: block["name"].as_str().unwrap_or("").to_string(),
+                        id: text_of("id"),
+                        name: text_of("name"),
                         json: None,
                         initial_input: block.get("input").unwrap_or(&json!({})).to_string(),
                     },
+                    Some("thinking") => Block::Reasoning(ReasoningBlock {
+                        text: text_of("thinking"),
+                        signature: block["signature"]
+                            .as_str()
+                            .filter(|signature| !signature.is_empty())
+                            .map(str::to_string),
+                        redacted: None,
+                    }),
+                    Some("redacted_thinking") => Block::Reasoning(ReasoningBlock {
+                        text: String::new(),
+                        signature: None,
+                        redacted: Some(text_of("data")),
+                    }),
                     _ => Block::Other,
                 };
                 self.blocks.insert(index, block);
             }
             "content_block_delta" => {
                 let delta = &event["delta"];
-                match delta["type"].as_str() {
-                    Some("text_delta") => {
-                        self.push_text(delta["text"].as_str().unwrap_or(""), on_event);
+                let piece = |key: &str| delta[key].as_str().unwrap_or("");
+                match (delta["type"].as_str(), self.blocks.get_mut(&index)) {
+                    (Some("text_delta"), _) => self.push_text(piece("text"), on_event),
+                    (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => json
+                        .get_or_insert_with(String::new)
+                        .push_str(piece("partial_json")),
+                    (Some("thinking_delta"), Some(Block::Reasoning(block))) => {
+                        block.text.push_str(piece("thinking"));
                     }
-                    Some("input_json_delta") => {
-                        if let Some(Block::ToolUse { json, .. }) = self.blocks.get_mut(&index) {
-                            json.get_or_insert_with(String::new)
-                                .push_str(delta["partial_json"].as_str().unwrap_or(""));
-                        }
-                    }
+                    (Some("signature_delta"), Some(Block::Reasoning(block))) => block
+                        .signature
+                        .get_or_insert_with(String::new)
+                        .push_str(piece("signature")),
                     _ => {}
                 }
             }
@@ -321,23 +402,24 @@ impl StreamDecoder for AnthropicStream {
                 "the stream closed early, before message_stop",
             ));
         }
-        let tool_calls: Vec<ToolCall> = self
-            .blocks
-            .into_values()
-            .filter_map(|block| match block {
+        let mut tool_calls = Vec::new();
+        let mut reasoning = Vec::new();
+        for block in self.blocks.into_values() {
+            match block {
                 Block::ToolUse {
                     id,
                     name,
                     json,
                     initial_input,
-                } => Some(ToolCall {
+                } => tool_calls.push(ToolCall {
                     id,
                     name,
                     arguments: json.unwrap_or(initial_input),
                 }),
-                Block::Text | Block::Other => None,
-            })
-            .collect();
+                Block::Reasoning(block) => reasoning.push(block),
+                Block::Text | Block::Other => {}
+            }
+        }
         let finish_reason = match self.stop_reason.as_deref() {
             Some("end_turn" | "stop_sequence") => FinishReason::EndTurn,
             Some("tool_use") => FinishReason::ToolUse,
@@ -348,6 +430,7 @@ impl StreamDecoder for AnthropicStream {
         Ok(ModelResponse {
             text: self.text,
             tool_calls,
+            reasoning,
             finish_reason,
             usage: self.usage,
         })
@@ -438,12 +521,14 @@ mod tests {
                         call("toolu_1", "pen_read", r#"{"path":"a.txt"}"#),
                         call("toolu_2", "pen_list", r#"{"path":"src"}"#),
                     ],
+                    reasoning: vec![],
                 },
                 result("toolu_1", "hello", false),
                 result("toolu_2", "denied by the owner", true),
                 Message::Assistant {
                     text: "Done.".into(),
                     tool_calls: vec![],
+                    reasoning: vec![],
                 },
                 Message::User {
                     text: "Thanks".into(),
@@ -457,7 +542,7 @@ mod tests {
             max_output_tokens: 4096,
         };
         assert_eq!(
-            request_body(&request),
+            request_body(&request, None),
             json!({
                 "model": "claude-test",
                 "max_tokens": 4096,
@@ -500,10 +585,12 @@ mod tests {
                 Message::Assistant {
                     text: "[earlier tool call, excerpted…]".into(),
                     tool_calls: vec![],
+                    reasoning: vec![],
                 },
                 Message::Assistant {
                     text: String::new(),
                     tool_calls: vec![call("toolu_9", "pen_read", r#"{"path":"b"}"#)],
+                    reasoning: vec![],
                 },
                 result("toolu_9", "b", false),
             ],
@@ -511,7 +598,7 @@ mod tests {
             max_output_tokens: 16,
         };
         assert_eq!(
-            request_body(&request)["messages"],
+            request_body(&request, None)["messages"],
             json!([
                 {"role": "user", "content": "read both"},
                 {"role": "assistant", "content": [
@@ -536,6 +623,7 @@ mod tests {
                         call("toolu_1", "pen_list", ""),
                         call("toolu_2", "pen_read", "{\"path\": "),
                     ],
+                    reasoning: vec![],
                 },
                 result("toolu_1", "[]", false),
                 result("toolu_2", "arguments are not valid JSON", true),
@@ -543,6 +631,7 @@ mod tests {
                 Message::Assistant {
                     text: String::new(),
                     tool_calls: vec![],
+                    reasoning: vec![],
                 },
                 Message::User {
                     text: "again".into(),
@@ -551,7 +640,7 @@ mod tests {
             tools: vec![],
             max_output_tokens: 100,
         };
-        let body = request_body(&request);
+        let body = request_body(&request, None);
         assert!(body.get("system").is_none());
         assert!(body.get("tools").is_none());
         assert_eq!(
@@ -640,6 +729,7 @@ mod tests {
                         input_tokens: 125,
                         output_tokens: 15
                     }),
+                    reasoning: vec![],
                 }
             );
         }
@@ -710,6 +800,125 @@ mod tests {
             assert_eq!(error.kind, ErrorKind::Network);
             assert!(error.message.contains("closed early"), "{}", error.message);
         }
+    }
+
+    fn thought(text: &str, signature: Option<&str>, redacted: Option<&str>) -> ReasoningBlock {
+        ReasoningBlock {
+            text: text.into(),
+            signature: signature.map(str::to_string),
+            redacted: redacted.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn thinking_and_redacted_thinking_blocks_become_reasoning_in_order_apart_from_the_text() {
+        let signature = "EqQBCkgIARABGAIiQL+/sig==";
+        let body = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me read "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "a.txt first."}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Reading."}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_a", "name": "pen_read", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 3, "delta": {"type": "input_json_delta", "partial_json": "{\"path\":\"a.txt\"}"}}),
+            json!({"type": "content_block_stop", "index": 3}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 90}}),
+            json!({"type": "message_stop"}),
+        ]);
+        for piece in [body.len(), 7] {
+            let (result, deltas) = decode(&body, piece);
+            assert_eq!(deltas, ["Reading."], "thinking is not streamed as text");
+            let response = result.unwrap();
+            assert_eq!(response.text, "Reading.");
+            assert_eq!(
+                response.reasoning,
+                [
+                    thought("Let me read a.txt first.", Some(signature), None),
+                    thought("", None, Some("EmwKAhgBEgy3va3pzix/LafPsn4a")),
+                ]
+            );
+            assert_eq!(
+                response.tool_calls,
+                [call("toolu_a", "pen_read", r#"{"path":"a.txt"}"#)]
+            );
+        }
+    }
+
+    #[test]
+    fn reasoning_goes_back_first_and_unchanged_only_while_thinking_is_on() {
+        let signed = thought("Read a.txt.", Some("sig+/=="), None);
+        let redacted = thought("", None, Some("opaque=="));
+        // A local server's thinking has no signature: the API could not check it.
+        let unsigned = thought("local thoughts", None, None);
+        let request = ModelRequest {
+            model: "claude-test".into(),
+            system: String::new(),
+            messages: vec![
+                Message::User { text: "go".into() },
+                // The prompt budget's excerpt, then the kept call with its reasoning: one turn,
+                // the thinking first.
+                Message::Assistant {
+                    text: "[excerpt]".into(),
+                    tool_calls: vec![],
+                    reasoning: vec![],
+                },
+                Message::Assistant {
+                    text: "Reading.".into(),
+                    tool_calls: vec![call("toolu_1", "pen_read", r#"{"path":"a.txt"}"#)],
+                    reasoning: vec![signed, unsigned, redacted],
+                },
+                result("toolu_1", "hello", false),
+            ],
+            tools: vec![],
+            max_output_tokens: 4096,
+        };
+        let body = request_body(&request, Some(2048));
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Read a.txt.", "signature": "sig+/=="},
+                {"type": "redacted_thinking", "data": "opaque=="},
+                {"type": "text", "text": "[excerpt]"},
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
+            ]})
+        );
+        let off = request_body(&request, None);
+        assert!(off.get("thinking").is_none());
+        assert!(!off.to_string().contains("thinking"), "{off}");
+    }
+
+    #[test]
+    fn a_thinking_budget_must_be_below_the_output_limit() {
+        let mut request = ModelRequest {
+            model: "claude-test".into(),
+            system: String::new(),
+            messages: vec![Message::User { text: "go".into() }],
+            tools: vec![],
+            max_output_tokens: 2048,
+        };
+        assert_eq!(wire::thinking_budget(0, &request), Ok(None));
+        let error = wire::thinking_budget(2048, &request).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Config);
+        assert!(
+            error.message.contains(
+                "reasoning_budget_tokens (2048) must be less than max_output_tokens (2048)"
+            ),
+            "{}",
+            error.message
+        );
+        request.max_output_tokens = 2049;
+        assert_eq!(wire::thinking_budget(2048, &request), Ok(Some(2048)));
     }
 
     #[test]

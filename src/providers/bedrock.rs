@@ -7,6 +7,16 @@
 //! The answer is an AWS event stream (see [`event_stream`]) of `contentBlockStart`,
 //! `contentBlockDelta`, `messageStop` and `metadata` events, or an exception in its place.
 //!
+//! Extended thinking (`reasoning_budget_tokens` > 0) is Claude's on Bedrock:
+//! `additionalModelRequestFields.thinking = {type: "enabled", budget_tokens}`. The answer's
+//! `reasoningContent` deltas (`text`, `signature`, `redactedContent`) become [`ReasoningBlock`]s
+//! and go back as `reasoningContent` blocks (`reasoningText {text, signature}` or
+//! `redactedContent`), unchanged and first in their assistant message, on every later request.
+//!
+//! The HTTP exchange is the one [`super::wire`] gives every backend (client, send, Retry-After,
+//! bounded error text, and the Stop semantics of [`super::wire::read_until_done`]); the answer
+//! is whole at `messageStop`, and the stream's last event is `metadata` (usage).
+//!
 //! Errors are classified here, from the `x-amzn-errortype` header or the body's `__type`, and
 //! the provider's wording: a `ValidationException` saying the input is too long is
 //! [`ErrorKind::ContextWindowExceeded`]; an output-limit one (`maxTokens` over the model's
@@ -18,10 +28,12 @@ pub mod event_stream;
 
 pub use credentials::{AwsCredentials, region_from_environment};
 
+use super::wire::{self, Progress};
 use crate::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    StreamEvent, ToolCall, Usage,
+    ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
+use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -31,9 +43,8 @@ use tracing::Instrument;
 /// The SigV4 service name Bedrock Runtime signs under (the host says `bedrock-runtime`).
 const SIGNING_SERVICE: &str = "bedrock";
 
-/// How much of a provider's error message an error keeps. Bedrock's own messages are one line;
-/// anything longer is a proxy's HTML page or an echo of our request.
-const MAX_ERROR_MESSAGE_CHARS: usize = 1_000;
+/// The content type of an AWS event stream.
+const EVENT_STREAM_CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
 
 /// Wording of the `ValidationException`s that mean the prompt is over the context window, as
 /// Bedrock and the models behind it phrase it (compared lower-cased). Output-limit rejections
@@ -61,6 +72,8 @@ pub struct BedrockProvider {
     region: String,
     endpoint: String,
     credentials: AwsCredentials,
+    /// The extended-thinking budget; 0 is off.
+    reasoning_budget_tokens: u32,
 }
 
 impl BedrockProvider {
@@ -84,22 +97,23 @@ impl BedrockProvider {
                 "no AWS region: set AWS_REGION",
             ));
         }
-        let endpoint = base_url
-            .unwrap_or_else(|| format!("https://bedrock-runtime.{region}.amazonaws.com"))
-            .trim_end_matches('/')
-            .to_string();
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeout)
-            .read_timeout(timeout)
-            .build()
-            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("HTTP client: {e}")))?;
+        let endpoint = wire::base_url(
+            &base_url.unwrap_or_else(|| format!("https://bedrock-runtime.{region}.amazonaws.com")),
+        )?;
         Ok(BedrockProvider {
-            client,
+            client: wire::http_client(timeout)?,
             model: model.into(),
             region,
             endpoint,
             credentials,
+            reasoning_budget_tokens: 0,
         })
+    }
+
+    /// The same provider with Claude's extended thinking at `budget_tokens` (0: off).
+    pub fn with_reasoning_budget(mut self, budget_tokens: u32) -> BedrockProvider {
+        self.reasoning_budget_tokens = budget_tokens;
+        self
     }
 
     /// A provider with the credentials and region of the process environment (see
@@ -138,9 +152,11 @@ impl BedrockProvider {
         &self,
         request: &ModelRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
+        let thinking = wire::thinking_budget(self.reasoning_budget_tokens, request)?;
         let url = self.url(request);
-        let body = serde_json::to_vec(&converse_body(request))
+        let body = serde_json::to_vec(&converse_body(request, thinking))
             .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("request body: {e}")))?;
         let signed = sign(
             &self.credentials,
@@ -153,38 +169,37 @@ impl BedrockProvider {
             .client
             .post(&url)
             .header("content-type", "application/json")
-            .header("accept", "application/vnd.amazon.eventstream")
+            .header("accept", EVENT_STREAM_CONTENT_TYPE)
             .body(body);
         for (name, value) in signed {
             builder = builder.header(name, value);
         }
-        let mut response = builder.send().await.map_err(transport_error)?;
-        let status = response.status();
-        if !status.is_success() {
-            let error_type = header_text(&response, "x-amzn-errortype");
-            let retry_after = header_text(&response, "retry-after")
-                .and_then(|value| value.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let body = response.bytes().await.map_err(transport_error)?;
-            let error = classify_error(Some(status.as_u16()), error_type.as_deref(), &body);
-            return Err(self.scrub(ProviderError {
-                retry_after,
-                ..error
-            }));
-        }
-        let mut decoder = event_stream::Decoder::default();
+        let sent = wire::send(
+            builder,
+            EVENT_STREAM_CONTENT_TYPE,
+            |status, headers, body| {
+                let error_type = headers
+                    .get("x-amzn-errortype")
+                    .and_then(|value| value.to_str().ok());
+                classify_error(Some(status), error_type, body.as_bytes())
+            },
+        );
+        let response = wire::until_stopped(cancel, sent).await?;
+        let mut frames = event_stream::Decoder::default();
         let mut answer = StreamedAnswer::default();
-        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
-            decoder.push(&chunk);
-            while let Some(message) = decoder.next_message().map_err(|e| {
+        let chunks = response.bytes_stream().map_err(wire::transport_error);
+        let ending = wire::read_until_done(chunks, cancel, |chunk| {
+            frames.push(&chunk);
+            while let Some(message) = frames.next_message().map_err(|e| {
                 ProviderError::new(ErrorKind::Protocol, format!("Bedrock stream: {e}"))
             })? {
-                answer
-                    .apply(&message, on_event)
-                    .map_err(|error| self.scrub(error))?;
+                answer.apply(&message, on_event)?;
             }
-        }
-        answer.finish(decoder.has_partial())
+            Ok(answer.progress())
+        })
+        .await?;
+        // Half a frame left by Stop after messageStop is the unread metadata, not a cut answer.
+        answer.finish(ending != wire::Ending::StoppedWhole && frames.has_partial())
     }
 
     /// Removes the credentials from a message built from provider text, in case a proxy or a
@@ -198,6 +213,7 @@ impl BedrockProvider {
 }
 
 impl Provider for BedrockProvider {
+    /// Streams one request; see [`wire::read_until_done`] for what Stop keeps.
     fn complete<'a>(
         &'a self,
         request: &'a ModelRequest,
@@ -207,15 +223,16 @@ impl Provider for BedrockProvider {
         let span = tracing::debug_span!("bedrock", model = %request.model);
         Box::pin(
             async move {
-                // An answer that is complete when Stop arrives is kept (biased: it is polled
-                // first); otherwise the request is dropped, which closes the connection.
-                tokio::select! {
-                    biased;
-                    result = self.converse(request, on_event) => result,
-                    () = cancel.cancelled() => {
-                        Err(ProviderError::new(ErrorKind::Cancelled, "stopped"))
-                    }
-                }
+                self.converse(request, on_event, cancel)
+                    .await
+                    .map_err(|mut error| {
+                        // Bedrock's own errors name it already; the shared transport and
+                        // Stop errors get the same prefix.
+                        if !error.message.starts_with("Bedrock") {
+                            error.message = format!("Bedrock: {}", error.message);
+                        }
+                        self.scrub(error)
+                    })
             }
             .instrument(span),
         )
@@ -233,25 +250,6 @@ fn encode_path_segment(segment: &str) -> String {
         }
     }
     encoded
-}
-
-fn header_text(response: &reqwest::Response, name: &str) -> Option<String> {
-    response
-        .headers()
-        .get(name)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_string)
-}
-
-fn transport_error(error: reqwest::Error) -> ProviderError {
-    let kind = if error.is_timeout() {
-        ErrorKind::Timeout
-    } else {
-        ErrorKind::Network
-    };
-    // Without the URL: it names only the endpoint and model, but the error stays about the
-    // failure.
-    ProviderError::new(kind, format!("Bedrock: {}", error.without_url()))
 }
 
 /// The SigV4 headers (`authorization`, `x-amz-date`, and `x-amz-security-token` with temporary
@@ -299,26 +297,39 @@ fn sign(
         .collect())
 }
 
-/// The Converse request body for `request`.
-fn converse_body(request: &ModelRequest) -> wire::ConverseRequest<'_> {
-    let mut messages: Vec<wire::Message<'_>> = Vec::new();
+/// The Converse request body for `request`; `thinking` is Claude's extended-thinking budget,
+/// when on. An assistant message's reasoning blocks come first in it, and go back only while
+/// thinking is on and only when Bedrock can check them (signed or redacted).
+fn converse_body(request: &ModelRequest, thinking: Option<u32>) -> converse::ConverseRequest<'_> {
+    let mut messages: Vec<converse::Message<'_>> = Vec::new();
     for message in &request.messages {
         let (role, content) = match message {
-            Message::User { text } => (wire::Role::User, vec![wire::ContentBlock::Text(text)]),
-            Message::Assistant { text, tool_calls } => {
+            Message::User { text } => (
+                converse::Role::User,
+                vec![converse::ContentBlock::Text(text)],
+            ),
+            Message::Assistant {
+                text,
+                tool_calls,
+                reasoning,
+            } => {
+                let thoughts = reasoning
+                    .iter()
+                    .filter(|_| thinking.is_some())
+                    .filter_map(reasoning_block);
                 // Bedrock refuses blank text blocks, and an assistant turn of only tool calls
                 // has none.
-                let text = (!text.is_empty()).then_some(wire::ContentBlock::Text(text));
+                let text = (!text.is_empty()).then_some(converse::ContentBlock::Text(text));
                 let calls = tool_calls.iter().map(|call| {
-                    wire::ContentBlock::ToolUse(wire::ToolUse {
+                    converse::ContentBlock::ToolUse(converse::ToolUse {
                         tool_use_id: &call.id,
                         name: &call.name,
                         input: tool_input(&call.arguments),
                     })
                 });
                 (
-                    wire::Role::Assistant,
-                    text.into_iter().chain(calls).collect(),
+                    converse::Role::Assistant,
+                    thoughts.chain(text).chain(calls).collect(),
                 )
             }
             Message::ToolResult {
@@ -326,10 +337,10 @@ fn converse_body(request: &ModelRequest) -> wire::ConverseRequest<'_> {
                 content,
                 is_error,
             } => (
-                wire::Role::User,
-                vec![wire::ContentBlock::ToolResult(wire::ToolResult {
+                converse::Role::User,
+                vec![converse::ContentBlock::ToolResult(converse::ToolResult {
                     tool_use_id: call_id,
-                    content: vec![wire::ToolResultContent { text: content }],
+                    content: vec![converse::ToolResultContent { text: content }],
                     status: is_error.then_some("error"),
                 })],
             ),
@@ -338,41 +349,71 @@ fn converse_body(request: &ModelRequest) -> wire::ConverseRequest<'_> {
             continue;
         }
         // Converse wants roles to alternate: the results of one assistant turn, and a prompt
-        // sent after them (as after a Stop), go together in one user message.
+        // sent after them (as after a Stop), go together in one user message; consecutive
+        // assistant messages share one, their reasoning first.
         match messages.last_mut() {
-            Some(last) if last.role == role => last.content.extend(content),
-            _ => messages.push(wire::Message { role, content }),
+            Some(last) if last.role == role => {
+                let first_other = last
+                    .content
+                    .iter()
+                    .position(|block| !matches!(block, converse::ContentBlock::ReasoningContent(_)))
+                    .unwrap_or(last.content.len());
+                let (thoughts, rest): (Vec<_>, Vec<_>) = content.into_iter().partition(|block| {
+                    matches!(block, converse::ContentBlock::ReasoningContent(_))
+                });
+                last.content.splice(first_other..first_other, thoughts);
+                last.content.extend(rest);
+            }
+            _ => messages.push(converse::Message { role, content }),
         }
     }
-    let tool_config = (!request.tools.is_empty()).then(|| wire::ToolConfig {
+    let tool_config = (!request.tools.is_empty()).then(|| converse::ToolConfig {
         tools: request
             .tools
             .iter()
-            .map(|tool| wire::Tool {
-                tool_spec: wire::ToolSpec {
+            .map(|tool| converse::Tool {
+                tool_spec: converse::ToolSpec {
                     name: &tool.name,
                     description: &tool.description,
-                    input_schema: wire::InputSchema {
+                    input_schema: converse::InputSchema {
                         json: &tool.input_schema,
                     },
                 },
             })
             .collect(),
     });
-    wire::ConverseRequest {
+    converse::ConverseRequest {
         system: if request.system.is_empty() {
             Vec::new()
         } else {
-            vec![wire::SystemBlock {
+            vec![converse::SystemBlock {
                 text: &request.system,
             }]
         },
         messages,
         tool_config,
-        inference_config: wire::InferenceConfig {
+        inference_config: converse::InferenceConfig {
             max_tokens: request.max_output_tokens,
         },
+        additional_model_request_fields: thinking.map(|budget_tokens| {
+            serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": budget_tokens}})
+        }),
     }
+}
+
+/// A reasoning block as Bedrock returned it; `None` for one it cannot check (no signature).
+fn reasoning_block(block: &ReasoningBlock) -> Option<converse::ContentBlock<'_>> {
+    let reasoning = match (&block.redacted, &block.signature) {
+        (Some(data), _) => converse::ReasoningContent::RedactedContent(data),
+        (None, Some(signature)) => {
+            converse::ReasoningContent::ReasoningText(converse::ReasoningText {
+                text: &block.text,
+                signature,
+            })
+        }
+        (None, None) => return None,
+    };
+    Some(converse::ContentBlock::ReasoningContent(reasoning))
 }
 
 /// A tool call's arguments as the JSON object Converse requires for `toolUse.input`. Arguments
@@ -390,6 +431,10 @@ fn tool_input(arguments: &str) -> serde_json::Value {
 #[derive(Debug, Default)]
 struct StreamedAnswer {
     text: String,
+    /// Reasoning blocks by content block index.
+    reasoning: BTreeMap<u64, ReasoningBlock>,
+    /// Whether `metadata`, the stream's last event, arrived.
+    metadata: bool,
     /// Tool calls by content block index, so they come out in the model's order.
     tool_calls: BTreeMap<u64, ToolCall>,
     finish_reason: Option<FinishReason>,
@@ -413,7 +458,7 @@ impl StreamedAnswer {
                 let text = message.header(":error-message").unwrap_or_default();
                 return Err(ProviderError::new(
                     ErrorKind::Server,
-                    format!("Bedrock stream error {code}: {}", bounded(text)),
+                    format!("Bedrock stream error {code}: {}", wire::excerpt(text)),
                 ));
             }
             other => {
@@ -432,7 +477,7 @@ impl StreamedAnswer {
         };
         match event_type {
             "contentBlockStart" => {
-                let start: wire::ContentBlockStart =
+                let start: converse::ContentBlockStart =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
                 if let Some(tool_use) = start.start.tool_use {
                     self.tool_calls.insert(
@@ -446,11 +491,36 @@ impl StreamedAnswer {
                 }
             }
             "contentBlockDelta" => {
-                let delta: wire::ContentBlockDelta =
+                let delta: converse::ContentBlockDelta =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
                 if let Some(text) = delta.delta.text {
                     self.text.push_str(&text);
                     on_event(StreamEvent::TextDelta(text));
+                }
+                if let Some(piece) = delta.delta.reasoning_content {
+                    let block = self
+                        .reasoning
+                        .entry(delta.content_block_index)
+                        .or_insert_with(|| ReasoningBlock {
+                            text: String::new(),
+                            signature: None,
+                            redacted: None,
+                        });
+                    if let Some(text) = piece.text {
+                        block.text.push_str(&text);
+                    }
+                    if let Some(signature) = piece.signature {
+                        block
+                            .signature
+                            .get_or_insert_with(String::new)
+                            .push_str(&signature);
+                    }
+                    if let Some(redacted) = piece.redacted_content {
+                        block
+                            .redacted
+                            .get_or_insert_with(String::new)
+                            .push_str(&redacted);
+                    }
                 }
                 if let Some(tool_use) = delta.delta.tool_use {
                     let call = self
@@ -466,23 +536,33 @@ impl StreamedAnswer {
                 }
             }
             "messageStop" => {
-                let stop: wire::MessageStop =
+                let stop: converse::MessageStop =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
                 self.finish_reason = Some(finish_reason(&stop.stop_reason));
             }
             "metadata" => {
-                let metadata: wire::Metadata =
+                let metadata: converse::Metadata =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
                 self.usage = metadata.usage.map(|usage| Usage {
                     input_tokens: usage.input_tokens,
                     output_tokens: usage.output_tokens,
                 });
+                self.metadata = true;
             }
             // messageStart, contentBlockStop, and events of later API versions carry nothing
             // the neutral response holds.
             _ => {}
         }
         Ok(())
+    }
+
+    /// How far the answer has come: whole at `messageStop`, and done once `metadata` follows.
+    fn progress(&self) -> Progress {
+        match (self.finish_reason.is_some(), self.metadata) {
+            (true, true) => Progress::Done,
+            (true, false) => Progress::Complete,
+            (false, _) => Progress::More,
+        }
     }
 
     /// The whole turn once the stream has ended; a stream that ends before `messageStop`, or
@@ -511,6 +591,7 @@ impl StreamedAnswer {
         Ok(ModelResponse {
             text: self.text,
             tool_calls,
+            reasoning: self.reasoning.into_values().collect(),
             finish_reason,
             usage: self.usage,
         })
@@ -584,13 +665,9 @@ fn classify_error(status: Option<u16>, error_type: Option<&str>, body: &[u8]) ->
         ) => ErrorKind::Auth,
         _ => match status {
             Some(400 | 413) if says_context_window => ErrorKind::ContextWindowExceeded,
-            Some(401 | 403) => ErrorKind::Auth,
-            Some(408) => ErrorKind::Timeout,
-            Some(429) => ErrorKind::RateLimited,
-            Some(500..=599) => ErrorKind::Server,
-            Some(400..=499) => ErrorKind::BadRequest,
+            Some(status) => wire::kind_for_status(status),
             // An exception event of a type this code does not know.
-            _ => ErrorKind::Server,
+            None => ErrorKind::Server,
         },
     };
     let mut message = String::from("Bedrock");
@@ -603,7 +680,7 @@ fn classify_error(status: Option<u16>, error_type: Option<&str>, body: &[u8]) ->
     }
     if !text.is_empty() {
         message.push_str(": ");
-        message.push_str(&bounded(&text));
+        message.push_str(&wire::excerpt(&text));
     }
     ProviderError {
         kind,
@@ -613,16 +690,8 @@ fn classify_error(status: Option<u16>, error_type: Option<&str>, body: &[u8]) ->
     }
 }
 
-/// `text` cut to [`MAX_ERROR_MESSAGE_CHARS`] characters.
-fn bounded(text: &str) -> String {
-    match text.char_indices().nth(MAX_ERROR_MESSAGE_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
 /// The Converse wire format: what pen sends and the stream events it reads.
-mod wire {
+mod converse {
     use serde::{Deserialize, Serialize};
 
     #[derive(Debug, Serialize)]
@@ -634,6 +703,8 @@ mod wire {
         #[serde(skip_serializing_if = "Option::is_none")]
         pub tool_config: Option<ToolConfig<'a>>,
         pub inference_config: InferenceConfig,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub additional_model_request_fields: Option<serde_json::Value>,
     }
 
     #[derive(Debug, Serialize)]
@@ -660,6 +731,22 @@ mod wire {
         Text(&'a str),
         ToolUse(ToolUse<'a>),
         ToolResult(ToolResult<'a>),
+        ReasoningContent(ReasoningContent<'a>),
+    }
+
+    /// A reasoning block sent back: its text and signature, or the redacted payload (base64, as
+    /// received).
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum ReasoningContent<'a> {
+        ReasoningText(ReasoningText<'a>),
+        RedactedContent(&'a str),
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ReasoningText<'a> {
+        pub text: &'a str,
+        pub signature: &'a str,
     }
 
     #[derive(Debug, Serialize)]
@@ -741,12 +828,22 @@ mod wire {
         pub delta: Delta,
     }
 
-    /// One of `text`, `toolUse` or a kind pen does not keep (`reasoningContent`, …).
+    /// One of `text`, `toolUse`, `reasoningContent` or a kind pen does not keep.
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct Delta {
         pub text: Option<String>,
         pub tool_use: Option<ToolUseDelta>,
+        pub reasoning_content: Option<ReasoningDelta>,
+    }
+
+    /// A piece of a reasoning block: one of its text, its signature or its redacted payload.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ReasoningDelta {
+        pub text: Option<String>,
+        pub signature: Option<String>,
+        pub redacted_content: Option<String>,
     }
 
     /// A fragment of the tool input's JSON text.

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod choice;
 pub mod openai;
 pub mod retry;
 mod wire;
@@ -64,6 +65,10 @@ pub enum Message {
     Assistant {
         text: String,
         tool_calls: Vec<ToolCall>,
+        /// The reasoning that came with the message, in the order received; it precedes the
+        /// text and the calls on the wire.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningBlock>,
     },
     /// The result of one tool call; results of one assistant message follow it in call order.
     ToolResult {
@@ -109,6 +114,10 @@ pub struct Usage {
 pub struct ModelResponse {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Reasoning blocks, in the order received; they precede the text and the calls, and go
+    /// back unchanged in the [`Message::Assistant`] that records this answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningBlock>,
     pub finish_reason: FinishReason,
     pub usage: Option<Usage>,
 }
@@ -208,17 +217,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
 }
 
-/// Which API a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, llama.cpp, vLLM…).
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// Amazon Bedrock Converse.
-    Bedrock,
-}
+/// Which API a provider speaks (defined in [`crate::config`], below this module, whose
+/// `provider` key it is).
+pub use crate::config::ProviderKind;
 
 /// What [`build`] needs to make a provider.
 #[derive(Clone, PartialEq, Eq)]
@@ -235,6 +236,10 @@ pub struct ProviderSettings {
     pub request_timeout: Duration,
     /// Attempts per request, the first included, for retryable failures.
     pub max_attempts: u32,
+    /// Anthropic's and Bedrock's extended-thinking budget (`budget_tokens`); 0 turns thinking
+    /// off. Thinking tokens count against the request's `max_output_tokens`, which must exceed
+    /// it. OpenAI-compatible servers ignore it.
+    pub reasoning_budget_tokens: u32,
 }
 
 impl ProviderSettings {
@@ -248,6 +253,7 @@ impl ProviderSettings {
             api_key: None,
             request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
             max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
+            reasoning_budget_tokens: 0,
         }
     }
 }
@@ -261,6 +267,7 @@ impl fmt::Debug for ProviderSettings {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
+            .field("reasoning_budget_tokens", &self.reasoning_budget_tokens)
             .finish()
     }
 }
@@ -278,13 +285,16 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderE
     }
     let client = wire::http_client(settings.request_timeout)?;
     let backend: Box<dyn Provider> = match settings.kind {
-        ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(client, settings)?),
+        ProviderKind::OpenAi => Box::new(openai::OpenAiProvider::new(client, settings)?),
         ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
-        ProviderKind::Bedrock => Box::new(bedrock::BedrockProvider::from_env(
-            settings.model.clone(),
-            settings.base_url.clone(),
-            settings.request_timeout,
-        )?),
+        ProviderKind::Bedrock => Box::new(
+            bedrock::BedrockProvider::from_env(
+                settings.model.clone(),
+                settings.base_url.clone(),
+                settings.request_timeout,
+            )?
+            .with_reasoning_budget(settings.reasoning_budget_tokens),
+        ),
     };
     Ok(Box::new(retry::Retrying::new(
         backend,
@@ -297,6 +307,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn provider_kinds_have_one_name_in_the_config_and_in_serde() {
+        for kind in ProviderKind::ALL {
+            assert_eq!(ProviderKind::from_name(kind.as_str()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::json!(kind.as_str())
+            );
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        assert_eq!(ProviderKind::OpenAi.as_str(), "openai");
+        assert_eq!(ProviderKind::from_name("gemini"), None);
+    }
+
+    #[test]
+    fn reasoning_is_optional_on_the_wire_of_messages_and_answers() {
+        use serde_json::json;
+        // What older sessions and callers wrote reads back with no reasoning.
+        let old: Message =
+            serde_json::from_value(json!({"role": "assistant", "text": "hi", "tool_calls": []}))
+                .unwrap();
+        assert_eq!(
+            old,
+            Message::Assistant {
+                text: "hi".into(),
+                tool_calls: vec![],
+                reasoning: vec![],
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&old).unwrap(),
+            json!({"role": "assistant", "text": "hi", "tool_calls": []})
+        );
+        let block = ReasoningBlock {
+            text: "why".into(),
+            signature: Some("sig".into()),
+            redacted: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&block).unwrap(),
+            json!({"text": "why", "signature": "sig"})
+        );
+        let stored = json!([{"text": "why", "signature": "sig"}, {"text": "", "redacted": "x=="}]);
+        let blocks: Vec<ReasoningBlock> = serde_json::from_value(stored).unwrap();
+        assert_eq!(blocks[0], block);
+        assert_eq!(blocks[1].redacted.as_deref(), Some("x=="));
+    }
+
+    #[test]
     fn settings_debug_never_shows_the_key() {
         let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
         settings.api_key = Some("sk-ant-secret".into());
@@ -307,14 +365,14 @@ mod tests {
 
     #[test]
     fn build_refuses_what_cannot_work_before_any_request() {
-        use ProviderKind::{Anthropic, Openai};
+        use ProviderKind::{Anthropic, OpenAi};
         let ollama = Some("http://127.0.0.1:11434/v1");
         let cases = [
-            (Openai, " ", ollama, None, "no model is configured"),
+            (OpenAi, " ", ollama, None, "no model is configured"),
             (Anthropic, "m", None, None, "needs an API key"),
-            (Openai, "m", None, None, "needs an API key"),
-            (Openai, "m", Some("localhost:11434"), None, "is not an http"),
-            (Openai, "m", None, Some("bad\nkey"), "cannot carry"),
+            (OpenAi, "m", None, None, "needs an API key"),
+            (OpenAi, "m", Some("localhost:11434"), None, "is not an http"),
+            (OpenAi, "m", None, Some("bad\nkey"), "cannot carry"),
         ];
         for (kind, model, base_url, api_key, wording) in cases {
             let mut settings = ProviderSettings::new(kind, model);
@@ -324,7 +382,7 @@ mod tests {
             assert_eq!(error.kind, ErrorKind::Config, "{kind:?}");
             assert!(error.message.contains(wording), "{}", error.message);
         }
-        let mut local = ProviderSettings::new(ProviderKind::Openai, "smollm2");
+        let mut local = ProviderSettings::new(ProviderKind::OpenAi, "smollm2");
         local.base_url = Some("http://127.0.0.1:11434/v1".into());
         assert!(build(&local).is_ok());
     }

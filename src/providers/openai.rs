@@ -10,12 +10,17 @@
 //!   `function_call`, so names are replaced, never concatenated, and `function_call` is ignored;
 //! - llama-cpp-python answers a streamed prompt over its context window with HTTP 200 and an
 //!   empty body, so a stream that closes with no chunk and no `[DONE]` is a failed request;
-//! - llama-server's error envelope has a numeric `code` and its own `type`.
+//! - llama-server's error envelope has a numeric `code` and its own `type`;
+//! - llama-server, vLLM and DeepSeek stream a reasoning model's thinking as `reasoning_content`
+//!   deltas (Ollama and OpenRouter as `reasoning`). It is kept as one unsigned
+//!   [`ReasoningBlock`] of the answer but never sent back: Chat Completions has no standard
+//!   request field for it (DeepSeek documents a 400 for a request that carries
+//!   `reasoning_content`), and these servers continue a conversation without it.
 
 use super::wire::{self, StreamDecoder};
 use super::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderSettings, StreamEvent, ToolCall, Usage,
+    ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use futures::future::BoxFuture;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
@@ -96,6 +101,7 @@ impl OpenAiProvider {
         &self,
         request: &ModelRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
         let body = request_body(request, self.output_limit_field);
         let http = self
@@ -103,24 +109,29 @@ impl OpenAiProvider {
             .post(&self.url)
             .headers(self.headers.clone())
             .json(&body);
-        let response = wire::send(http, classify_error).await?;
-        wire::decode_response(response, OpenAiStream::default(), on_event).await
+        wire::complete_sse(
+            http,
+            classify_error,
+            OpenAiStream::default(),
+            on_event,
+            cancel,
+        )
+        .await
     }
 }
 
 impl Provider for OpenAiProvider {
-    /// Streams one request; see [`wire::cancellable`] for what Stop keeps.
+    /// Streams one request; see [`wire::read_until_done`] for what Stop keeps.
     fn complete<'a>(
         &'a self,
         request: &'a ModelRequest,
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
-        Box::pin(wire::cancellable(
+        Box::pin(wire::labelled(
             &self.label,
             self.api_key.as_deref(),
-            cancel,
-            self.stream(request, on_event),
+            self.stream(request, on_event, cancel),
         ))
     }
 }
@@ -160,10 +171,15 @@ fn request_body(request: &ModelRequest, output_limit_field: &str) -> Value {
     for message in &request.messages {
         let next = match message {
             Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } if tool_calls.is_empty() => {
+            // Reasoning is never sent back (see the module docs).
+            Message::Assistant {
+                text, tool_calls, ..
+            } if tool_calls.is_empty() => {
                 json!({"role": "assistant", "content": text})
             }
-            Message::Assistant { text, tool_calls } => json!({
+            Message::Assistant {
+                text, tool_calls, ..
+            } => json!({
                 "role": "assistant",
                 "content": text,
                 "tool_calls": tool_calls.iter().map(|call| json!({
@@ -226,6 +242,10 @@ struct ChunkChoice {
 #[derive(Debug, Deserialize)]
 struct Delta {
     content: Option<String>,
+    /// A reasoning model's thinking: llama-server, vLLM, DeepSeek.
+    reasoning_content: Option<String>,
+    /// The same under the name Ollama and OpenRouter use.
+    reasoning: Option<String>,
     tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
@@ -264,6 +284,8 @@ struct OpenAiStream {
     chunks: usize,
     done: bool,
     text: String,
+    /// The thinking the server streamed apart from the text, if any.
+    reasoning: String,
     /// Tool calls by their `index`, the only field every chunk of a call carries.
     calls: BTreeMap<u64, PartialCall>,
     finish_reason: Option<String>,
@@ -313,6 +335,9 @@ impl StreamDecoder for OpenAiStream {
                     self.text.push_str(&text);
                     on_event(StreamEvent::TextDelta(text));
                 }
+                if let Some(thought) = delta.reasoning_content.or(delta.reasoning) {
+                    self.reasoning.push_str(&thought);
+                }
                 for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                     self.add_call_delta(position, call);
                 }
@@ -361,9 +386,19 @@ impl StreamDecoder for OpenAiStream {
             Some("tool_calls" | "function_call") => FinishReason::ToolUse,
             _ => FinishReason::Other,
         };
+        let reasoning = if self.reasoning.is_empty() {
+            Vec::new()
+        } else {
+            vec![ReasoningBlock {
+                text: self.reasoning,
+                signature: None,
+                redacted: None,
+            }]
+        };
         Ok(ModelResponse {
             text: self.text,
             tool_calls,
+            reasoning,
             finish_reason,
             usage: self.usage,
         })
@@ -493,6 +528,7 @@ mod tests {
                             arguments: "{}".into(),
                         },
                     ],
+                    reasoning: vec![],
                 },
                 Message::ToolResult {
                     call_id: "call_1".into(),
@@ -507,6 +543,7 @@ mod tests {
                 Message::Assistant {
                     text: "It says hello.".into(),
                     tool_calls: vec![],
+                    reasoning: vec![],
                 },
             ],
             tools: vec![ToolDefinition {
@@ -526,6 +563,7 @@ mod tests {
             Message::Assistant {
                 text: "[excerpt]".into(),
                 tool_calls: vec![],
+                reasoning: vec![],
             },
             Message::Assistant {
                 text: String::new(),
@@ -534,6 +572,7 @@ mod tests {
                     name: "pen_read".into(),
                     arguments: "{}".into(),
                 }],
+                reasoning: vec![],
             },
             Message::ToolResult {
                 call_id: "call_9".into(),
@@ -602,7 +641,7 @@ mod tests {
     #[test]
     fn only_openai_itself_gets_max_completion_tokens_and_needs_a_key() {
         let client = reqwest::Client::new();
-        let mut settings = ProviderSettings::new(crate::providers::ProviderKind::Openai, "m");
+        let mut settings = ProviderSettings::new(crate::providers::ProviderKind::OpenAi, "m");
         let error = OpenAiProvider::new(client.clone(), &settings)
             .err()
             .unwrap();
@@ -654,6 +693,7 @@ mod tests {
                         input_tokens: 12,
                         output_tokens: 3
                     }),
+                    reasoning: vec![],
                 }
             );
         }
@@ -720,6 +760,41 @@ mod tests {
             }]
         );
         assert_eq!(response.finish_reason, FinishReason::ToolUse);
+    }
+
+    #[test]
+    fn reasoning_content_is_kept_apart_from_the_text_and_never_sent_back() {
+        // llama-server and vLLM say `reasoning_content`; Ollama says `reasoning`.
+        for field in ["reasoning_content", "reasoning"] {
+            let body = sse(&[
+                json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, field: "The user "}}]}),
+                json!({"choices": [{"index": 0, "delta": {field: "wants a greeting."}}]}),
+                json!({"choices": [{"index": 0, "delta": {"content": "Hello!"}, "finish_reason": "stop"}]}),
+            ]);
+            let (result, deltas) = decode(&body, 11);
+            assert_eq!(deltas, ["Hello!"], "{field}");
+            let response = result.unwrap();
+            assert_eq!(response.text, "Hello!");
+            assert_eq!(
+                response.reasoning,
+                [ReasoningBlock {
+                    text: "The user wants a greeting.".into(),
+                    signature: None,
+                    redacted: None,
+                }]
+            );
+            let mut next = request();
+            next.messages.push(Message::Assistant {
+                text: response.text,
+                tool_calls: vec![],
+                reasoning: response.reasoning,
+            });
+            let sent = request_body(&next, "max_tokens").to_string();
+            assert!(
+                !sent.contains("reasoning") && !sent.contains("greeting."),
+                "{sent}"
+            );
+        }
     }
 
     #[test]

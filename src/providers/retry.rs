@@ -167,6 +167,7 @@ mod tests {
                         tool_calls: vec![],
                         finish_reason: FinishReason::EndTurn,
                         usage: None,
+                        reasoning: vec![],
                     }),
                     Err(kind) => Err(ProviderError::new(kind, "scripted failure")),
                 }

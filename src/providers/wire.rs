@@ -1,7 +1,8 @@
 //! What the HTTP backends share: the client, sending a request, reading `Retry-After`, turning
 //! transport failures and statuses into [`ProviderError`]s, the wording that means "over the
-//! context window", and decoding a server-sent event stream through a backend's
-//! [`StreamDecoder`].
+//! context window", the one Stop rule ([`read_until_done`]) and, for the two backends that
+//! answer in server-sent events, the whole request/stream loop ([`complete_sse`]): each of
+//! them supplies only its request body, its error classifier and its [`StreamDecoder`].
 //!
 //! Server-sent events are parsed by `eventsource-stream`, which implements the WHATWG framing
 //! (CRLF, CR or LF line ends, multi-line `data:`, comments, a leading BOM, characters split
@@ -13,6 +14,7 @@ use eventsource_stream::{EventStream, EventStreamError};
 use futures::{Stream, StreamExt, TryStreamExt};
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
 
 /// Turns one backend's stream of server-sent events into a complete answer.
 pub(crate) trait StreamDecoder {
@@ -29,6 +31,59 @@ pub(crate) trait StreamDecoder {
     /// Called when the terminator arrived or the stream ended; decides whether the answer is
     /// whole. A stream that ended early is an error, never a short answer.
     fn finish(self) -> Result<ModelResponse, ProviderError>;
+}
+
+/// How far an answer has come, after one piece of its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// The answer is still arriving.
+    More,
+    /// The answer is whole (its terminator arrived) but trailing events may follow, such as
+    /// Bedrock's `metadata` after `messageStop`: they are read unless Stop comes first, and
+    /// then the answer is kept without them.
+    Complete,
+    /// The stream's last event arrived: nothing after it is read.
+    Done,
+}
+
+/// Why [`read_until_done`] stopped reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The piece that makes the answer done arrived.
+    Done,
+    /// The stream ended (the connection closed).
+    Closed,
+    /// Stop fired while a whole answer waited for its trailing events; bytes of a piece may be
+    /// left unread, which does not make the answer short.
+    StoppedWhole,
+}
+
+/// The content type of a server-sent event stream.
+pub(crate) const SSE_CONTENT_TYPE: &str = "text/event-stream";
+
+/// One streamed request, start to end, for the backends that answer in server-sent events
+/// (OpenAI-compatible and Anthropic): send it, classify a failed status with `classify` (the
+/// backend's reading of its error envelope), decode the events with `decoder`, and end at the
+/// terminator, on an error, or on Stop as [`read_until_done`] says. A stream that closes
+/// before its terminator is the decoder's to refuse (a `Network` error, never a short answer).
+pub(crate) async fn complete_sse<D: StreamDecoder>(
+    request: reqwest::RequestBuilder,
+    classify: fn(Option<u16>, &str) -> ProviderError,
+    decoder: D,
+    on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    cancel: &CancellationToken,
+) -> Result<ModelResponse, ProviderError> {
+    let sent = send(request, SSE_CONTENT_TYPE, |status, _, body| {
+        classify(Some(status), body)
+    });
+    let response = until_stopped(cancel, sent).await?;
+    decode_stream(
+        response.bytes_stream().map_err(transport_error),
+        decoder,
+        on_event,
+        cancel,
+    )
+    .await
 }
 
 /// The one HTTP client a provider uses for all its requests (its connection pool is shared by
@@ -72,37 +127,40 @@ pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue,
     Ok(header)
 }
 
-/// Sends a request and returns the response when it is a successful event stream. A failed
-/// status is classified by `classify` (the backend's reading of its error envelope) with the
-/// `Retry-After` the response carried.
+/// Sends a request and returns the response when it succeeded with a body of
+/// `content_type` (a missing content type is taken on trust). A failed status is classified by
+/// `classify` (given the status, the headers and at most [`PROVIDER_ERROR_BODY_BYTES`] of the
+/// body) with the `Retry-After` the response carried.
 pub(crate) async fn send(
     request: reqwest::RequestBuilder,
-    classify: fn(Option<u16>, &str) -> ProviderError,
+    content_type: &str,
+    classify: impl FnOnce(u16, &HeaderMap, &str) -> ProviderError,
 ) -> Result<reqwest::Response, ProviderError> {
     let response = request.send().await.map_err(transport_error)?;
     let status = response.status();
     if !status.is_success() {
-        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let headers = response.headers().clone();
+        let retry_after = retry_after(&headers, SystemTime::now());
         let body = read_excerpt(response).await?;
-        let mut error = classify(Some(status.as_u16()), &body);
+        let mut error = classify(status.as_u16(), &headers, &body);
         error.retry_after = retry_after;
         return Err(error);
     }
     // A server that ignored `stream: true`, or a base URL that points at some other web page,
     // answers 200 with something else; saying so beats reporting an empty stream.
-    let content_type = response
+    let received = response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .unwrap_or("text/event-stream")
+        .unwrap_or(content_type)
         .to_string();
-    if !content_type.starts_with("text/event-stream") {
+    if !received.starts_with(content_type) {
         let body = read_excerpt(response).await?;
         return Err(ProviderError {
             kind: ErrorKind::Protocol,
             status: Some(status.as_u16()),
             message: format!(
-                "expected an event stream but got `{content_type}`: {}",
+                "expected `{content_type}` but got `{received}`: {}",
                 excerpt(&body)
             ),
             retry_after: None,
@@ -111,35 +169,21 @@ pub(crate) async fn send(
     Ok(response)
 }
 
-/// Decodes a response body of server-sent events with `decoder`.
-pub(crate) async fn decode_response<D: StreamDecoder>(
-    response: reqwest::Response,
-    decoder: D,
-    on_event: &(dyn Fn(StreamEvent) + Send + Sync),
-) -> Result<ModelResponse, ProviderError> {
-    decode_stream(
-        response.bytes_stream().map_err(transport_error),
-        decoder,
-        on_event,
-    )
-    .await
-}
-
-/// Decodes a stream of body bytes: the part of [`decode_response`] that needs no server, so the
-/// unit tests can split bytes anywhere.
+/// Decodes a stream of body bytes as server-sent events with `decoder`: the part of
+/// [`complete_sse`] that needs no server, so the unit tests can split bytes anywhere.
 pub(crate) async fn decode_stream<S, B, D>(
     bytes: S,
     mut decoder: D,
     on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    cancel: &CancellationToken,
 ) -> Result<ModelResponse, ProviderError>
 where
     S: Stream<Item = Result<B, ProviderError>>,
     B: AsRef<[u8]>,
     D: StreamDecoder,
 {
-    let mut events = std::pin::pin!(EventStream::new(bytes));
-    while let Some(item) = events.next().await {
-        let event = item.map_err(|error| match error {
+    let events = EventStream::new(bytes).map(|item| {
+        item.map_err(|error| match error {
             EventStreamError::Transport(error) => error,
             EventStreamError::Utf8(error) => ProviderError::new(
                 ErrorKind::Protocol,
@@ -149,12 +193,66 @@ where
                 ErrorKind::Protocol,
                 format!("the event stream could not be parsed: {error}"),
             ),
-        })?;
-        if decoder.event(&event.event, &event.data, on_event)? {
-            break;
+        })
+    });
+    read_until_done(events, cancel, |event| {
+        Ok(match decoder.event(&event.event, &event.data, on_event)? {
+            true => Progress::Done,
+            false => Progress::More,
+        })
+    })
+    .await?;
+    decoder.finish()
+}
+
+/// Feeds a response's pieces (events, or byte chunks a backend frames itself) to `take` until
+/// it says [`Progress::Done`], the stream ends, or an error. Every backend's Stop semantics
+/// live here (SPEC §5, "Stop: an answer that arrives just after Stop is kept"):
+/// - What has already arrived is decoded first (the read is polled before `cancel`), so an
+///   answer whose terminator is in hand when Stop fires is returned whole.
+/// - Once the answer waits for the network, Stop ends it at once with `Cancelled` (the
+///   response is dropped, closing the connection), unless the answer is already
+///   [`Progress::Complete`]: then it is returned without its trailing events.
+pub(crate) async fn read_until_done<S, T>(
+    pieces: S,
+    cancel: &CancellationToken,
+    mut take: impl FnMut(T) -> Result<Progress, ProviderError>,
+) -> Result<Ending, ProviderError>
+where
+    S: Stream<Item = Result<T, ProviderError>>,
+{
+    let mut pieces = std::pin::pin!(pieces);
+    let mut complete = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            next = pieces.next() => next,
+            () = cancel.cancelled() => {
+                return if complete { Ok(Ending::StoppedWhole) } else { Err(cancelled()) };
+            }
+        };
+        let Some(piece) = next else {
+            return Ok(Ending::Closed);
+        };
+        match take(piece?)? {
+            Progress::More => {}
+            Progress::Complete => complete = true,
+            Progress::Done => return Ok(Ending::Done),
         }
     }
-    decoder.finish()
+}
+
+/// Runs `work` (sending a request, waiting for its headers) until it ends or `cancel` fires,
+/// then `Cancelled`: nothing of the answer has arrived yet, so nothing is lost.
+pub(crate) async fn until_stopped<T>(
+    cancel: &CancellationToken,
+    work: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    tokio::select! {
+        biased;
+        result = work => result,
+        () = cancel.cancelled() => Err(cancelled()),
+    }
 }
 
 /// Reads at most [`PROVIDER_ERROR_BODY_BYTES`] of a body as text.
@@ -197,28 +295,46 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The error a backend returns when Stop was requested.
-/// Runs one streamed request until it ends or `cancel` fires (then `Cancelled` at once: the
-/// request or stream is dropped, closing the connection). Text deltas already passed to
-/// `on_event` stay delivered; the error carries none of them. An error's message is prefixed
-/// with the backend's `label` and has `api_key` removed.
-pub(crate) async fn cancellable(
+/// Runs one request of a backend (see [`complete_sse`]), prefixing an error's message with the
+/// backend's `label` and removing `api_key` from it.
+pub(crate) async fn labelled(
     label: &str,
     api_key: Option<&str>,
-    cancel: &tokio_util::sync::CancellationToken,
     work: impl std::future::Future<Output = Result<ModelResponse, ProviderError>>,
 ) -> Result<ModelResponse, ProviderError> {
-    let result = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => Err(cancelled()),
-        result = work => result,
-    };
-    result.map_err(|mut error| {
+    work.await.map_err(|mut error| {
         error.message = format!("{label}: {}", error.message);
         redact(error, api_key)
     })
 }
 
+/// The extended-thinking budget to send with `request`: `None` when `budget_tokens` is 0 (off).
+/// Thinking tokens count against the answer's output limit, and Anthropic and Bedrock refuse a
+/// budget that is not below it; that is refused here, before any request, saying which keys to
+/// change, rather than raising `max_output_tokens` behind the prompt budget's back (the budget
+/// reserves exactly `max_output_tokens` of the window).
+pub(crate) fn thinking_budget(
+    budget_tokens: u32,
+    request: &super::ModelRequest,
+) -> Result<Option<u32>, ProviderError> {
+    if budget_tokens == 0 {
+        return Ok(None);
+    }
+    if budget_tokens >= request.max_output_tokens {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            format!(
+                "reasoning_budget_tokens ({budget_tokens}) must be less than max_output_tokens \
+                 ({}), which the thinking counts against: raise max_output_tokens or lower \
+                 reasoning_budget_tokens",
+                request.max_output_tokens
+            ),
+        ));
+    }
+    Ok(Some(budget_tokens))
+}
+
+/// The error a backend returns when Stop was requested.
 pub(crate) fn cancelled() -> ProviderError {
     ProviderError::new(ErrorKind::Cancelled, "the request was cancelled")
 }
@@ -350,6 +466,7 @@ pub(crate) fn decode_in_pieces<D: StreamDecoder>(
         futures::stream::iter(pieces),
         decoder,
         &on_event,
+        &CancellationToken::new(),
     ));
     (result, deltas.into_inner().unwrap())
 }
@@ -390,6 +507,67 @@ mod tests {
             map.insert(*name, HeaderValue::from_static(value));
         }
         map
+    }
+
+    /// The progress item `item` makes: 2 is Bedrock's `messageStop` (whole), 3 its `metadata`
+    /// (the last event), 9 an SSE terminator.
+    fn progress_of(item: u32) -> Progress {
+        match item {
+            2 => Progress::Complete,
+            3 | 9 => Progress::Done,
+            _ => Progress::More,
+        }
+    }
+
+    /// Runs [`read_until_done`] over items sent on a channel: `first` is there from the start;
+    /// once the reader took item 1 and waits for more, `then` arrives and Stop fires, both
+    /// before the reader is polled again (as when the last bytes and the user's Stop come
+    /// together). Returns the result and the items taken.
+    async fn read_with_stop(
+        first: &[u32],
+        then: &[u32],
+    ) -> (Result<Ending, ProviderError>, Vec<u32>) {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        for item in first {
+            sender.send(Ok(*item)).unwrap();
+        }
+        let pieces = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx));
+        let cancel = CancellationToken::new();
+        let (took_first, first_taken) = tokio::sync::oneshot::channel();
+        let mut took_first = Some(took_first);
+        let mut taken = Vec::new();
+        let read = read_until_done(pieces, &cancel, |item| {
+            taken.push(item);
+            if let Some(signal) = took_first.take() {
+                let _ = signal.send(());
+            }
+            Ok(progress_of(item))
+        });
+        let (result, ()) = tokio::join!(read, async {
+            first_taken.await.unwrap();
+            for item in then {
+                sender.send(Ok(*item)).unwrap();
+            }
+            cancel.cancel();
+        });
+        (result, taken)
+    }
+
+    #[tokio::test]
+    async fn stop_keeps_an_answer_whose_terminator_arrived_and_cancels_one_still_streaming() {
+        // The terminator arrived with Stop: it is read first, and the answer is whole.
+        let (result, taken) = read_with_stop(&[1], &[9]).await;
+        assert_eq!((result, taken), (Ok(Ending::Done), vec![1, 9]));
+        // Stop while the answer still waits for the network: cancelled at once.
+        let (result, taken) = read_with_stop(&[1], &[]).await;
+        assert_eq!(result.map_err(|e| e.kind), Err(ErrorKind::Cancelled));
+        assert_eq!(taken, [1]);
+        // Whole (Bedrock's messageStop) and waiting for trailing events: kept without them.
+        let (result, taken) = read_with_stop(&[1, 2], &[]).await;
+        assert_eq!((result, taken), (Ok(Ending::StoppedWhole), vec![1, 2]));
+        // What arrived is decoded before Stop is looked at, to the last event.
+        let (result, taken) = read_with_stop(&[1], &[2, 3]).await;
+        assert_eq!((result, taken), (Ok(Ending::Done), vec![1, 2, 3]));
     }
 
     #[test]

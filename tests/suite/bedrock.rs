@@ -5,10 +5,11 @@
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use pen::providers::bedrock::{AwsCredentials, BedrockProvider, event_stream};
 use pen::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    StreamEvent, ToolCall, ToolDefinition, Usage,
+    ReasoningBlock, StreamEvent, ToolCall, ToolDefinition, Usage,
 };
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -24,6 +25,9 @@ struct Reply {
     status: u16,
     headers: Vec<(&'static str, String)>,
     body: Vec<u8>,
+    /// Whether the connection stays open after the body (sent in one write) until the client
+    /// goes away.
+    hold_open: bool,
 }
 
 impl Reply {
@@ -46,6 +50,15 @@ impl Reply {
             status: 200,
             headers: vec![("content-type", "application/vnd.amazon.eventstream".into())],
             body,
+            hold_open: false,
+        }
+    }
+
+    /// The same answer with its connection held open after the body.
+    fn held_open(self) -> Reply {
+        Reply {
+            hold_open: true,
+            ..self
         }
     }
 
@@ -61,6 +74,7 @@ impl Reply {
                 ),
             ],
             body: json!({ "message": message }).to_string().into_bytes(),
+            hold_open: false,
         }
     }
 }
@@ -119,11 +133,15 @@ async fn answer(
     let Some(reply) = reply else {
         return std::future::pending().await;
     };
-    let mut response = (
-        StatusCode::from_u16(reply.status).expect("status"),
-        reply.body,
-    )
-        .into_response();
+    let status = StatusCode::from_u16(reply.status).expect("status");
+    let mut response = if reply.hold_open {
+        let body =
+            futures::stream::once(async move { Ok::<_, std::convert::Infallible>(reply.body) })
+                .chain(futures::stream::pending());
+        (status, axum::body::Body::from_stream(body)).into_response()
+    } else {
+        (status, reply.body).into_response()
+    };
     for (name, value) in reply.headers {
         response
             .headers_mut()
@@ -203,6 +221,7 @@ async fn a_text_answer_streams_and_the_request_is_signed_converse() {
         Ok(ModelResponse {
             text: "Hello, world.".into(),
             tool_calls: vec![],
+            reasoning: vec![],
             finish_reason: FinishReason::EndTurn,
             usage: Some(Usage {
                 input_tokens: 25,
@@ -300,6 +319,7 @@ async fn a_tool_use_answer_becomes_tool_calls_and_results_go_back_together() {
     messages.push(Message::Assistant {
         text: first.text,
         tool_calls: first.tool_calls,
+        reasoning: first.reasoning,
     });
     messages.push(Message::ToolResult {
         call_id: "tooluse_a".into(),
@@ -380,6 +400,200 @@ async fn stop_cancels_a_request_in_flight() {
         cancel.cancel();
     });
     assert_eq!(result.map_err(|e| e.kind), Err(ErrorKind::Cancelled));
+}
+
+/// A text answer of `Hello`, through `messageStop`, and its `metadata` when `with_metadata`.
+fn hello_events(with_metadata: bool) -> Vec<(&'static str, Value)> {
+    let mut events = vec![
+        ("messageStart", json!({"role": "assistant"})),
+        (
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+        ),
+        (
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "lo"}}),
+        ),
+        ("contentBlockStop", json!({"contentBlockIndex": 0})),
+        ("messageStop", json!({"stopReason": "end_turn"})),
+    ];
+    if with_metadata {
+        events.push((
+            "metadata",
+            json!({"usage": {"inputTokens": 9, "outputTokens": 2, "totalTokens": 11}}),
+        ));
+    }
+    events
+}
+
+/// Sends `request`, firing Stop from `on_event` as the first text delta arrives.
+async fn complete_stopping_at_the_first_delta(
+    provider: &BedrockProvider,
+    request: &ModelRequest,
+) -> Result<ModelResponse, ProviderError> {
+    let cancel = CancellationToken::new();
+    let on_event = |_: StreamEvent| cancel.cancel();
+    provider.complete(request, &on_event, &cancel).await
+}
+
+#[tokio::test]
+async fn an_answer_ends_at_its_last_event_even_if_the_connection_stays_open() {
+    let (_fake, url) =
+        FakeBedrock::start(vec![Reply::events(&hello_events(true)).held_open()]).await;
+    let (result, streamed) = complete(
+        &provider(&url),
+        &request(vec![Message::User { text: "Hi".into() }]),
+    )
+    .await;
+    let response = result.expect("the answer, without waiting for the connection to close");
+    assert_eq!(
+        (response.text.as_str(), streamed.as_str()),
+        ("Hello", "Hello")
+    );
+    assert_eq!(
+        response.usage,
+        Some(Usage {
+            input_tokens: 9,
+            output_tokens: 2
+        })
+    );
+}
+
+#[tokio::test]
+async fn stop_after_message_stop_keeps_the_answer_and_stop_before_it_cancels() {
+    // The answer is whole at messageStop; Stop while its metadata is awaited keeps it.
+    let (_fake, url) =
+        FakeBedrock::start(vec![Reply::events(&hello_events(false)).held_open()]).await;
+    let request = request(vec![Message::User { text: "Hi".into() }]);
+    let kept = complete_stopping_at_the_first_delta(&provider(&url), &request).await;
+    let kept = kept.expect("the whole answer is kept");
+    assert_eq!(
+        (kept.text.as_str(), kept.finish_reason, kept.usage),
+        ("Hello", FinishReason::EndTurn, None)
+    );
+
+    // Half of the metadata frame has arrived too: what is left unread is not the answer.
+    let mut with_half_metadata = Reply::events(&hello_events(false));
+    let metadata = Reply::events(&hello_events(true)[5..]).body;
+    with_half_metadata
+        .body
+        .extend_from_slice(&metadata[..metadata.len() / 2]);
+    let (_fake, url) = FakeBedrock::start(vec![with_half_metadata.held_open()]).await;
+    let kept = complete_stopping_at_the_first_delta(&provider(&url), &request).await;
+    assert_eq!(kept.expect("the whole answer is kept").text, "Hello");
+
+    // Before messageStop the answer is still streaming: Stop cancels it.
+    let mut streaming = hello_events(false);
+    streaming.pop();
+    let (_fake, url) = FakeBedrock::start(vec![Reply::events(&streaming).held_open()]).await;
+    let stopped = complete_stopping_at_the_first_delta(&provider(&url), &request).await;
+    assert_eq!(
+        stopped.map_err(|error| error.kind),
+        Err(ErrorKind::Cancelled)
+    );
+}
+
+/// A signature as Claude on Bedrock sends one, which must come back byte for byte.
+const SIGNATURE: &str = "ErcBCkgIBxABGAIiQOn0/+vVr4Ss2y1nq8Yf3gc=+/QmVkcm9jaw==";
+
+#[tokio::test]
+async fn reasoning_goes_back_byte_for_byte_first_as_reasoning_content_on_the_next_request() {
+    let (fake, url) = FakeBedrock::start(vec![
+        Reply::events(&[
+            ("messageStart", json!({"role": "assistant"})),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "Read the "}}}),
+            ),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "readme — first."}}}),
+            ),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": SIGNATURE}}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 1, "delta": {"reasoningContent": {"redactedContent": "cmVkYWN0ZWQ="}}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 1})),
+            (
+                "contentBlockStart",
+                json!({"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "tooluse_r", "name": "pen_read"}}}),
+            ),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "{\"path\":\"README.md\"}"}}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 2})),
+            ("messageStop", json!({"stopReason": "tool_use"})),
+        ]),
+        Reply::events(&[
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "A readme."}}),
+            ),
+            ("messageStop", json!({"stopReason": "end_turn"})),
+        ]),
+    ])
+    .await;
+    let provider = provider(&url).with_reasoning_budget(1024);
+    let mut messages = vec![Message::User {
+        text: "What is README.md?".into(),
+    }];
+    let ask = |messages: Vec<Message>| ModelRequest {
+        max_output_tokens: 4096,
+        ..request(messages)
+    };
+    let (first, streamed) = complete(&provider, &ask(messages.clone())).await;
+    let first = first.expect("tool use");
+    assert_eq!(streamed, "", "reasoning is not streamed as text");
+    assert_eq!(
+        first.reasoning,
+        [
+            ReasoningBlock {
+                text: "Read the readme — first.".into(),
+                signature: Some(SIGNATURE.into()),
+                redacted: None,
+            },
+            ReasoningBlock {
+                text: String::new(),
+                signature: None,
+                redacted: Some("cmVkYWN0ZWQ=".into()),
+            },
+        ]
+    );
+    messages.push(Message::Assistant {
+        text: first.text,
+        tool_calls: first.tool_calls,
+        reasoning: first.reasoning,
+    });
+    messages.push(Message::ToolResult {
+        call_id: "tooluse_r".into(),
+        content: "# pen".into(),
+        is_error: false,
+    });
+    let (second, _) = complete(&provider, &ask(messages)).await;
+    assert_eq!(second.expect("answer").text, "A readme.");
+
+    let requests = fake.requests();
+    for sent in requests.iter() {
+        assert_eq!(
+            sent.body["additionalModelRequestFields"],
+            json!({"thinking": {"type": "enabled", "budget_tokens": 1024}})
+        );
+        assert_eq!(sent.body["inferenceConfig"], json!({"maxTokens": 4096}));
+    }
+    assert_eq!(
+        requests[1].body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "Read the readme — first.", "signature": SIGNATURE}}},
+            {"reasoningContent": {"redactedContent": "cmVkYWN0ZWQ="}},
+            {"toolUse": {"toolUseId": "tooluse_r", "name": "pen_read", "input": {"path": "README.md"}}},
+        ]})
+    );
 }
 
 /// An owner who is never asked in these turns (they use read-only tools only).

@@ -12,7 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
-use pen::providers::{ToolCall, Usage};
+use pen::providers::{ReasoningBlock, ToolCall, Usage};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -57,6 +57,10 @@ pub enum Reply {
     /// HTTP 200 `text/event-stream` sending these frames and then nothing, without closing,
     /// until the client goes away.
     Hang(Vec<String>),
+    /// HTTP 200 `text/event-stream` sending all these frames in one write (so the client reads
+    /// them together) and then holding the connection open until the client goes away: an
+    /// answer whose terminator has arrived while its connection lingers.
+    HoldOpen(Vec<String>),
 }
 
 impl Reply {
@@ -84,6 +88,7 @@ impl Reply {
         let response = match self {
             Reply::Stream(frames) => event_stream(frames, false),
             Reply::Hang(frames) => event_stream(frames, true),
+            Reply::HoldOpen(frames) => event_stream(vec![frames.concat()], true),
             Reply::Error {
                 status,
                 headers,
@@ -423,4 +428,58 @@ pub fn raw_error(status: u16, body: &str) -> Reply {
         headers: Vec::new(),
         body: body.to_string(),
     }
+}
+
+/// The frames of an Anthropic answer with extended thinking: `reasoning` first, as the API
+/// streams it (a `thinking` block with its text in two `thinking_delta`s and its signature in a
+/// `signature_delta`, or a `redacted_thinking` block whole), then the text and the calls of
+/// [`anthropic_frames`].
+pub fn anthropic_thinking_frames(
+    reasoning: &[ReasoningBlock],
+    text: &[&str],
+    calls: &[ToolCall],
+    usage: Usage,
+) -> Vec<String> {
+    let event = |data: Value| {
+        let name = data["type"].as_str().unwrap_or("unknown").to_string();
+        frame(Some(&name), &data)
+    };
+    let mut thinking = Vec::new();
+    for (index, block) in reasoning.iter().enumerate() {
+        match &block.redacted {
+            Some(data) => thinking
+                .push(event(json!({"type": "content_block_start", "index": index,
+                "content_block": {"type": "redacted_thinking", "data": data}}))),
+            None => {
+                thinking.push(event(json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
+                let (first, second) = halves(&block.text);
+                for piece in [first, second] {
+                    thinking.push(event(json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": piece}})));
+                }
+                if let Some(signature) = &block.signature {
+                    thinking.push(event(json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": signature}})));
+                }
+            }
+        }
+        thinking.push(event(json!({"type": "content_block_stop", "index": index})));
+    }
+    // The text and call blocks come after the thinking ones, so their indexes move up.
+    let rest = anthropic_frames(text, calls, usage)
+        .into_iter()
+        .map(|frame| {
+            let Some((head, data)) = frame.split_once("data: ") else {
+                return frame;
+            };
+            let mut value: Value = serde_json::from_str(data.trim()).expect("a frame we wrote");
+            if let Some(index) = value["index"].as_u64() {
+                value["index"] = json!(index + reasoning.len() as u64);
+            }
+            format!("{head}data: {value}\n\n")
+        });
+    let mut frames: Vec<String> = rest.collect();
+    frames.splice(1..1, thinking);
+    frames
 }

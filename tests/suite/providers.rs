@@ -1,14 +1,16 @@
 //! The providers over real HTTP against the fake provider: streamed text and tool calls in both
 //! wire formats, retries (Retry-After, 5xx, early-closed streams), context-window rejections
-//! flagged and never retried, and Stop during a hanging stream or a retry wait.
+//! flagged and never retried, Stop during a hanging stream or a retry wait and after an answer's
+//! terminator, and Anthropic's thinking blocks sent back byte for byte.
 
 use super::fake_provider::{
-    FakeProvider, Reply, anthropic_error, anthropic_error_frame, anthropic_frames, openai_error,
-    openai_frames, raw_error,
+    FakeProvider, Reply, anthropic_error, anthropic_error_frame, anthropic_frames,
+    anthropic_thinking_frames, openai_error, openai_frames, raw_error,
 };
 use pen::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderKind, ProviderSettings, StreamEvent, ToolCall, ToolDefinition, Usage, build,
+    ProviderKind, ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, ToolDefinition, Usage,
+    build,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// wait below ends on an event, never on it.
 fn settings(kind: ProviderKind, fake: &FakeProvider, api_key: Option<&str>) -> ProviderSettings {
     let base_url = match kind {
-        ProviderKind::Openai => format!("{}/v1", fake.url()),
+        ProviderKind::OpenAi => format!("{}/v1", fake.url()),
         _ => fake.url().to_string(),
     };
     ProviderSettings {
@@ -80,6 +82,7 @@ fn text_answer(text: &str) -> ModelResponse {
     ModelResponse {
         text: text.into(),
         tool_calls: vec![],
+        reasoning: vec![],
         finish_reason: FinishReason::EndTurn,
         usage: Some(usage()),
     }
@@ -93,7 +96,7 @@ async fn openai_streams_text_deltas_in_order_to_a_local_server_without_a_key() {
         &[],
         usage(),
     ))]);
-    let provider = build(&settings(ProviderKind::Openai, &fake, None)).expect("provider");
+    let provider = build(&settings(ProviderKind::OpenAi, &fake, None)).expect("provider");
 
     let (result, deltas) = complete(&*provider, &request()).await;
 
@@ -184,10 +187,10 @@ fn calls() -> Vec<ToolCall> {
 
 #[tokio::test]
 async fn tool_call_answers_are_parsed_with_their_exact_arguments() {
-    for kind in [ProviderKind::Openai, ProviderKind::Anthropic] {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         let fake = FakeProvider::start();
         let frames = match kind {
-            ProviderKind::Openai => openai_frames(&["Let me look."], &calls(), usage()),
+            ProviderKind::OpenAi => openai_frames(&["Let me look."], &calls(), usage()),
             _ => anthropic_frames(&["Let me look."], &calls(), usage()),
         };
         fake.push([Reply::Stream(frames)]);
@@ -199,13 +202,14 @@ async fn tool_call_answers_are_parsed_with_their_exact_arguments() {
             ModelResponse {
                 text: "Let me look.".into(),
                 tool_calls: calls(),
+                reasoning: vec![],
                 finish_reason: FinishReason::ToolUse,
                 usage: Some(usage()),
             },
             "{kind:?}"
         );
         assert_eq!(deltas, ["Let me look."]);
-        if kind == ProviderKind::Openai {
+        if kind == ProviderKind::OpenAi {
             assert_eq!(
                 fake.requests()[0].header("authorization"),
                 Some("Bearer sk-test-key")
@@ -229,7 +233,7 @@ async fn rate_limited_request_is_retried_after_retry_after() {
         Reply::Stream(openai_frames(&["ok"], &[], usage())),
     ]);
 
-    let (result, _) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, _) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     assert_eq!(result.expect("answer after the retry").text, "ok");
     let requests = fake.requests();
@@ -278,7 +282,7 @@ async fn auth_errors_are_final_and_never_echo_the_key() {
         Reply::Stream(openai_frames(&["ok"], &[], usage())),
     ]);
 
-    let (result, _) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, _) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     let error = result.expect_err("refused");
     assert_eq!((error.kind, error.status), (ErrorKind::Auth, Some(401)));
@@ -301,7 +305,7 @@ async fn a_silent_provider_times_out() {
     let provider = build(&ProviderSettings {
         request_timeout: Duration::from_millis(200),
         max_attempts: 1,
-        ..settings(ProviderKind::Openai, &fake, None)
+        ..settings(ProviderKind::OpenAi, &fake, None)
     })
     .expect("provider");
 
@@ -317,7 +321,7 @@ async fn an_unreachable_server_is_a_network_error() {
     let provider = build(&ProviderSettings {
         base_url: Some(format!("{url}/v1")),
         max_attempts: 1,
-        ..ProviderSettings::new(ProviderKind::Openai, "fake-model")
+        ..ProviderSettings::new(ProviderKind::OpenAi, "fake-model")
     })
     .expect("provider");
 
@@ -336,7 +340,7 @@ async fn an_unreachable_server_is_a_network_error() {
 async fn server_errors_then_success_are_retried() {
     let cases = [
         (
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 500,
                 "The server had an error while processing your request. Sorry about that!",
@@ -383,7 +387,7 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
     let cases = [
         (
             "OpenAI",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 400,
                 "This model's maximum context length is 128000 tokens. However, your messages \
@@ -394,17 +398,17 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
         ),
         (
             "llama-server",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             raw_error(400, llama_server),
         ),
         (
             "llama-cpp-python",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             raw_error(400, llama_cpp_python),
         ),
         (
             "Ollama",
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             openai_error(
                 400,
                 "the input length exceeds the context length",
@@ -426,7 +430,7 @@ async fn context_window_rejections_are_flagged_and_not_retried() {
         let fake = FakeProvider::start();
         // A retry would get an answer, so only the flag keeps the request from being resent.
         let answer = match kind {
-            ProviderKind::Openai => openai_frames(&["ok"], &[], usage()),
+            ProviderKind::OpenAi => openai_frames(&["ok"], &[], usage()),
             _ => anthropic_frames(&["ok"], &[], usage()),
         };
         fake.push([rejection, Reply::Stream(answer)]);
@@ -455,7 +459,7 @@ async fn the_size_rule_rejects_only_requests_over_it() {
         ),
     );
     fake.push([Reply::Stream(openai_frames(&["small"], &[], usage()))]);
-    let provider = provider(ProviderKind::Openai, &fake);
+    let provider = provider(ProviderKind::OpenAi, &fake);
     let mut large = request();
     large.messages.push(Message::ToolResult {
         call_id: "call_1".into(),
@@ -486,7 +490,7 @@ async fn a_stream_closed_before_any_chunk_fails_and_is_retried() {
     fake.push([Reply::Stream(vec![]), Reply::Stream(vec![])]);
     let provider = build(&ProviderSettings {
         max_attempts: 2,
-        ..settings(ProviderKind::Openai, &fake, None)
+        ..settings(ProviderKind::OpenAi, &fake, None)
     })
     .expect("provider");
 
@@ -514,7 +518,7 @@ async fn a_stream_that_fails_after_text_is_not_retried() {
         Reply::Stream(openai_frames(&["Hello"], &[], usage())),
     ]);
 
-    let (result, deltas) = complete(&*provider(ProviderKind::Openai, &fake), &request()).await;
+    let (result, deltas) = complete(&*provider(ProviderKind::OpenAi, &fake), &request()).await;
 
     let error = result.expect_err("a cut stream");
     assert_eq!(error.kind, ErrorKind::Network);
@@ -528,10 +532,10 @@ async fn a_stream_that_fails_after_text_is_not_retried() {
 
 #[tokio::test]
 async fn cancel_during_a_hanging_stream_returns_cancelled() {
-    for kind in [ProviderKind::Openai, ProviderKind::Anthropic] {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         let fake = FakeProvider::start();
         let frames = match kind {
-            ProviderKind::Openai => openai_frames(&["Hel", "lo"], &[], usage())[..2].to_vec(),
+            ProviderKind::OpenAi => openai_frames(&["Hel", "lo"], &[], usage())[..2].to_vec(),
             _ => anthropic_frames(&["Hel", "lo"], &[], usage())[..4].to_vec(),
         };
         fake.push([Reply::Hang(frames)]);
@@ -575,4 +579,200 @@ async fn cancel_during_a_retry_wait_returns_cancelled() {
 
     assert_eq!(result.expect_err("cancelled").kind, ErrorKind::Cancelled);
     assert_eq!(fake.requests().len(), 1);
+}
+
+/// A signature as Anthropic sends one: long base64 with `+`, `/` and `=`, which must come back
+/// byte for byte.
+const SIGNATURE: &str = "EqQBCkgIARABGAIiQHuzP+8m/3f0Zt7Xq1WvJc8=+/ErRjYWxsIG1lIGFnYWlu/x==";
+
+#[tokio::test]
+async fn anthropic_thinking_blocks_go_back_byte_for_byte_first_on_the_next_request() {
+    let fake = FakeProvider::start();
+    let reasoning = vec![
+        ReasoningBlock {
+            text: "The user wants a.txt; read it — then answer.".into(),
+            signature: Some(SIGNATURE.into()),
+            redacted: None,
+        },
+        ReasoningBlock {
+            text: String::new(),
+            signature: None,
+            redacted: Some("EmwKAhgBEgy3va3pzix/LafPsn4aDGRhdGEgb2YgdGhlIG1vZGVs".into()),
+        },
+    ];
+    let call = ToolCall {
+        id: "toolu_01".into(),
+        name: "pen_read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    };
+    fake.push([
+        Reply::Stream(anthropic_thinking_frames(
+            &reasoning,
+            &["Reading."],
+            std::slice::from_ref(&call),
+            usage(),
+        )),
+        Reply::Stream(anthropic_frames(&["It says hello."], &[], usage())),
+    ]);
+    let provider = build(&ProviderSettings {
+        reasoning_budget_tokens: 1024,
+        ..settings(ProviderKind::Anthropic, &fake, Some("sk-test-key"))
+    })
+    .expect("provider");
+    let mut request = ModelRequest {
+        max_output_tokens: 4096,
+        ..request()
+    };
+
+    let (first, deltas) = complete(&*provider, &request).await;
+    let first = first.expect("tool use");
+    assert_eq!(deltas, ["Reading."], "thinking is not streamed as text");
+    assert_eq!(first.reasoning, reasoning);
+    assert_eq!(first.tool_calls, std::slice::from_ref(&call));
+
+    request.messages.push(Message::Assistant {
+        text: first.text,
+        tool_calls: first.tool_calls,
+        reasoning: first.reasoning,
+    });
+    request.messages.push(Message::ToolResult {
+        call_id: call.id.clone(),
+        content: "hello".into(),
+        is_error: false,
+    });
+    let (second, _) = complete(&*provider, &request).await;
+    assert_eq!(second.expect("answer").text, "It says hello.");
+
+    let requests = fake.requests();
+    for sent in &requests {
+        assert_eq!(
+            sent.body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 1024})
+        );
+        assert_eq!(sent.body["max_tokens"], 4096);
+    }
+    assert_eq!(
+        requests[1].body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "The user wants a.txt; read it — then answer.",
+             "signature": SIGNATURE},
+            {"type": "redacted_thinking",
+             "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDGRhdGEgb2YgdGhlIG1vZGVs"},
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_01", "name": "pen_read", "input": {"path": "a.txt"}},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn a_thinking_budget_not_below_the_output_limit_is_refused_before_any_request() {
+    let fake = FakeProvider::start();
+    let provider = build(&ProviderSettings {
+        reasoning_budget_tokens: 1024,
+        ..settings(ProviderKind::Anthropic, &fake, Some("sk-test-key"))
+    })
+    .expect("provider");
+    let (result, _) = complete(&*provider, &request()).await;
+    let error = result.expect_err("refused");
+    assert_eq!(error.kind, ErrorKind::Config);
+    assert!(
+        error.message.contains("raise max_output_tokens"),
+        "{}",
+        error.message
+    );
+    assert!(fake.requests().is_empty());
+}
+
+/// Sends `request`, firing Stop from `on_event` as the first text delta arrives.
+async fn complete_stopping_at_the_first_delta(
+    provider: &dyn Provider,
+    request: &ModelRequest,
+) -> Result<ModelResponse, ProviderError> {
+    let cancel = CancellationToken::new();
+    let on_event = |_: StreamEvent| cancel.cancel();
+    provider.complete(request, &on_event, &cancel).await
+}
+
+#[tokio::test]
+async fn stop_after_the_terminator_keeps_the_answer_and_stop_before_it_cancels() {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let frames = match kind {
+            ProviderKind::OpenAi => openai_frames(&["Hel", "lo"], &[], usage()),
+            _ => anthropic_frames(&["Hel", "lo"], &[], usage()),
+        };
+        // The whole answer, terminator included, arrives in one read while the connection
+        // stays open: Stop during that read keeps it.
+        let fake = FakeProvider::start();
+        fake.push([Reply::HoldOpen(frames.clone())]);
+        let kept = complete_stopping_at_the_first_delta(&*provider(kind, &fake), &request()).await;
+        assert_eq!(kept, Ok(text_answer("Hello")), "{kind:?}");
+
+        // Everything but the terminator: the answer is still streaming, so Stop cancels it.
+        let fake = FakeProvider::start();
+        fake.push([Reply::Hang(frames[..frames.len() - 1].to_vec())]);
+        let stopped =
+            complete_stopping_at_the_first_delta(&*provider(kind, &fake), &request()).await;
+        assert_eq!(
+            stopped.map_err(|error| error.kind),
+            Err(ErrorKind::Cancelled),
+            "{kind:?}"
+        );
+    }
+}
+
+/// Through `pen run`: the loop records an answer's thinking blocks and the next request of the
+/// turn carries them back, signature byte for byte, first in their assistant message.
+#[test]
+fn pen_run_sends_anthropic_thinking_back_on_the_next_request_of_the_turn() {
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("a.txt"), "hello\n").expect("a.txt");
+    let data = tempfile::tempdir().expect("data dir");
+    let thinking = ReasoningBlock {
+        text: "Read a.txt, then answer.".into(),
+        signature: Some(SIGNATURE.into()),
+        redacted: None,
+    };
+    let call = ToolCall {
+        id: "toolu_run".into(),
+        name: "pen_read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    };
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Stream(anthropic_thinking_frames(
+            std::slice::from_ref(&thinking),
+            &[],
+            std::slice::from_ref(&call),
+            usage(),
+        )),
+        Reply::Stream(anthropic_frames(&["It says hello."], &[], usage())),
+    ]);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args(["run", "What is in a.txt?", "--provider", "anthropic"])
+        .args(["--model", "fake-model", "--base-url", fake.url()])
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env("ANTHROPIC_API_KEY", "sk-test-key")
+        .env("PEN_REASONING_BUDGET_TOKENS", "1024")
+        .env("PEN_MAX_OUTPUT_TOKENS", "4096")
+        .current_dir(root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("pen run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("It says hello."),
+        "{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{stderr}");
+    assert_eq!(
+        requests[1].body["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": "Read a.txt, then answer.", "signature": SIGNATURE})
+    );
+    assert_eq!(
+        requests[1].body["messages"][1]["content"][1]["type"],
+        "tool_use"
+    );
 }

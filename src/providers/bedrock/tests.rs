@@ -44,16 +44,18 @@ fn body_has_the_system_prompt_once_tools_and_a_tool_round() {
         Message::Assistant {
             text: "Reading both.".into(),
             tool_calls: vec![call("t1", r#"{"path":"a"}"#), call("t2", "{not json")],
+            reasoning: vec![],
         },
         result("t1", "contents of a", false),
         result("t2", "invalid arguments: expected value", true),
         Message::Assistant {
             text: "Done.".into(),
             tool_calls: vec![],
+            reasoning: vec![],
         },
     ]);
     assert_eq!(
-        serde_json::to_value(converse_body(&request)).expect("serializable"),
+        serde_json::to_value(converse_body(&request, None)).expect("serializable"),
         json!({
             "system": [{"text": "You are pen."}],
             "messages": [
@@ -95,6 +97,7 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
         Message::Assistant {
             text: String::new(),
             tool_calls: vec![call("t1", "{}")],
+            reasoning: vec![],
         },
         result("t1", "not executed (stopped)", true),
         Message::User {
@@ -103,7 +106,7 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
     ]);
     without_tools.system = String::new();
     without_tools.tools = Vec::new();
-    let body = serde_json::to_value(converse_body(&without_tools)).expect("serializable");
+    let body = serde_json::to_value(converse_body(&without_tools, None)).expect("serializable");
     assert_eq!(body.get("system"), None);
     assert_eq!(body.get("toolConfig"), None);
     assert_eq!(
@@ -285,6 +288,7 @@ fn a_streamed_tool_round_assembles_text_calls_stop_reason_and_usage() {
                 input_tokens: 120,
                 output_tokens: 30,
             }),
+            reasoning: vec![],
         })
     );
 }
@@ -506,7 +510,7 @@ fn errors_are_classified_from_type_status_and_wording() {
 fn error_messages_are_bounded_and_scrubbed_of_credentials() {
     let long = format!(r#"{{"message":"{}"}}"#, "x".repeat(5_000));
     let error = classify_error(Some(400), Some("ValidationException"), long.as_bytes());
-    assert!(error.message.chars().count() < MAX_ERROR_MESSAGE_CHARS + 100);
+    assert!(error.message.chars().count() < crate::limits::PROVIDER_ERROR_MESSAGE_BYTES + 100);
 
     let provider = BedrockProvider::new(
         "m",
@@ -528,4 +532,162 @@ fn error_messages_are_bounded_and_scrubbed_of_credentials() {
         "{}",
         error.message
     );
+}
+
+fn thought(text: &str, signature: Option<&str>, redacted: Option<&str>) -> ReasoningBlock {
+    ReasoningBlock {
+        text: text.into(),
+        signature: signature.map(str::to_string),
+        redacted: redacted.map(str::to_string),
+    }
+}
+
+#[test]
+fn reasoning_content_deltas_become_reasoning_blocks_apart_from_the_text() {
+    let (response, streamed) = assemble(&[
+        event("messageStart", json!({"role": "assistant"})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "Read "}}}),
+        ),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "a first."}}}),
+        ),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig+/=="}}}),
+        ),
+        event("contentBlockStop", json!({"contentBlockIndex": 0})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 1, "delta": {"reasoningContent": {"redactedContent": "b3BhcXVl"}}}),
+        ),
+        event("contentBlockStop", json!({"contentBlockIndex": 1})),
+        event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 2, "delta": {"text": "Reading."}}),
+        ),
+        event("messageStop", json!({"stopReason": "end_turn"})),
+    ]);
+    assert_eq!(streamed, "Reading.");
+    let response = response.expect("answer");
+    assert_eq!(response.text, "Reading.");
+    assert_eq!(
+        response.reasoning,
+        [
+            thought("Read a first.", Some("sig+/=="), None),
+            thought("", None, Some("b3BhcXVl")),
+        ]
+    );
+}
+
+#[test]
+fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
+    let mut with_thinking = request(vec![
+        Message::User { text: "go".into() },
+        Message::Assistant {
+            text: "Reading.".into(),
+            tool_calls: vec![call("t1", r#"{"path":"a"}"#)],
+            reasoning: vec![
+                thought("Read a first.", Some("sig+/=="), None),
+                // Unsigned reasoning (another server's) cannot be checked, so it stays home.
+                thought("local", None, None),
+                thought("", None, Some("b3BhcXVl")),
+            ],
+        },
+        result("t1", "a", false),
+    ]);
+    with_thinking.max_output_tokens = 4096;
+    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048))).expect("json");
+    assert_eq!(
+        body["additionalModelRequestFields"],
+        json!({"thinking": {"type": "enabled", "budget_tokens": 2048}})
+    );
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"reasoningContent": {"reasoningText": {"text": "Read a first.", "signature": "sig+/=="}}},
+            {"reasoningContent": {"redactedContent": "b3BhcXVl"}},
+            {"text": "Reading."},
+            {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {"path": "a"}}},
+        ])
+    );
+    let off = serde_json::to_value(converse_body(&with_thinking, None)).expect("json");
+    assert_eq!(off.get("additionalModelRequestFields"), None);
+    assert!(!off.to_string().contains("reasoning"), "{off}");
+}
+
+#[test]
+fn an_answer_is_whole_at_message_stop_and_done_at_metadata() {
+    let mut answer = StreamedAnswer::default();
+    let apply = |answer: &mut StreamedAnswer, event_type: &str, payload| {
+        answer
+            .apply(&event(event_type, payload), &|_| {})
+            .expect("applies");
+        answer.progress()
+    };
+    assert_eq!(
+        apply(
+            &mut answer,
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "Hi"}})
+        ),
+        Progress::More
+    );
+    assert_eq!(
+        apply(
+            &mut answer,
+            "messageStop",
+            json!({"stopReason": "end_turn"})
+        ),
+        Progress::Complete
+    );
+    assert_eq!(
+        apply(
+            &mut answer,
+            "metadata",
+            json!({"usage": {"inputTokens": 3, "outputTokens": 1}})
+        ),
+        Progress::Done
+    );
+}
+
+#[test]
+fn an_excerpt_before_a_kept_call_shares_its_turn_with_the_reasoning_first() {
+    let request = request(vec![
+        Message::User { text: "go".into() },
+        Message::Assistant {
+            text: "[excerpt]".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![call("t1", "{}")],
+            reasoning: vec![thought("why", Some("sig"), None)],
+        },
+        result("t1", "ok", false),
+    ]);
+    let body = serde_json::to_value(converse_body(&request, Some(1024))).expect("json");
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "why", "signature": "sig"}}},
+            {"text": "[excerpt]"},
+            {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {}}},
+        ]})
+    );
+}
+
+#[test]
+fn a_base_url_that_is_not_http_is_refused_before_any_request() {
+    let refused = BedrockProvider::new(
+        "m",
+        "us-east-1",
+        Some("bedrock.internal:443".into()),
+        AwsCredentials::new("AKID", "secret", None),
+        Duration::from_secs(5),
+    );
+    assert_eq!(refused.err().map(|e| e.kind), Some(ErrorKind::Config));
 }

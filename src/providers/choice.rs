@@ -1,5 +1,6 @@
 //! Which provider a turn uses: the config's `provider`, or for a new user with none configured,
 //! OpenAI when `OPENAI_API_KEY` is set, else an Ollama server answering on 127.0.0.1:11434.
+//! (`agent` re-exports [`provider_from_config`] and [`NO_PROVIDER`].)
 
 use crate::config::Config;
 use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
@@ -43,7 +44,7 @@ pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>,
 /// are AWS's own.
 fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
     config.api_key_env.clone().or_else(|| match kind {
-        ProviderKind::Openai => Some("OPENAI_API_KEY".to_string()),
+        ProviderKind::OpenAi => Some("OPENAI_API_KEY".to_string()),
         ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
         ProviderKind::Bedrock => None,
     })
@@ -69,7 +70,7 @@ fn build(
         return Err(error.message);
     }
     let what = error.message.split(';').next().unwrap_or(&error.message);
-    let local = if settings.kind == ProviderKind::Openai {
+    let local = if settings.kind == ProviderKind::OpenAi {
         ", or point base_url (--base-url, PEN_BASE_URL) at a local server such as Ollama or \
          llama-server"
     } else {
@@ -77,7 +78,7 @@ fn build(
     };
     // Whether the variable is the provider's usual one or the one `api_key_env` names, the
     // user must learn that `api_key_env` is the key that chooses it.
-    let chosen_by = if settings.kind == ProviderKind::Openai && variable == "OPENAI_API_KEY"
+    let chosen_by = if settings.kind == ProviderKind::OpenAi && variable == "OPENAI_API_KEY"
         || settings.kind == ProviderKind::Anthropic && variable == "ANTHROPIC_API_KEY"
     {
         "api_key_env names a different variable to read it from"
@@ -120,27 +121,27 @@ fn settings(
     env: &dyn Fn(&str) -> Option<String>,
     local_model: Option<String>,
 ) -> Result<ProviderSettings, String> {
-    let (kind, base_url, fallback_model) = match config.provider.as_deref() {
-        Some("anthropic") => (
+    let (kind, base_url, fallback_model) = match config.provider {
+        Some(ProviderKind::Anthropic) => (
             ProviderKind::Anthropic,
             config.base_url.clone(),
             Some(DEFAULT_ANTHROPIC_MODEL.to_string()),
         ),
-        Some("bedrock") => (ProviderKind::Bedrock, config.base_url.clone(), None),
-        Some(_) => (
-            ProviderKind::Openai,
+        Some(ProviderKind::Bedrock) => (ProviderKind::Bedrock, config.base_url.clone(), None),
+        Some(ProviderKind::OpenAi) => (
+            ProviderKind::OpenAi,
             config.base_url.clone(),
             Some(DEFAULT_OPENAI_MODEL.to_string()),
         ),
-        None if config.base_url.is_some() => (ProviderKind::Openai, config.base_url.clone(), None),
+        None if config.base_url.is_some() => (ProviderKind::OpenAi, config.base_url.clone(), None),
         None if env("OPENAI_API_KEY").is_some() => (
-            ProviderKind::Openai,
+            ProviderKind::OpenAi,
             None,
             Some(DEFAULT_OPENAI_MODEL.to_string()),
         ),
         None => match local_model {
             Some(model) => (
-                ProviderKind::Openai,
+                ProviderKind::OpenAi,
                 Some(OLLAMA_BASE_URL.to_string()),
                 Some(model),
             ),
@@ -157,6 +158,20 @@ fn settings(
     settings.api_key = key_name.as_deref().and_then(env);
     settings.request_timeout = Duration::from_secs(config.request_timeout_secs);
     settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
+    settings.reasoning_budget_tokens =
+        u32::try_from(config.reasoning_budget_tokens).unwrap_or(u32::MAX);
+    // Thinking counts against the output limit: a budget that leaves no room for the answer is
+    // refused here, before any request, naming both keys (the backends check it again).
+    if config.reasoning_budget_tokens > 0
+        && config.reasoning_budget_tokens >= config.max_output_tokens
+        && kind != ProviderKind::OpenAi
+    {
+        return Err(format!(
+            "reasoning_budget_tokens ({}) must be less than max_output_tokens ({}), which the \
+             thinking counts against: raise max_output_tokens or lower reasoning_budget_tokens",
+            config.reasoning_budget_tokens, config.max_output_tokens
+        ));
+    }
     Ok(settings)
 }
 
@@ -182,7 +197,7 @@ mod tests {
                 openai.model.as_str(),
                 openai.api_key.as_deref()
             ),
-            (ProviderKind::Openai, DEFAULT_OPENAI_MODEL, Some("sk-1"))
+            (ProviderKind::OpenAi, DEFAULT_OPENAI_MODEL, Some("sk-1"))
         );
         let ollama = settings(&config, &with_env(&[]), Some("qwen2.5-coder:7b".into())).unwrap();
         assert_eq!(ollama.base_url.as_deref(), Some(OLLAMA_BASE_URL));
@@ -234,8 +249,44 @@ mod tests {
         let s = settings(&local, &with_env(&[]), None).unwrap();
         assert_eq!(
             (s.kind, s.base_url.as_deref(), s.api_key),
-            (ProviderKind::Openai, Some("http://127.0.0.1:8080/v1"), None)
+            (ProviderKind::OpenAi, Some("http://127.0.0.1:8080/v1"), None)
         );
+    }
+
+    #[test]
+    fn a_reasoning_budget_must_leave_room_for_the_answer() {
+        let mut config = Config::default();
+        config
+            .set("provider", &serde_json::json!("anthropic"))
+            .unwrap();
+        config
+            .set("reasoning_budget_tokens", &serde_json::json!(4096))
+            .unwrap();
+        let env = with_env(&[("ANTHROPIC_API_KEY", "k")]);
+        let error = settings(&config, &env, None).unwrap_err();
+        assert!(
+            error.contains(
+                "reasoning_budget_tokens (4096) must be less than max_output_tokens (4096)"
+            ),
+            "{error}"
+        );
+        config
+            .set("max_output_tokens", &serde_json::json!(8192))
+            .unwrap();
+        assert_eq!(
+            settings(&config, &env, None)
+                .unwrap()
+                .reasoning_budget_tokens,
+            4096
+        );
+        // OpenAI-compatible servers ignore the key, so it cannot be wrong for them.
+        config
+            .set("provider", &serde_json::json!("openai"))
+            .unwrap();
+        config
+            .set("max_output_tokens", &serde_json::json!(1024))
+            .unwrap();
+        assert!(settings(&config, &with_env(&[("OPENAI_API_KEY", "k")]), None).is_ok());
     }
 
     #[test]
