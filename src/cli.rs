@@ -609,10 +609,10 @@ fn trim_notice(trim: &crate::agent::Trim) -> String {
     if !report.omitted.is_empty() {
         parts.push(format!("{} of them left out", report.omitted.len()));
     }
-    if !report.dropped_exchanges.is_empty() {
+    if report.dropped_count > 0 {
         parts.push(format!(
             "{} older exchange(s) left out",
-            report.dropped_exchanges.len()
+            report.dropped_count
         ));
     }
     format!(
@@ -635,6 +635,7 @@ mod tests {
             excerpted: vec!["a".into(), "b".into()],
             omitted: vec![],
             dropped_exchanges: vec![(1, 5)],
+            dropped_count: 1,
             tokens_before: 30000,
             tokens_after: 14000,
             budget: 14500,

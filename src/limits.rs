@@ -227,6 +227,11 @@ pub const MAX_SESSION_PAGE: usize = 200;
 /// Entries in one `SessionStore::transcript` page; a larger `limit` is lowered to it.
 pub const MAX_TRANSCRIPT_PAGE_ENTRIES: usize = 500;
 
+/// The head a tool result is cut to in every later request after the provider rejected one as
+/// over the context window (2 KiB): the newest group of large results shrinks once per
+/// rejection, so a retry fits without re-running any tool.
+pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
+
 /// Sessions whose history the turn engine keeps in memory between turns (default 16): a turn
 /// in one of them reads only what was appended since; any other reads its session once.
 pub const MAX_CACHED_HISTORIES: usize = 16;

@@ -606,6 +606,8 @@ pub enum TrimmedData {
         excerpted_call_ids: Vec<String>,
         omitted_call_ids: Vec<String>,
         dropped_exchanges: Vec<(u64, u64)>,
+        /// How many older exchanges were left out (`droppedExchanges` joins adjacent ones).
+        dropped_count: u64,
         tokens_before: u64,
         tokens_after: u64,
         budget: u64,
@@ -634,6 +636,7 @@ impl From<agent::Trim> for TrimmedData {
                 excerpted_call_ids: report.excerpted,
                 omitted_call_ids: report.omitted,
                 dropped_exchanges: report.dropped_exchanges,
+                dropped_count: report.dropped_count,
                 tokens_before: report.tokens_before,
                 tokens_after: report.tokens_after,
                 budget: report.budget,

@@ -263,8 +263,12 @@ pub struct TrimReport {
     /// Call ids among `excerpted` whose excerpts were left out too, oldest first, when the
     /// excerpts and the latest two groups did not fit together. A one-line note says so.
     pub omitted: Vec<String>,
-    /// `(first_seq, last_seq)` of each older exchange left out, oldest first.
+    /// The entries of the older exchanges left out, as `(first_seq, last_seq)` spans, one per
+    /// run of adjacent exchanges, oldest first (the oldest exchanges go first, so one span), so
+    /// a report stays small however long the session is.
     pub dropped_exchanges: Vec<(u64, u64)>,
+    /// How many older exchanges were left out.
+    pub dropped_count: u64,
     /// Estimated input tokens of the untouched request.
     pub tokens_before: u64,
     /// Estimated input tokens of the planned request.
@@ -529,20 +533,26 @@ impl Event {
                 head_bytes: u64_field(fields, "head_bytes").unwrap_or_default(),
                 reason: str_field(fields, "reason"),
             },
-            Some(event_type::CONTEXT_TRIMMED) => Event::ContextTrimmed(TrimReport {
-                policy_version: u64_field(fields, "policy_version")
-                    .and_then(|v| u32::try_from(v).ok())
-                    .unwrap_or_default(),
-                excerpted: strings(fields.get("excerpted_call_ids")),
-                omitted: strings(fields.get("omitted_call_ids")),
-                dropped_exchanges: fields
+            Some(event_type::CONTEXT_TRIMMED) => {
+                let dropped: Vec<(u64, u64)> = fields
                     .get("dropped_exchanges")
                     .and_then(|v| Vec::<(u64, u64)>::deserialize(v).ok())
-                    .unwrap_or_default(),
-                tokens_before: u64_field(fields, "tokens_before").unwrap_or_default(),
-                tokens_after: u64_field(fields, "tokens_after").unwrap_or_default(),
-                budget: u64_field(fields, "budget").unwrap_or_default(),
-            }),
+                    .unwrap_or_default();
+                Event::ContextTrimmed(TrimReport {
+                    policy_version: u64_field(fields, "policy_version")
+                        .and_then(|v| u32::try_from(v).ok())
+                        .unwrap_or_default(),
+                    excerpted: strings(fields.get("excerpted_call_ids")),
+                    omitted: strings(fields.get("omitted_call_ids")),
+                    dropped_exchanges: dropped.clone(),
+                    // Reports before the count listed one span per exchange.
+                    dropped_count: u64_field(fields, "dropped_count")
+                        .unwrap_or(dropped.len() as u64),
+                    tokens_before: u64_field(fields, "tokens_before").unwrap_or_default(),
+                    tokens_after: u64_field(fields, "tokens_after").unwrap_or_default(),
+                    budget: u64_field(fields, "budget").unwrap_or_default(),
+                })
+            }
             Some(event_type::TOOL_ALLOWED_FOR_SESSION) => match opt_str_field(fields, "tool") {
                 Some(tool) => Event::ToolAllowedForSession { tool },
                 None => other(),
@@ -589,6 +599,7 @@ impl Event {
                 "excerpted_call_ids": report.excerpted,
                 "omitted_call_ids": report.omitted,
                 "dropped_exchanges": report.dropped_exchanges,
+                "dropped_count": report.dropped_count,
                 "tokens_before": report.tokens_before,
                 "tokens_after": report.tokens_after,
                 "budget": report.budget,
@@ -673,6 +684,7 @@ mod tests {
             excerpted: vec!["a".into()],
             omitted: vec![],
             dropped_exchanges: vec![(1, 4)],
+            dropped_count: 2,
             tokens_before: 10,
             tokens_after: 5,
             budget: 6,

@@ -261,6 +261,7 @@ fn transcript(ops: &[Op]) -> Vec<Entry> {
                         .collect(),
                     omitted: Vec::new(),
                     dropped_exchanges: dropped.clone(),
+                    dropped_count: dropped.len() as u64,
                     tokens_before: 9,
                     tokens_after: 3,
                     budget: 5,

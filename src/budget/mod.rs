@@ -49,8 +49,7 @@ use thiserror::Error;
 /// The policy version recorded in every [`TrimReport`].
 pub const POLICY_VERSION: u32 = 3;
 
-/// The head a result is cut to after a context-window rejection.
-pub const SHRUNK_HEAD_BYTES: usize = 2 * 1024;
+pub use crate::limits::SHRUNK_HEAD_BYTES;
 
 /// The outbound messages of one request, and what the budget changed to get them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +168,20 @@ pub(crate) fn shrunk_ids(entries: &[Entry]) -> rustc_hash::FxHashSet<String> {
         })
         .flatten()
         .collect()
+}
+
+/// The `(first_seq, last_seq)` spans of dropped exchanges, adjacent or overlapping ones joined:
+/// the exchanges left out are the oldest, so this is one span, and a report stays small however
+/// long the session is. O(spans), integer work only.
+pub(crate) fn coalesce(spans: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for &(first, last) in spans {
+        match joined.last_mut() {
+            Some(open) if first <= open.1.saturating_add(1) => open.1 = open.1.max(last),
+            _ => joined.push((first, last)),
+        }
+    }
+    joined
 }
 
 /// The provider messages of a transcript, untouched by the budget (only `results_shrunk` cuts

@@ -811,7 +811,7 @@ impl Planner {
             room -= total;
             keep_from -= 1;
         }
-        let dropped_exchanges: Vec<(u64, u64)> = self.spans[..keep_from].to_vec();
+        let dropped_exchanges = super::coalesce(&self.spans[..keep_from]);
 
         let mut out = Outbound {
             messages: Vec::new(),
@@ -880,6 +880,7 @@ impl Planner {
                 excerpted,
                 omitted,
                 dropped_exchanges,
+                dropped_count: keep_from as u64,
                 tokens_before,
                 tokens_after,
                 budget: limit,

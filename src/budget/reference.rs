@@ -524,10 +524,11 @@ pub(super) fn plan(
         room -= totals[keep_from - 1];
         keep_from -= 1;
     }
-    let dropped_exchanges: Vec<(u64, u64)> = older[..keep_from]
+    let dropped_spans: Vec<(u64, u64)> = older[..keep_from]
         .iter()
         .map(|x| (x.first_seq, x.last_seq))
         .collect();
+    let dropped_exchanges = super::coalesce(&dropped_spans);
 
     let mut messages = Vec::new();
     for exchange in older.drain(keep_from..) {
@@ -551,6 +552,7 @@ pub(super) fn plan(
         excerpted,
         omitted,
         dropped_exchanges,
+        dropped_count: keep_from as u64,
         tokens_before,
         tokens_after,
         budget: limit,

@@ -759,3 +759,43 @@ fn report_json(report: &TrimReport) -> String {
     })
     .to_string()
 }
+
+/// However many older exchanges are left out, the report names them in one span of entries
+/// and a count, so a long session's reports (stored on every new cut) stay small.
+#[test]
+fn many_dropped_exchanges_are_one_span_and_a_count() {
+    let mut transcript = Transcript::default();
+    for i in 0..300 {
+        transcript = transcript
+            .user(&format!("task {i}"))
+            .read(&format!("r{i}"), &"x".repeat(400))
+            .say("done");
+    }
+    let records = transcript.records();
+    let planned = plan(
+        &records,
+        SYSTEM,
+        &schema(),
+        Budget {
+            max_input_tokens: 2_000,
+        },
+        &estimator(),
+    )
+    .unwrap();
+    let report = planned.report.expect("a report");
+    assert!(report.dropped_count > 250, "{}", report.dropped_count);
+    assert_eq!(report.dropped_exchanges.len(), 1);
+    let (first, last) = report.dropped_exchanges[0];
+    assert_eq!(first, 1);
+    // The span ends where the first kept exchange begins.
+    assert_eq!(last, report.dropped_count * 5);
+}
+
+#[test]
+fn coalesce_joins_adjacent_and_overlapping_spans_only() {
+    assert_eq!(
+        super::coalesce(&[(1, 4), (5, 9), (9, 12), (20, 22)]),
+        [(1, 12), (20, 22)]
+    );
+    assert!(super::coalesce(&[]).is_empty());
+}

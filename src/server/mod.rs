@@ -42,11 +42,11 @@ use tower_lsp_server::{Client, LanguageServer, LspService};
 
 mod catch_panic;
 mod editor;
+#[cfg(feature = "test-hooks")]
 mod test_hooks;
 mod turns;
 
 use catch_panic::CatchPanic;
-use test_hooks::TEST_HOOKS_VAR;
 
 /// State shared by every handler.
 pub struct State {
@@ -103,7 +103,7 @@ where
     if let Err(err) = &sessions {
         tracing::error!("sessions are unavailable: {err}");
     }
-    let mut builder = LspService::build(|client| {
+    let builder = LspService::build(|client| {
         let state = Arc::new(State {
             client: client.clone(),
             config: RwLock::new(options.config),
@@ -130,12 +130,16 @@ where
     .custom_method(methods::GET_TRANSCRIPT, Backend::get_transcript)
     .custom_method(methods::PROMPT, Backend::prompt)
     .custom_method(methods::STOP, Backend::stop);
-    if std::env::var_os(TEST_HOOKS_VAR).is_some() {
-        builder = builder
+    // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
+    let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {
+        builder
             .custom_method("pen/test/panic", Backend::test_panic)
             .custom_method("pen/test/awaitDiskChange", Backend::test_await_disk_change)
-            .custom_method("pen/test/watchStatus", Backend::test_watch_status);
-    }
+            .custom_method("pen/test/watchStatus", Backend::test_watch_status)
+    } else {
+        builder
+    };
     let (service, socket) = builder.finish();
     transport::serve(stdin, stdout, CatchPanic(service), socket, OPTIONAL_PARAMS).await;
 }

@@ -1009,9 +1009,14 @@ fn process_is_alive(pid: i64) -> bool {
     answer == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// The `crash_after_appends=N` test hook from [`TEST_HOOKS_ENV`], when set.
+/// The `crash_after_appends=N` test hook from [`TEST_HOOKS_ENV`], when set, in the builds of
+/// pen's own tests (the `test-hooks` feature); never in an installed pen.
 fn crash_after_appends_hook() -> Option<u64> {
-    parse_crash_hook(&std::env::var(TEST_HOOKS_ENV).ok()?)
+    if cfg!(feature = "test-hooks") {
+        parse_crash_hook(&std::env::var(TEST_HOOKS_ENV).ok()?)
+    } else {
+        None
+    }
 }
 
 fn parse_crash_hook(hooks: &str) -> Option<u64> {

@@ -219,7 +219,10 @@ export function trimNotice(data: TrimmedData): { title: string; detail: string }
     if (omitted.length > 0) {
       compacted.push(`${omitted.length} of them left out`);
     }
-    if (dropped.length > 0) {
+    // The exchanges left out: `droppedCount`; `droppedExchanges` are their entries' seq spans
+    // (adjacent exchanges joined into one span).
+    const droppedCount = asNumber(data.droppedCount) ?? dropped.length;
+    if (droppedCount > 0) {
       const entries = dropped.reduce<number>((sum, range) => {
         const r = asArray(range);
         const first = asNumber(r[0]);
@@ -227,7 +230,7 @@ export function trimNotice(data: TrimmedData): { title: string; detail: string }
         return sum + (first !== null && last !== null && last >= first ? last - first + 1 : 0);
       }, 0);
       compacted.push(
-        `${plural(dropped.length, 'earlier exchange', 'earlier exchanges')} dropped` +
+        `${plural(droppedCount, 'earlier exchange', 'earlier exchanges')} dropped` +
           (entries > 0 ? ` (${plural(entries, 'entry', 'entries')})` : ''),
       );
     }

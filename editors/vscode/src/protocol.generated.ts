@@ -218,7 +218,11 @@ arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": Appro
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
  */
-export type TrimmedData = { "reason": "budget", policyVersion: number, excerptedCallIds: Array<string>, omittedCallIds: Array<string>, droppedExchanges: Array<[number, number]>, tokensBefore: number, tokensAfter: number, budget: number, } | { "reason": "context_window_exceeded", shrunkCallIds: Array<string>, headBytes: number, 
+export type TrimmedData = { "reason": "budget", policyVersion: number, excerptedCallIds: Array<string>, omittedCallIds: Array<string>, droppedExchanges: Array<[number, number]>, 
+/**
+ * How many older exchanges were left out (`droppedExchanges` joins adjacent ones).
+ */
+droppedCount: number, tokensBefore: number, tokensAfter: number, budget: number, } | { "reason": "context_window_exceeded", shrunkCallIds: Array<string>, headBytes: number, 
 /**
  * The provider's words, in a stored entry (`pen/getTranscript`); live events have
  * none.

@@ -284,7 +284,8 @@ end
 function M.budget_notice(d)
   local parts = {}
   local excerpted = #(d.excerptedCallIds or {})
-  local dropped = #(d.droppedExchanges or {})
+  -- droppedExchanges are seq spans (adjacent exchanges joined); droppedCount counts them.
+  local dropped = d.droppedCount or #(d.droppedExchanges or {})
   if excerpted > 0 then
     table.insert(parts, ('%d older tool call(s) sent as excerpts'):format(excerpted))
   end
