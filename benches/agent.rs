@@ -23,11 +23,23 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Answers instantly: a `pen_list` call for `steps - 1` requests, then a final answer. Records
-/// the time spent inside `complete`.
+/// when each request arrived and the time spent inside `complete`.
 struct Instant_ {
     steps: u64,
     served: AtomicU64,
     inside_nanos: AtomicU64,
+    arrivals: std::sync::Mutex<Vec<Instant>>,
+}
+
+impl Instant_ {
+    fn new(steps: u64) -> Arc<Instant_> {
+        Arc::new(Instant_ {
+            steps,
+            served: AtomicU64::new(0),
+            inside_nanos: AtomicU64::new(0),
+            arrivals: std::sync::Mutex::default(),
+        })
+    }
 }
 
 impl Provider for Instant_ {
@@ -38,6 +50,9 @@ impl Provider for Instant_ {
         _: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
         let started = Instant::now();
+        if let Ok(mut arrivals) = self.arrivals.lock() {
+            arrivals.push(started);
+        }
         let n = self.served.fetch_add(1, Ordering::SeqCst) + 1;
         let tool_calls = if n < self.steps {
             vec![ToolCall {
@@ -57,44 +72,6 @@ impl Provider for Instant_ {
         };
         self.inside_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
-        Box::pin(async move { Ok(response) })
-    }
-}
-
-/// Like [`Instant_`], and records when each request arrived.
-struct Timed {
-    steps: u64,
-    served: AtomicU64,
-    arrivals: std::sync::Mutex<Vec<Instant>>,
-}
-
-impl Provider for Timed {
-    fn complete<'a>(
-        &'a self,
-        _: &'a ModelRequest,
-        _: &'a (dyn Fn(StreamEvent) + Send + Sync),
-        _: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
-        if let Ok(mut arrivals) = self.arrivals.lock() {
-            arrivals.push(Instant::now());
-        }
-        let n = self.served.fetch_add(1, Ordering::SeqCst) + 1;
-        let tool_calls = if n < self.steps {
-            vec![ToolCall {
-                id: format!("step{n}"),
-                name: "pen_list".into(),
-                arguments: "{}".into(),
-            }]
-        } else {
-            vec![]
-        };
-        let response = ModelResponse {
-            text: "ok".into(),
-            finish_reason: FinishReason::EndTurn,
-            tool_calls,
-            reasoning: Vec::new(),
-            usage: None,
-        };
         Box::pin(async move { Ok(response) })
     }
 }
@@ -155,12 +132,8 @@ fn per_step_at(
 ) -> Duration {
     const STEPS: u64 = 40;
     let session = long_session(store, entries);
-    let provider = Arc::new(Timed {
-        steps: STEPS,
-        served: AtomicU64::new(0),
-        arrivals: std::sync::Mutex::default(),
-    });
-    let engine = Engine::with_provider(Arc::clone(store), provider.clone(), "timed");
+    let provider = Instant_::new(STEPS);
+    let engine = Engine::with_provider(Arc::clone(store), provider.clone(), "instant");
     let spec = TurnSpec {
         config: pen::config::Config {
             max_turn_requests: STEPS,
@@ -252,11 +225,7 @@ fn main() {
 
     // A turn of many steps.
     const STEPS: u64 = 100;
-    let provider = Arc::new(Instant_ {
-        steps: STEPS,
-        served: AtomicU64::new(0),
-        inside_nanos: AtomicU64::new(0),
-    });
+    let provider = Instant_::new(STEPS);
     let session = store.new_session(None).expect("session").id;
     let engine = Engine::with_provider(Arc::clone(&store), provider.clone(), "instant");
     let spec = TurnSpec {

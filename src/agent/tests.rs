@@ -782,39 +782,6 @@ async fn a_call_left_by_a_crash_is_answered_before_the_next_turn() {
     assert!(content.contains("outcome unknown"), "{content}");
 }
 
-/// A tool host whose tools fire Stop while they run, then finish normally.
-struct StopsWhileRunning {
-    inner: LocalTools,
-    cancel: CancellationToken,
-}
-
-impl ToolHost for StopsWhileRunning {
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
-        self.cancel.cancel();
-        self.inner.call(name, arguments)
-    }
-    fn catalog(&self) -> Vec<crate::tools::CatalogEntry> {
-        self.inner.catalog()
-    }
-    fn run_cancellable(
-        &self,
-        spec: &'static crate::tools::registry::ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.run_cancellable(spec, arguments, cancel)
-    }
-    fn plan_edit(&self, arguments: &Value) -> Result<crate::tools::write::EditPlan, ToolError> {
-        self.inner.plan_edit(arguments)
-    }
-    fn apply_edit(&self, plan: crate::tools::write::EditPlan) -> Result<Value, ToolError> {
-        self.inner.apply_edit(plan)
-    }
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        self.inner.observation(result)
-    }
-}
-
 #[tokio::test]
 async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
     let fx = Fixture::new();
@@ -833,15 +800,8 @@ async fn stop_during_a_file_tool_records_its_result_and_skips_the_rest() {
         ],
     ))]);
     let mut turn = fx.turn(Arc::clone(&provider), owner(vec![]), Config::default());
-    turn.tools = Arc::new(StopsWhileRunning {
-        inner: LocalTools {
-            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
-            limits: crate::limits::Limits::default(),
-            ledger: Arc::default(),
-            editor: None,
-        },
-        cancel: fx.cancel.clone(),
-    });
+    // Its tools fire Stop while they run, then finish normally.
+    turn.tools = rendezvous(&fx, 1, Some(fx.cancel.clone()));
     let outcome = turn.run("read twice").await;
     assert_eq!(outcome.stop_reason, StopReason::Cancelled);
     assert_eq!(
@@ -1526,7 +1486,8 @@ async fn the_engine_runs_one_turn_per_session() {
 }
 
 /// A tool host whose calls each wait (bounded) until `expected` calls are running at once, so a
-/// result says whether the calls ran side by side. It can also fire Stop while they run.
+/// result says whether the calls ran side by side; with `stop`, each fires Stop while it runs,
+/// then finishes normally.
 struct Rendezvous {
     inner: LocalTools,
     expected: usize,
