@@ -1,5 +1,5 @@
-//! Agent-loop overhead: the time a model step costs beyond the provider's own time (rebuilding
-//! the request from the durable transcript, running a small tool, committing every entry), and
+//! Agent-loop overhead: the time a model step costs beyond the provider's own time (planning the
+//! request from the session's history, running a small tool, committing every entry), and
 //! the cost of one durable commit, each against an instant in-process provider.
 //!
 //! Then the session-length series: the loop overhead per step of a turn in a session of 1,000,
@@ -249,7 +249,7 @@ fn main() {
     let inside = Duration::from_nanos(provider.inside_nanos.load(Ordering::SeqCst));
     let per_step = (total - inside) / STEPS as u32;
     println!(
-        "agent loop, {STEPS} steps (each: request rebuilt from the transcript, pen_list, 3 commits): {:?}",
+        "agent loop, {STEPS} steps (each: request planned from the history, pen_list, 3 commits): {:?}",
         outcome.stop_reason
     );
     println!(
