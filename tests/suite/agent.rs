@@ -70,25 +70,15 @@ fn daemon_in(
 
 impl Daemon {
     fn new_session(&mut self) -> String {
-        self.client.request("pen/newSession", json!({}))["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        self.client.new_session()
     }
 
     fn prompt(&mut self, session: &str, text: &str) -> Value {
-        self.client
-            .request("pen/prompt", json!({"sessionId": session, "text": text}))
+        self.client.prompt(session, text)
     }
 
     fn transcript(&mut self, session: &str) -> Vec<Value> {
-        self.client.request(
-            "pen/getTranscript",
-            json!({"sessionId": session, "limit": 500}),
-        )["entries"]
-            .as_array()
-            .unwrap()
-            .clone()
+        self.client.transcript(session)
     }
 
     fn events(&self) -> Vec<Value> {

@@ -269,13 +269,7 @@ fn result_counts(entries: &[Value]) -> Vec<(String, usize)> {
 }
 
 fn transcript(client: &mut LspClient, session: &str) -> Vec<Value> {
-    client.request(
-        "pen/getTranscript",
-        json!({"sessionId": session, "limit": 500}),
-    )["entries"]
-        .as_array()
-        .unwrap()
-        .clone()
+    client.transcript(session)
 }
 
 /// Issue 11, item 2: two real daemons on one database prompting one session. While the first

@@ -138,6 +138,30 @@ impl LspClient {
         }
     }
 
+    /// `pen/newSession`: the new session's id.
+    pub fn new_session(&mut self) -> String {
+        self.request("pen/newSession", json!({}))["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string()
+    }
+
+    /// `pen/prompt`: runs one turn and returns its answer.
+    pub fn prompt(&mut self, session: &str, text: &str) -> Value {
+        self.request("pen/prompt", json!({"sessionId": session, "text": text}))
+    }
+
+    /// `pen/getTranscript`: the session's first 500 entries.
+    pub fn transcript(&mut self, session: &str) -> Vec<Value> {
+        self.request(
+            "pen/getTranscript",
+            json!({"sessionId": session, "limit": 500}),
+        )["entries"]
+            .as_array()
+            .expect("entries")
+            .clone()
+    }
+
     /// Waits for the response with `id`, handling everything that arrives before it.
     pub fn wait_for_response(&mut self, id: &Value) -> Value {
         loop {
