@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 const SIZES: [usize; 4] = [100, 1_000, 10_000, 100_000];
 
-/// Exchanges of a prompt and four call/result pairs in the first half, then one newest exchange
-/// of pairs that fills the second half.
-fn transcript(entries: usize) -> Vec<Entry> {
+/// Exchanges of prompts and call/result pairs, made while fewer than `stop_at` entries exist:
+/// a prompt wherever `opens_exchange` says one begins, else a call and its result.
+fn session(stop_at: usize, opens_exchange: impl Fn(&[Entry]) -> bool) -> Vec<Entry> {
     let result = "fn main() { println!(\"hello\"); }\n".repeat(30);
-    let mut out: Vec<Entry> = Vec::with_capacity(entries);
+    let mut out: Vec<Entry> = Vec::with_capacity(stop_at + 2);
     let push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
         let seq = out.len() as u64 + 1;
         out.push(Entry {
@@ -35,14 +35,8 @@ fn transcript(entries: usize) -> Vec<Entry> {
         });
     };
     let mut call = 0;
-    while out.len() + 2 < entries {
-        // Older exchanges: a prompt and four calls; the newest starts at the halfway mark.
-        let opens_exchange = if out.len() < entries / 2 {
-            out.len() % 9 == 0
-        } else {
-            out.last().is_some_and(|e| e.seq as usize <= entries / 2)
-        };
-        if opens_exchange {
+    while out.len() < stop_at {
+        if opens_exchange(&out) {
             push(
                 &mut out,
                 EntryKind::UserPrompt,
@@ -66,6 +60,19 @@ fn transcript(entries: usize) -> Vec<Entry> {
     out
 }
 
+/// Exchanges of a prompt and four call/result pairs in the first half, then one newest exchange
+/// of pairs that fills the second half.
+fn transcript(entries: usize) -> Vec<Entry> {
+    // Older exchanges: a prompt and four calls; the newest starts at the halfway mark.
+    session(entries.saturating_sub(2), |out| {
+        if out.len() < entries / 2 {
+            out.len() % 9 == 0
+        } else {
+            out.last().is_some_and(|e| e.seq as usize <= entries / 2)
+        }
+    })
+}
+
 /// Bytes written between timed runs: several times any CPU cache, so every size is measured
 /// from memory. Otherwise a 10,000-entry transcript (10 MB) partly stays cached between the
 /// five repetitions and a 100,000-entry one (100 MB) never does, which reads as non-linear
@@ -82,49 +89,17 @@ fn evict_caches(buffer: &mut [u8]) {
 /// Older exchanges of a prompt and four call/result pairs, then a newest exchange of 40 pairs:
 /// the session grows in older exchanges only.
 fn growing_session(entries: usize) -> Vec<Record> {
-    let result = "fn main() { println!(\"hello\"); }\n".repeat(30);
-    let mut out: Vec<Entry> = Vec::with_capacity(entries);
-    let push = |out: &mut Vec<Entry>, kind: EntryKind, payload: Value| {
-        let seq = out.len() as u64 + 1;
-        out.push(Entry {
-            seq,
-            kind,
-            turn_id: None,
-            payload,
-            created_at: 0,
-        });
-    };
     const NEWEST: usize = 1 + 40 * 2;
-    let mut call = 0;
-    while out.len() < entries {
-        let in_newest = out.len() >= entries - NEWEST;
-        let opens_exchange = if in_newest {
+    session(entries, |out| {
+        if out.len() >= entries - NEWEST {
             out.len() == entries - NEWEST
         } else {
             out.len() % 9 == 0
-        };
-        if opens_exchange {
-            push(
-                &mut out,
-                EntryKind::UserPrompt,
-                json!({"text": "next task"}),
-            );
-            continue;
         }
-        call += 1;
-        let id = format!("call_{call}");
-        push(
-            &mut out,
-            EntryKind::AssistantMessage,
-            json!({"text": "", "tool_calls": [{"id": id, "name": "pen_read", "arguments": "{\"path\":\"src/main.rs\"}"}]}),
-        );
-        push(
-            &mut out,
-            EntryKind::ToolResult,
-            json!({"call_id": id, "content": result, "is_error": false}),
-        );
-    }
-    out.iter().map(Entry::record).collect()
+    })
+    .iter()
+    .map(Entry::record)
+    .collect()
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {
@@ -178,7 +153,7 @@ fn incremental(tools: &[ToolDefinition], flush: &mut [u8]) {
                         "{} messages, {} tokens; {} exchanges dropped",
                         plan.messages.len(),
                         plan.estimated_tokens,
-                        report.dropped_exchanges.len()
+                        report.dropped_count
                     );
                 }
                 Err(err) => panic!("{size} entries: {err}"),
@@ -299,7 +274,7 @@ fn main() {
             format!("×{:.1}", median.as_secs_f64() / p.as_secs_f64())
         });
         let (excerpted, dropped) =
-            report.map_or((0, 0), |r| (r.excerpted.len(), r.dropped_exchanges.len()));
+            report.map_or((0, 0), |r| (r.excerpted.len(), r.dropped_count as usize));
         println!(
             "{size:>7}     {:>10.3} ms        {growth:>6}   {:>8.3}   {:>10.3} ms                      {:>6.2}   ({total} messages untouched; {excerpted} calls excerpted, {dropped} exchanges dropped)",
             median.as_secs_f64() * 1e3,
