@@ -29,6 +29,9 @@ pub enum Command {
     Tool(ToolCommand),
     /// Run the daemon on stdio (the LSP base protocol); editors start this.
     Serve,
+    /// Run as an Agent Client Protocol (v1) agent on stdio, for Zed, JetBrains and the ACP
+    /// clients of Neovim and Emacs; the workspace is each session's cwd.
+    Acp,
     /// Run one agent turn headless in the current directory: progress to stderr, the answer to
     /// stdout. Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C).
     Run(RunCommand),
@@ -549,6 +552,35 @@ pub fn run_serve() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Runs `pen acp` until the client closes stdin.
+pub fn run_acp() -> ExitCode {
+    let _log_guard = init_file_logging();
+    // As under `pen serve`: a panic in a request is answered; stdout stays the protocol's.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!("panic: {info}");
+        eprintln!("pen: internal error: {info}");
+    }));
+    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
+    for warning in warnings {
+        tracing::warn!("{warning}");
+        eprintln!("pen: {warning}");
+    }
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(crate::acp::serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        crate::acp::AcpOptions {
+            config,
+            data_dir: session::default_data_dir(),
+        },
+    ));
+    tracing::info!("client gone; pen acp exits");
+    ExitCode::SUCCESS
+}
+
 /// Logs to a daily-rolling file under the data dir (stdout carries the protocol). The level
 /// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
 /// the daemon runs unlogged.
@@ -586,7 +618,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 /// One line for a `context_trimmed` event: what was cut from the request and the estimate.
-fn trim_notice(trim: &crate::agent::Trim) -> String {
+pub(crate) fn trim_notice(trim: &crate::agent::Trim) -> String {
     let report = match trim {
         crate::agent::Trim::Shrunk {
             call_ids,
