@@ -135,6 +135,12 @@ where
             }
         };
         match message {
+            // Answered before the next line is read, so every later request sees the
+            // client's capabilities.
+            Incoming::Request { id, method, params } if method == "initialize" => {
+                let answer = state.handle(&method, params).await;
+                connection.respond(id, answer);
+            }
             Incoming::Request { id, method, params } => {
                 let state = Arc::clone(&state);
                 requests.spawn(async move {
