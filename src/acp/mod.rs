@@ -670,59 +670,69 @@ async fn forward(
                 continue;
             }
         };
-        let update = match event {
-            TurnEvent::TextDelta { text } => SessionUpdate::AgentMessageChunk {
-                content: ContentBlock::text(text),
-            },
-            TurnEvent::ToolCallStarted {
-                call_id,
-                tool,
-                arguments,
-            } => {
-                if let Some(path) = arguments
-                    .as_ref()
-                    .and_then(|a| a.get("path"))
-                    .and_then(Value::as_str)
-                {
-                    paths.insert(call_id.clone(), path.to_string());
-                }
-                SessionUpdate::ToolCall(updates::tool_call(
-                    &call_id,
-                    &tool,
-                    arguments.as_ref(),
-                    &session.root,
-                ))
-            }
-            TurnEvent::ToolCallFinished {
-                call_id,
-                tool,
-                outcome,
-                excerpt,
-                ..
-            } => {
-                let change = match (updates::tool_kind(&tool), paths.remove(&call_id)) {
-                    (ToolKind::Edit, Some(path)) => changes.take_written(&path),
-                    _ => None,
-                };
-                SessionUpdate::ToolCallUpdate(updates::finished(
-                    &call_id, outcome, &excerpt, change,
-                ))
-            }
-            // The budget's report is never silent: the client shows it as part of the answer.
-            TurnEvent::ContextTrimmed(trim) => SessionUpdate::AgentMessageChunk {
-                content: ContentBlock::text(format!(
-                    "\n\n[pen: {}]\n\n",
-                    crate::cli::trim_notice(&trim)
-                )),
-            },
-            // The permission request carries the approval; a withdrawn one ends with the
-            // call's result ("not executed"); the prompt's answer carries the end.
-            TurnEvent::ApprovalRequested(_)
-            | TurnEvent::ApprovalWithdrawn { .. }
-            | TurnEvent::TurnEnded(_) => continue,
-        };
-        state.update(&session.id, update);
+        if let Some(update) = live_update(event, &session.root, &mut paths, &changes) {
+            state.update(&session.id, update);
+        }
     }
+}
+
+/// The update a live turn event shows the client, if any. `paths` keeps the path each running
+/// call named, to find the file change an edit made.
+fn live_update(
+    event: TurnEvent,
+    root: &Path,
+    paths: &mut HashMap<String, String>,
+    changes: &Changes,
+) -> Option<SessionUpdate> {
+    Some(match event {
+        TurnEvent::TextDelta { text } => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(text),
+        },
+        TurnEvent::ToolCallStarted {
+            call_id,
+            tool,
+            arguments,
+        } => {
+            if let Some(path) = arguments
+                .as_ref()
+                .and_then(|a| a.get("path"))
+                .and_then(Value::as_str)
+            {
+                paths.insert(call_id.clone(), path.to_string());
+            }
+            SessionUpdate::ToolCall(updates::tool_call(
+                &call_id,
+                &tool,
+                arguments.as_ref(),
+                root,
+            ))
+        }
+        TurnEvent::ToolCallFinished {
+            call_id,
+            tool,
+            outcome,
+            excerpt,
+            ..
+        } => {
+            let change = match (updates::tool_kind(&tool), paths.remove(&call_id)) {
+                (ToolKind::Edit, Some(path)) => changes.take_written(&path),
+                _ => None,
+            };
+            SessionUpdate::ToolCallUpdate(updates::finished(&call_id, outcome, &excerpt, change))
+        }
+        // The budget's report is never silent: the client shows it as part of the answer.
+        TurnEvent::ContextTrimmed(trim) => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!(
+                "\n\n[pen: {}]\n\n",
+                crate::cli::trim_notice(&trim)
+            )),
+        },
+        // The permission request carries the approval; a withdrawn one ends with the
+        // call's result ("not executed"); the prompt's answer carries the end.
+        TurnEvent::ApprovalRequested(_)
+        | TurnEvent::ApprovalWithdrawn { .. }
+        | TurnEvent::TurnEnded(_) => return None,
+    })
 }
 
 fn permission_request(
@@ -890,6 +900,47 @@ mod tests {
             mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
         }
+    }
+
+    /// The prompt budget's report reaches the client as agent text, never silently.
+    #[test]
+    fn a_trimmed_context_is_reported_as_agent_text() {
+        let trim = agent::Trim::Budget(crate::transcript::TrimReport {
+            policy_version: 3,
+            excerpted: vec!["a".into()],
+            omitted: vec![],
+            dropped_exchanges: vec![],
+            dropped_count: 0,
+            tokens_before: 9000,
+            tokens_after: 4000,
+            budget: 4500,
+        });
+        let update = live_update(
+            TurnEvent::ContextTrimmed(trim),
+            Path::new("/w"),
+            &mut HashMap::new(),
+            &Changes::default(),
+        );
+        let Some(SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::Text { text },
+        }) = update
+        else {
+            panic!("{update:?}")
+        };
+        assert!(
+            text.contains("context trimmed") && text.contains("9000"),
+            "{text}"
+        );
+        let ended = live_update(
+            TurnEvent::TurnEnded(agent::TurnOutcome::failed(
+                agent::TurnErrorKind::Network,
+                "x".into(),
+            )),
+            Path::new("/w"),
+            &mut HashMap::new(),
+            &Changes::default(),
+        );
+        assert_eq!(ended, None, "the prompt's answer carries the end");
     }
 
     #[test]

@@ -259,19 +259,42 @@ async def load(workspace, session_id):
 async def client_fs(workspace):
     """The client holds crlf.txt unsaved (CRLF); pen reads that buffer and edits through it."""
     real = os.path.realpath(os.path.join(workspace, "crlf.txt"))
-    unsaved = "line one\r\nline two\r\n"
+    unsaved = "\ufeffline one\r\nline two\r\n"
     client = Client(answers=["allow_once"], buffers={real: unsaved})
     context, conn = await connect(client, workspace, fs=True)
     session = await conn.new_session(cwd=workspace, mcp_servers=[])
     assert await prompt(conn, session.session_id, "fix crlf.txt") == "end_turn"
     await client.until(lambda: len(client.finished()) == 2, "the read and the edit")
     assert real in client.reads, client.reads
-    assert client.writes == [{"path": real, "content": "line one\r\nline 2\r\n"}], client.writes
+    assert client.writes == [
+        {"path": real, "content": "\ufeffline one\r\nline 2\r\n"}
+    ], client.writes
     [planned] = client.permissions[0]["tool_call"]["content"]
     assert planned["oldText"] == unsaved, planned
-    assert planned["newText"] == "line one\r\nline 2\r\n", planned
+    assert planned["newText"] == "\ufeffline one\r\nline 2\r\n", planned
     await context.__aexit__(None, None, None)
     return {"session_id": session.session_id, "writes": client.writes}
+
+
+async def modes(workspace):
+    """In allow_edits mode an edit runs without asking; an unknown mode is refused."""
+    client = Client()
+    context, conn = await connect(client, workspace)
+    session = await conn.new_session(cwd=workspace, mcp_servers=[])
+    sid = session.session_id
+    assert session.modes.current_mode_id == "ask", session
+    try:
+        await conn.set_session_mode(session_id=sid, mode_id="yolo")
+        raise AssertionError("an unknown mode was accepted")
+    except acp.RequestError as e:
+        assert "allow_edits" in str(e), e
+    await conn.set_session_mode(session_id=sid, mode_id="allow_edits")
+    assert await prompt(conn, sid, "edit a.txt") == "end_turn"
+    await client.until(lambda: len(client.finished()) == 2, "the read and the edit")
+    assert client.permissions == [], client.permissions
+    assert [u["status"] for u in client.finished()] == ["completed", "completed"]
+    await context.__aexit__(None, None, None)
+    return {"session_id": sid}
 
 
 async def main():
@@ -282,6 +305,7 @@ async def main():
         "cancel": lambda: cancel(workspace),
         "load": lambda: load(workspace, sys.argv[3]),
         "client_fs": lambda: client_fs(workspace),
+        "modes": lambda: modes(workspace),
     }
     seen = await runs[scenario]()
     print(json.dumps(seen), flush=True)

@@ -374,9 +374,9 @@ fn python_sdk_loads_a_session_and_continues_it() {
     );
 }
 
-/// The client holds a CRLF file unsaved: pen reads that buffer through fs/read_text_file,
-/// exactly (the model sees the buffer, not the disk), and writes its edit through
-/// fs/write_text_file with the CRLF kept; the disk is not touched.
+/// The client holds a CRLF file with a BOM unsaved: pen reads that buffer through
+/// fs/read_text_file, exactly (the model sees the buffer, not the disk), and writes its edit
+/// through fs/write_text_file with the CRLF and the BOM kept; the disk is not touched.
 #[test]
 fn python_sdk_client_buffers_are_read_and_written_exactly() {
     let Some(python) = peer(
@@ -395,7 +395,10 @@ fn python_sdk_client_buffers_are_read_and_written_exactly() {
     ]);
     let seen = setup.python(&python, "client_fs", &[]);
     let written = seen["writes"][0]["content"].as_str().unwrap();
-    assert_eq!(written.as_bytes(), b"line one\r\nline 2\r\n");
+    assert_eq!(
+        written.as_bytes(),
+        "\u{feff}line one\r\nline 2\r\n".as_bytes()
+    );
     assert_eq!(std::fs::read(&file).unwrap(), b"on disk\n");
     let read = &tool_results(&setup, 1)[0];
     assert!(
@@ -403,6 +406,28 @@ fn python_sdk_client_buffers_are_read_and_written_exactly() {
         "{read}"
     );
     assert!(read.contains("\"source\":\"editor\""), "{read}");
+}
+
+/// session/set_mode: in `allow_edits` an edit runs without a permission request; an unknown
+/// mode is refused.
+#[test]
+fn python_sdk_allow_edits_mode_edits_without_asking() {
+    let Some(python) = peer(
+        "PEN_ACP_PYTHON",
+        "python_sdk_allow_edits_mode_edits_without_asking",
+    ) else {
+        return;
+    };
+    let setup = Setup::new();
+    let file = setup.workspace().join("a.txt");
+    std::fs::write(&file, "one\ntwo\n").unwrap();
+    setup.fake.push([
+        calls(&[call("c1", "pen_read", json!({"path": "a.txt"}))]),
+        calls(&[edit("c2", "a.txt", "two", "TWO")]),
+        text(&["Done."]),
+    ]);
+    setup.python(&python, "modes", &[]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\nTWO\n");
 }
 
 /// A second, independent client: the official TypeScript SDK drives one prompt end to end.
@@ -513,4 +538,52 @@ fn malformed_input_gets_errors_and_pen_keeps_serving() {
     let created = answers.iter().find(|a| a["id"] == 9).unwrap();
     assert!(created["result"]["sessionId"].is_string(), "{created}");
     assert!(setup.fake.requests().is_empty());
+}
+
+/// Without a provider, `authenticate` and `session/new` answer ACP's "authentication required"
+/// with the message that names the variable to set, and no session is written.
+#[test]
+fn without_a_provider_pen_says_which_variable_to_set() {
+    let setup = Setup::new();
+    let mut command = setup.pen();
+    for variable in [
+        "PEN_PROVIDER",
+        "PEN_BASE_URL",
+        "PEN_MODEL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "PEN_API_KEY_ENV",
+    ] {
+        command.env_remove(variable);
+    }
+    let mut child = command
+        .arg("acp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let workspace = setup.workspace();
+    for line in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "authenticate", "params": {"methodId": "env"}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {"cwd": workspace, "mcpServers": []}}),
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let answers: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    for id in [2, 3] {
+        let answer = answers.iter().find(|a| a["id"] == id).unwrap();
+        assert_eq!(answer["error"]["code"], -32000, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("OPENAI_API_KEY"), "{message}");
+    }
+    assert!(setup.sessions().is_empty(), "no session was written");
 }
