@@ -894,7 +894,7 @@ mod tests {
         let dir = std::env::temp_dir();
         OpenSession {
             id: "s".into(),
-            workspace: Workspace::new(&[dir.clone()]).unwrap(),
+            workspace: Workspace::new(std::slice::from_ref(&dir)).unwrap(),
             root: dir,
             ledger: Arc::default(),
             mode: Mutex::new(MODE_ASK),
