@@ -587,3 +587,121 @@ fn without_a_provider_pen_says_which_variable_to_set() {
     }
     assert!(setup.sessions().is_empty(), "no session was written");
 }
+
+/// `pen acp` spoken to line by line, its output read on a thread so every wait is bounded.
+struct RawAcp {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl RawAcp {
+    fn start(setup: &Setup) -> RawAcp {
+        let mut child = setup
+            .pen()
+            .arg("acp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let value = serde_json::from_str(&line).expect("every line pen writes is JSON");
+                if lines_tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        RawAcp {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line from pen that `wanted` accepts; earlier ones are dropped.
+    fn until(&self, wanted: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            match self.lines.recv_timeout(CLIENT_DEADLINE) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("pen acp said nothing more ({e})"),
+            }
+        }
+    }
+
+    /// Closes pen's stdin, as a client that goes away does, and waits (bounded) for pen to exit.
+    fn close(&mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + CLIENT_DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pen acp did not exit within {CLIENT_DEADLINE:?} of its client going away"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn answer(&self, id: u64) -> Value {
+        self.until(|line| line["id"] == id && line.get("method").is_none())
+    }
+}
+
+impl Drop for RawAcp {
+    fn drop(&mut self) {
+        // Gone already when the test passed; a failed test leaves no process behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A second prompt while the session's turn runs is refused as busy; then the client goes away
+/// mid-turn (stdin closes): pen stops the turn with Stop semantics, records it, and exits.
+#[test]
+fn a_busy_session_is_refused_and_a_client_gone_mid_turn_stops_the_turn() {
+    let setup = Setup::new();
+    let thinking = openai_frames(&["Thinking"], &[], usage());
+    let until_text = thinking
+        .iter()
+        .position(|f| f.contains("Thinking"))
+        .unwrap();
+    setup
+        .fake
+        .push([Reply::Hang(thinking[..=until_text].to_vec())]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prompt = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "think"}]}})
+    };
+    pen.send(prompt(3));
+    let chunk = pen.until(|line| line["method"] == "session/update");
+    assert_eq!(chunk["params"]["update"]["content"]["text"], "Thinking");
+    pen.send(prompt(4));
+    let busy = pen.answer(4);
+    assert_eq!(busy["error"]["code"], -32001, "{busy}");
+    assert_eq!(busy["error"]["data"]["kind"], "session_busy", "{busy}");
+    let status = pen.close();
+    assert!(status.success(), "{status}");
+    assert_eq!(turn_ends(&setup.transcript(&session_id)), ["cancelled"]);
+}
