@@ -276,6 +276,31 @@ async def client_fs(workspace):
     return {"session_id": session.session_id, "writes": client.writes}
 
 
+async def client_fs_stale(workspace):
+    """The owner types in the buffer while the permission dialog is open: the approved edit
+    no longer applies to the text, so nothing is written."""
+    real = os.path.realpath(os.path.join(workspace, "crlf.txt"))
+    client = Client(buffers={real: "line one\r\nline two\r\n"})
+
+    async def owner_types_then_allows():
+        client.buffers[real] = "line one\r\nline two\r\nline three\r\n"
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id="allow_once")
+        )
+
+    client.on_permission = owner_types_then_allows
+    context, conn = await connect(client, workspace, fs=True)
+    session = await conn.new_session(cwd=workspace, mcp_servers=[])
+    assert await prompt(conn, session.session_id, "fix crlf.txt") == "end_turn"
+    await client.until(lambda: len(client.finished()) == 2, "the read and the edit")
+    assert client.writes == [], client.writes
+    edit = client.finished()[1]
+    assert edit["status"] == "failed", edit
+    assert "approval no longer applies" in json.dumps(edit["content"]), edit
+    await context.__aexit__(None, None, None)
+    return {"session_id": session.session_id}
+
+
 async def modes(workspace):
     """In allow_edits mode an edit runs without asking; an unknown mode is refused."""
     client = Client()
@@ -306,6 +331,7 @@ async def main():
         "load": lambda: load(workspace, sys.argv[3]),
         "client_fs": lambda: client_fs(workspace),
         "modes": lambda: modes(workspace),
+        "client_fs_stale": lambda: client_fs_stale(workspace),
     }
     seen = await runs[scenario]()
     print(json.dumps(seen), flush=True)

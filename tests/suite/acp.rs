@@ -408,6 +408,31 @@ fn python_sdk_client_buffers_are_read_and_written_exactly() {
     assert!(read.contains("\"source\":\"editor\""), "{read}");
 }
 
+/// The owner changes the client's buffer while the permission dialog is open: the approved
+/// edit is stale against the new text, so nothing is written through the client or to disk.
+#[test]
+fn python_sdk_an_edit_of_a_buffer_changed_during_approval_is_stale() {
+    let Some(python) = peer(
+        "PEN_ACP_PYTHON",
+        "python_sdk_an_edit_of_a_buffer_changed_during_approval_is_stale",
+    ) else {
+        return;
+    };
+    let setup = Setup::new();
+    let file = setup.workspace().join("crlf.txt");
+    std::fs::write(&file, "on disk\n").unwrap();
+    setup.fake.push([
+        calls(&[call("c1", "pen_read", json!({"path": "crlf.txt"}))]),
+        calls(&[edit("c2", "crlf.txt", "line two", "line 2")]),
+        text(&["It changed."]),
+    ]);
+    setup.python(&python, "client_fs_stale", &[]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"on disk\n");
+    let results = tool_results(&setup, 2);
+    let edit = results.last().unwrap();
+    assert!(edit.contains("approval no longer applies"), "{edit}");
+}
+
 /// session/set_mode: in `allow_edits` an edit runs without a permission request; an unknown
 /// mode is refused.
 #[test]
