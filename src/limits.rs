@@ -420,6 +420,11 @@ pub const MAX_ACP_PROMPT_BYTES: usize = 1024 * 1024;
 /// A read that times out falls back to the disk; a write that times out fails the edit.
 pub const ACP_CLIENT_FS_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The largest file pen asks the client for with `fs/read_text_file`, 8 MiB on disk: a larger
+/// one (a log, a data file) is read from the disk, so its text never crosses the pipe as one
+/// JSON line; an editor rarely holds such a file with unsaved changes.
+pub const MAX_ACP_CLIENT_READ_BYTES: u64 = 8 * 1024 * 1024;
+
 /// The largest file whose whole old and new text a `diff` content block of a `tool_call_update`
 /// carries, 1 MiB; a larger edit is reported by the unified diff of the result, as text.
 pub const MAX_ACP_DIFF_BYTES: usize = 1024 * 1024;

@@ -6,12 +6,18 @@
 //! ACP has no document versions; each read is given a fresh one here, and an edit is applied
 //! only to the text of the version it was planned against (the re-read that precedes every
 //! write), so a buffer the owner changed since is refused as stale, as under `pen serve`.
+//!
+//! ACP does not say which files the client has open, so the cost is bounded instead: a file
+//! over [`MAX_ACP_CLIENT_READ_BYTES`] on disk is read from the disk, and a search asks the
+//! client only for the files this session has already read through it ([`KnownFiles`]), never
+//! one request per file of the workspace.
 
 use super::rpc::{CallError, Connection};
 use super::wire::{ReadTextFileParams, ReadTextFileResponse, WriteTextFileParams};
 use crate::documents::Snapshot;
-use crate::limits::ACP_CLIENT_FS_TIMEOUT;
+use crate::limits::{ACP_CLIENT_FS_TIMEOUT, MAX_ACP_CLIENT_READ_BYTES};
 use crate::tools::{self, Replacement};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +33,8 @@ pub struct ClientFiles {
     next_version: AtomicI32,
     /// The newest reads, oldest first.
     reads: Mutex<Vec<(PathBuf, Snapshot)>>,
+    /// Every file the client has answered a read of in this session.
+    known: Mutex<HashSet<PathBuf>>,
 }
 
 impl ClientFiles {
@@ -41,6 +49,7 @@ impl ClientFiles {
             session_id,
             next_version: AtomicI32::new(1),
             reads: Mutex::default(),
+            known: Mutex::default(),
         }
     }
 
@@ -53,9 +62,10 @@ impl ClientFiles {
         params: &impl serde::Serialize,
     ) -> Result<serde_json::Value, String> {
         let request = self.connection.request(method, params);
+        // The timer is made inside the runtime: a search's reader threads are not its own.
         let answer = tokio::task::block_in_place(|| {
             self.runtime
-                .block_on(tokio::time::timeout(ACP_CLIENT_FS_TIMEOUT, request))
+                .block_on(async { tokio::time::timeout(ACP_CLIENT_FS_TIMEOUT, request).await })
         });
         match answer {
             Ok(Ok(value)) => Ok(value),
@@ -78,6 +88,9 @@ impl tools::Editor for ClientFiles {
     /// file the client cannot read (missing, not text) is read from the disk by pen itself,
     /// which reports it as it would under `pen run`.
     fn snapshot(&self, path: &Path) -> Option<Snapshot> {
+        if std::fs::metadata(path).is_ok_and(|m| m.len() > MAX_ACP_CLIENT_READ_BYTES) {
+            return None;
+        }
         let params = ReadTextFileParams {
             session_id: self.session_id.clone(),
             path: path.to_str()?.to_string(),
@@ -92,6 +105,10 @@ impl tools::Editor for ClientFiles {
                 return None;
             }
         };
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_path_buf());
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let snapshot = Snapshot::new(version, &content);
         let mut reads = self.lock_reads();
@@ -122,6 +139,27 @@ impl tools::Editor for ClientFiles {
         self.call("fs/write_text_file", &params)
             .map(|_| ())
             .map_err(|reason| format!("the client refused fs/write_text_file: {reason}"))
+    }
+}
+
+/// The client's files as a search sees them: the files this session has read through the
+/// client are searched as the client holds them (asked again, so exactly); every other file is
+/// searched on the disk.
+pub struct KnownFiles(pub Arc<ClientFiles>);
+
+impl tools::Editor for KnownFiles {
+    fn snapshot(&self, path: &Path) -> Option<Snapshot> {
+        let known = self
+            .0
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(path);
+        if known { self.0.snapshot(path) } else { None }
+    }
+
+    fn apply(&self, path: &Path, version: i32, replacements: &[Replacement]) -> Result<(), String> {
+        self.0.apply(path, version, replacements)
     }
 }
 

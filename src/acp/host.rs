@@ -59,6 +59,10 @@ fn keep(changes: &Mutex<Vec<FileChange>>, change: FileChange) {
 
 pub struct AcpTools {
     pub inner: LocalTools,
+    /// The same tools for pen_search, whose editor (when the client serves files) asks the
+    /// client only for the files already read through it: a search never sends one
+    /// `fs/read_text_file` per file of the workspace.
+    pub search: LocalTools,
     pub changes: Arc<Changes>,
 }
 
@@ -124,6 +128,9 @@ impl ToolHost for AcpTools {
     }
 
     fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+        if name == "pen_search" {
+            return ToolHost::call(&self.search, name, arguments);
+        }
         let Some(named) = named_path(arguments).filter(|_| edits_a_file(name)) else {
             return ToolHost::call(&self.inner, name, arguments);
         };

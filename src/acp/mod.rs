@@ -189,6 +189,9 @@ struct OpenSession {
     /// The workspace root, for the absolute paths of locations.
     root: PathBuf,
     ledger: Arc<ReadLedger>,
+    /// The client's file system, when it offers reads and writes: kept for the session, so
+    /// what it has read stays known to later turns' searches.
+    files: Option<Arc<client_fs::ClientFiles>>,
     mode: Mutex<&'static str>,
     /// The tools the owner answered "reject always" for: denied without asking again while
     /// this connection has the session open.
@@ -360,7 +363,19 @@ impl AgentState {
         Ok(Workspace::new(&[PathBuf::from(cwd)])?)
     }
 
-    fn open(&self, session_id: String, workspace: Workspace) -> Arc<OpenSession> {
+    fn open(
+        &self,
+        client: &ClientCapabilities,
+        session_id: String,
+        workspace: Workspace,
+    ) -> Arc<OpenSession> {
+        let files = (client.fs.read_text_file && client.fs.write_text_file).then(|| {
+            Arc::new(client_fs::ClientFiles::new(
+                Arc::clone(&self.connection),
+                tokio::runtime::Handle::current(),
+                session_id.clone(),
+            ))
+        });
         let root = workspace
             .roots()
             .first()
@@ -371,6 +386,7 @@ impl AgentState {
             workspace,
             root,
             ledger: Arc::default(),
+            files,
             mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
         });
@@ -384,12 +400,12 @@ impl AgentState {
     }
 
     async fn new_session(&self, params: NewSessionParams) -> Result<NewSessionResponse, AcpError> {
-        self.client()?;
+        let client = self.client()?;
         // Checked before a session is written: a session nobody can prompt is not made.
         let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
         self.provider_ready().await?;
         let info = self.with_store(|store| store.new_session(None)).await?;
-        let session = self.open(info.id, workspace);
+        let session = self.open(&client, info.id, workspace);
         Ok(NewSessionResponse {
             session_id: session.id.clone(),
             modes: modes(session.mode()),
@@ -402,13 +418,13 @@ impl AgentState {
         &self,
         params: LoadSessionParams,
     ) -> Result<LoadSessionResponse, AcpError> {
-        self.client()?;
+        let client = self.client()?;
         let id = params.session_id.clone();
         let lookup = id.clone();
         let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
         self.with_store(move |store| store.get_session(&lookup))
             .await?;
-        let session = self.open(id.clone(), workspace);
+        let session = self.open(&client, id.clone(), workspace);
         let mut after = None;
         loop {
             let session_id = id.clone();
@@ -479,7 +495,7 @@ impl AgentState {
 
     /// Runs one turn and answers with its stop reason once every update of it is sent.
     async fn prompt(self: &Arc<Self>, params: PromptParams) -> Result<PromptResponse, RpcError> {
-        let client = self.client()?;
+        self.client()?;
         let session = self.session(&params.session_id)?;
         let text = prompt_text(&params.prompt)?;
         let engine = self.engine.clone().map_err(AcpError::NoStore)?;
@@ -505,16 +521,12 @@ impl AgentState {
                 }
             }
         }
-        let editor: Option<Arc<dyn tools::Editor + Send + Sync>> =
-            if client.fs.read_text_file && client.fs.write_text_file {
-                Some(Arc::new(client_fs::ClientFiles::new(
-                    Arc::clone(&self.connection),
-                    tokio::runtime::Handle::current(),
-                    session.id.clone(),
-                )))
-            } else {
-                None
-            };
+        type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
+        let editor: Editor = session.files.clone().map(|files| files as _);
+        let search_editor: Editor = session
+            .files
+            .clone()
+            .map(|files| Arc::new(client_fs::KnownFiles(files)) as _);
         let changes = Arc::new(Changes::default());
         let (outgoing_tx, outgoing_rx) = mpsc::unbounded_channel::<Outgoing>();
         let forwarder = tokio::spawn(forward(
@@ -530,6 +542,12 @@ impl AgentState {
                     limits: config.limits(),
                     ledger: Arc::clone(&session.ledger),
                     editor,
+                },
+                search: LocalTools {
+                    workspace: session.workspace.clone(),
+                    limits: config.limits(),
+                    ledger: Arc::clone(&session.ledger),
+                    editor: search_editor,
                 },
                 changes,
             }),
@@ -897,6 +915,7 @@ mod tests {
             workspace: Workspace::new(std::slice::from_ref(&dir)).unwrap(),
             root: dir,
             ledger: Arc::default(),
+            files: None,
             mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
         }

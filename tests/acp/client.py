@@ -264,8 +264,10 @@ async def client_fs(workspace):
     context, conn = await connect(client, workspace, fs=True)
     session = await conn.new_session(cwd=workspace, mcp_servers=[])
     assert await prompt(conn, session.session_id, "fix crlf.txt") == "end_turn"
-    await client.until(lambda: len(client.finished()) == 2, "the read and the edit")
+    await client.until(lambda: len(client.finished()) == 3, "the read, the search, the edit")
     assert real in client.reads, client.reads
+    # The search asked for the buffer it had read, never for the workspace's other files.
+    assert set(client.reads) == {real}, client.reads
     assert client.writes == [
         {"path": real, "content": "\ufeffline one\r\nline 2\r\n"}
     ], client.writes

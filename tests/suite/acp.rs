@@ -375,8 +375,9 @@ fn python_sdk_loads_a_session_and_continues_it() {
 }
 
 /// The client holds a CRLF file with a BOM unsaved: pen reads that buffer through
-/// fs/read_text_file, exactly (the model sees the buffer, not the disk), and writes its edit
-/// through fs/write_text_file with the CRLF and the BOM kept; the disk is not touched.
+/// fs/read_text_file, exactly (the model sees the buffer, not the disk), searches it as the
+/// client holds it without asking the client for any other file, and writes its edit through
+/// fs/write_text_file with the CRLF and the BOM kept; the disk is not touched.
 #[test]
 fn python_sdk_client_buffers_are_read_and_written_exactly() {
     let Some(python) = peer(
@@ -388,9 +389,11 @@ fn python_sdk_client_buffers_are_read_and_written_exactly() {
     let setup = Setup::new();
     let file = setup.workspace().join("crlf.txt");
     std::fs::write(&file, "on disk\n").unwrap();
+    std::fs::write(setup.workspace().join("other.txt"), "line two, on disk\n").unwrap();
     setup.fake.push([
         calls(&[call("c1", "pen_read", json!({"path": "crlf.txt"}))]),
-        calls(&[edit("c2", "crlf.txt", "line two", "line 2")]),
+        calls(&[call("c2", "pen_search", json!({"query": "line two"}))]),
+        calls(&[edit("c3", "crlf.txt", "line two", "line 2")]),
         text(&["Fixed."]),
     ]);
     let seen = setup.python(&python, "client_fs", &[]);
@@ -406,6 +409,12 @@ fn python_sdk_client_buffers_are_read_and_written_exactly() {
         "{read}"
     );
     assert!(read.contains("\"source\":\"editor\""), "{read}");
+    // The search found the buffer's line (not on disk) and the other file's, from the disk.
+    let search = tool_results(&setup, 2).pop().unwrap();
+    assert!(
+        search.contains("crlf.txt") && search.contains("other.txt"),
+        "{search}"
+    );
 }
 
 /// The owner changes the client's buffer while the permission dialog is open: the approved
