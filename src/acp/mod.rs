@@ -138,17 +138,23 @@ where
             // Answered before the next line is read, so every later request sees the
             // client's capabilities.
             Incoming::Request { id, method, params } if method == "initialize" => {
-                let answer = state.handle(&method, params).await;
+                let answer = state.handle(&method, params, None).await;
                 connection.respond(id, answer);
             }
             Incoming::Request { id, method, params } => {
+                // A prompt's Stop switch exists from the moment its line is read, so a
+                // session/cancel read after it always stops it, however soon it comes.
+                let stop = (method == "session/prompt")
+                    .then(|| params.get("sessionId").and_then(Value::as_str))
+                    .flatten()
+                    .map(|session_id| state.prompt_started(session_id));
                 let state = Arc::clone(&state);
                 requests.spawn(async move {
                     let span = tracing::info_span!("request", %method);
                     let handled = {
                         let state = Arc::clone(&state);
                         tokio::spawn(tracing::Instrument::instrument(
-                            async move { state.handle(&method, params).await },
+                            async move { state.handle(&method, params, stop).await },
                             span,
                         ))
                     };
@@ -218,6 +224,24 @@ struct AgentState {
     engine: Result<Arc<Engine>, String>,
     client: Mutex<Option<ClientCapabilities>>,
     sessions: Mutex<HashMap<String, Arc<OpenSession>>>,
+    /// The Stop switch of each prompt read and not yet answered: its number, its session.
+    prompts: Mutex<Vec<(u64, String, CancellationToken)>>,
+    next_prompt: std::sync::atomic::AtomicU64,
+}
+
+/// A prompt's Stop switch, registered while the prompt is read and not yet answered.
+struct PromptStop {
+    state: Arc<AgentState>,
+    number: u64,
+    cancel: CancellationToken,
+}
+
+impl Drop for PromptStop {
+    fn drop(&mut self) {
+        self.state
+            .lock_prompts()
+            .retain(|(number, _, _)| *number != self.number);
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
@@ -240,10 +264,36 @@ impl AgentState {
             engine,
             client: Mutex::default(),
             sessions: Mutex::default(),
+            prompts: Mutex::default(),
+            next_prompt: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
-    async fn handle(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcError> {
+    fn lock_prompts(&self) -> std::sync::MutexGuard<'_, Vec<(u64, String, CancellationToken)>> {
+        self.prompts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the Stop switch of a prompt of `session_id` just read.
+    fn prompt_started(self: &Arc<Self>, session_id: &str) -> PromptStop {
+        let number = self
+            .next_prompt
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        self.lock_prompts()
+            .push((number, session_id.to_string(), cancel.clone()));
+        PromptStop {
+            state: Arc::clone(self),
+            number,
+            cancel,
+        }
+    }
+
+    async fn handle(
+        self: &Arc<Self>,
+        method: &str,
+        params: Value,
+        stop: Option<PromptStop>,
+    ) -> Result<Value, RpcError> {
         fn value(response: impl serde::Serialize) -> Result<Value, RpcError> {
             serde_json::to_value(response).map_err(|e| RpcError::internal(e.to_string()))
         }
@@ -252,7 +302,10 @@ impl AgentState {
             "authenticate" => self.authenticate().await,
             "session/new" => value(self.new_session(parse(method, params)?).await?),
             "session/load" => value(self.load_session(parse(method, params)?).await?),
-            "session/prompt" => value(self.prompt(parse(method, params)?).await?),
+            "session/prompt" => {
+                let stop = stop.unwrap_or_else(|| self.prompt_started(""));
+                value(self.prompt(parse(method, params)?, &stop.cancel).await?)
+            }
             "session/set_mode" => {
                 self.set_mode(parse(method, params)?)?;
                 Ok(json!({}))
@@ -469,13 +522,22 @@ impl AgentState {
         Ok(())
     }
 
+    /// Stops the session's running turn and any prompt of it read and not yet begun.
     fn cancel(&self, params: CancelParams) {
+        for (_, session_id, cancel) in self.lock_prompts().iter() {
+            if *session_id == params.session_id {
+                cancel.cancel();
+            }
+        }
         if let Ok(engine) = &self.engine {
             engine.stop(&params.session_id);
         }
     }
 
     fn stop_all(&self) {
+        for (_, _, cancel) in self.lock_prompts().iter() {
+            cancel.cancel();
+        }
         if let Ok(engine) = &self.engine {
             for id in self.lock_sessions().keys() {
                 engine.stop(id);
@@ -494,12 +556,16 @@ impl AgentState {
     }
 
     /// Runs one turn and answers with its stop reason once every update of it is sent.
-    async fn prompt(self: &Arc<Self>, params: PromptParams) -> Result<PromptResponse, RpcError> {
+    async fn prompt(
+        self: &Arc<Self>,
+        params: PromptParams,
+        cancel: &CancellationToken,
+    ) -> Result<PromptResponse, RpcError> {
         self.client()?;
         let session = self.session(&params.session_id)?;
         let text = prompt_text(&params.prompt)?;
         let engine = self.engine.clone().map_err(AcpError::NoStore)?;
-        let pending = match engine.begin(&session.id, CancellationToken::new()).await {
+        let pending = match engine.begin(&session.id, cancel.clone()).await {
             Ok(pending) => pending,
             Err(err) => {
                 let kind = err.kind().as_str();

@@ -739,3 +739,34 @@ fn a_busy_session_is_refused_and_a_client_gone_mid_turn_stops_the_turn() {
     assert!(status.success(), "{status}");
     assert_eq!(turn_ends(&setup.transcript(&session_id)), ["cancelled"]);
 }
+
+/// A session/cancel sent right behind its prompt (the user stops at once) stops that prompt,
+/// even before its turn has begun: it answers `cancelled` and the model is never asked.
+#[test]
+fn a_cancel_right_behind_its_prompt_stops_it() {
+    let setup = Setup::new();
+    setup.fake.push([text(&["Too late to stop me."])]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prompt = json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}});
+    let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel",
+        "params": {"sessionId": session_id}});
+    // One write: pen reads both lines before the prompt's turn can begin.
+    let stdin = pen.stdin.as_mut().unwrap();
+    stdin
+        .write_all(format!("{prompt}\n{cancel}\n").as_bytes())
+        .unwrap();
+    stdin.flush().unwrap();
+    let answer = pen.answer(3);
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert!(setup.fake.requests().is_empty(), "the model was asked");
+    assert!(pen.close().success());
+    assert_eq!(turn_ends(&setup.transcript(&session_id)), ["cancelled"]);
+}
