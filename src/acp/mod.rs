@@ -806,10 +806,7 @@ fn live_update(
         }
         // The budget's report is never silent: the client shows it as part of the answer.
         TurnEvent::ContextTrimmed(trim) => SessionUpdate::AgentMessageChunk {
-            content: ContentBlock::text(format!(
-                "\n\n[pen: {}]\n\n",
-                crate::cli::trim_notice(&trim)
-            )),
+            content: ContentBlock::text(format!("\n\n[pen: {}]\n\n", trim.notice())),
         },
         // The permission request carries the approval; a withdrawn one ends with the
         // call's result ("not executed"); the prompt's answer carries the end.
