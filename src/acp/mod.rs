@@ -736,10 +736,13 @@ async fn forward(
                         .request("session/request_permission", &params)
                         .await;
                     let decided = decision(&session, &request.tool, asked);
-                    if matches!(
+                    // Said before the turn hears the answer, so it precedes the call's end; a
+                    // request Stop withdrew has no listener, and its call ends as it does.
+                    let allowed = matches!(
                         decided,
                         Ok((Decision::Allow | Decision::AllowForSession, _))
-                    ) {
+                    );
+                    if allowed && !answer.is_closed() {
                         state.update(
                             &session.id,
                             SessionUpdate::ToolCallUpdate(ToolCallUpdate {
