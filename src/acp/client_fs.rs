@@ -192,6 +192,65 @@ fn replaced(text: &str, replacements: &[Replacement]) -> Result<String, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Editor;
+    use serde_json::{Value, json};
+
+    /// A client that serves `buffers` to `fs/read_text_file` and records `fs/write_text_file`.
+    fn client_files(
+        buffers: std::collections::HashMap<String, String>,
+    ) -> (Arc<ClientFiles>, Arc<Mutex<Vec<Value>>>) {
+        let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let connection = Arc::new(Connection::new(lines_tx));
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let (client, written) = (Arc::clone(&connection), Arc::clone(&writes));
+        tokio::spawn(async move {
+            while let Some(line) = lines_rx.recv().await {
+                let request: Value = serde_json::from_str(&line).unwrap();
+                let path = request["params"]["path"].as_str().unwrap_or_default();
+                let answer = match request["method"].as_str() {
+                    Some("fs/read_text_file") => match buffers.get(path) {
+                        Some(text) => Ok(json!({"content": text})),
+                        None => Err(crate::acp::rpc::RpcError::new(-32002, "not open")),
+                    },
+                    _ => {
+                        written.lock().unwrap().push(request["params"].clone());
+                        Ok(Value::Null)
+                    }
+                };
+                client.resolve(&request["id"], answer);
+            }
+        });
+        let files = ClientFiles::new(connection, tokio::runtime::Handle::current(), "s".into());
+        (Arc::new(files), writes)
+    }
+
+    /// An edit lands through the client only over the text it was planned on; a file the
+    /// client cannot read is left to the disk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edits_go_through_the_client_only_over_the_version_they_were_planned_on() {
+        let buffers = [("/w/a.txt".to_string(), "one\r\ntwo\r\n".to_string())].into();
+        let (files, writes) = client_files(buffers);
+        let path = Path::new("/w/a.txt");
+        let outcome = tokio::task::spawn_blocking(move || {
+            assert!(files.snapshot(Path::new("/w/missing.txt")).is_none());
+            let first = files.snapshot(path).unwrap();
+            assert_eq!(first.text(), "one\r\ntwo\r\n");
+            let second = files.snapshot(path).unwrap();
+            assert_ne!(first.version, second.version);
+            let edit = [replacement(5..8, "TWO")];
+            let stale = files.apply(path, first.version, &edit);
+            let applied = files.apply(path, second.version, &edit);
+            (stale, applied)
+        })
+        .await
+        .unwrap();
+        assert!(outcome.0.is_err(), "an edit planned on an older read");
+        assert_eq!(outcome.1, Ok(()));
+        assert_eq!(
+            *writes.lock().unwrap(),
+            [json!({"sessionId": "s", "path": "/w/a.txt", "content": "one\r\nTWO\r\n"})]
+        );
+    }
 
     fn replacement(range: std::ops::Range<usize>, text: &str) -> Replacement {
         Replacement {
