@@ -29,6 +29,9 @@ pub enum Command {
     Tool(ToolCommand),
     /// Run the daemon on stdio (the LSP base protocol); editors start this.
     Serve,
+    /// Run as an Agent Client Protocol (v1) agent on stdio, for Zed, JetBrains and the ACP
+    /// clients of Neovim and Emacs; the workspace is each session's cwd.
+    Acp,
     /// Run one agent turn headless in the current directory: progress to stderr, the answer to
     /// stdout. Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C).
     Run(RunCommand),
@@ -349,7 +352,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             TurnEvent::ToolCallFinished { tool, outcome, .. } => {
                 eprintln!("pen: ← {tool} {}", outcome.as_str())
             }
-            TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim_notice(trim)),
+            TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
             _ => {}
         }
     };
@@ -549,6 +552,35 @@ pub fn run_serve() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Runs `pen acp` until the client closes stdin.
+pub fn run_acp() -> ExitCode {
+    let _log_guard = init_file_logging();
+    // As under `pen serve`: a panic in a request is answered; stdout stays the protocol's.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!("panic: {info}");
+        eprintln!("pen: internal error: {info}");
+    }));
+    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
+    for warning in warnings {
+        tracing::warn!("{warning}");
+        eprintln!("pen: {warning}");
+    }
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(crate::acp::serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        crate::acp::AcpOptions {
+            config,
+            data_dir: session::default_data_dir(),
+        },
+    ));
+    tracing::info!("client gone; pen acp exits");
+    ExitCode::SUCCESS
+}
+
 /// Logs to a daily-rolling file under the data dir (stdout carries the protocol). The level
 /// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
 /// the daemon runs unlogged.
@@ -583,75 +615,4 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
             eprintln!("pen: cannot start the async runtime: {e}");
             ExitCode::FAILURE
         })
-}
-
-/// One line for a `context_trimmed` event: what was cut from the request and the estimate.
-fn trim_notice(trim: &crate::agent::Trim) -> String {
-    let report = match trim {
-        crate::agent::Trim::Shrunk {
-            call_ids,
-            head_bytes,
-        } => {
-            return format!(
-                "context trimmed after the model rejected the request as too long: {} tool result(s) cut to {head_bytes} bytes",
-                call_ids.len()
-            );
-        }
-        crate::agent::Trim::Budget(report) => report,
-    };
-    let mut parts = Vec::new();
-    if !report.excerpted.is_empty() {
-        parts.push(format!(
-            "{} older tool call(s) sent as excerpts",
-            report.excerpted.len()
-        ));
-    }
-    if !report.omitted.is_empty() {
-        parts.push(format!("{} of them left out", report.omitted.len()));
-    }
-    if report.dropped_count > 0 {
-        parts.push(format!(
-            "{} older exchange(s) left out",
-            report.dropped_count
-        ));
-    }
-    format!(
-        "context trimmed to fit the model's window: {}; about {} → {} tokens (budget {})",
-        parts.join(", "),
-        report.tokens_before,
-        report.tokens_after,
-        report.budget
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::trim_notice;
-
-    #[test]
-    fn trim_notices_say_what_was_cut_and_the_estimate() {
-        let budget = crate::agent::Trim::Budget(crate::transcript::TrimReport {
-            policy_version: 3,
-            excerpted: vec!["a".into(), "b".into()],
-            omitted: vec![],
-            dropped_exchanges: vec![(1, 5)],
-            dropped_count: 1,
-            tokens_before: 30000,
-            tokens_after: 14000,
-            budget: 14500,
-        });
-        assert_eq!(
-            trim_notice(&budget),
-            "context trimmed to fit the model's window: 2 older tool call(s) sent as excerpts, \
-             1 older exchange(s) left out; about 30000 → 14000 tokens (budget 14500)"
-        );
-        let rejected = crate::agent::Trim::Shrunk {
-            call_ids: vec!["r".into()],
-            head_bytes: 2048,
-        };
-        assert_eq!(
-            trim_notice(&rejected),
-            "context trimmed after the model rejected the request as too long: 1 tool result(s) cut to 2048 bytes"
-        );
-    }
 }

@@ -50,5 +50,8 @@ pub mod transport;
 /// `pen serve`: the daemon.
 pub mod server;
 
+/// `pen acp`: pen as an Agent Client Protocol agent.
+pub mod acp;
+
 /// The command line.
 pub mod cli;

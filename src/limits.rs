@@ -403,6 +403,39 @@ pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
 
 // End of the issue 13, item 7 block.
 
+// Bounds of `pen acp` (issue 17).
+
+/// The longest line `pen acp` reads from its client, 64 MiB: one JSON-RPC message, which may
+/// carry a whole file from `fs/read_text_file`. A longer line is skipped unread, answered with
+/// a parse error, and the connection keeps serving.
+pub const MAX_ACP_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The largest user prompt `session/prompt` assembles from its content blocks (text, resource
+/// links, embedded text resources), 1 MiB: a prompt beyond it is refused with an error that
+/// says so, rather than cut silently; the prompt budget plans the rest of the request.
+pub const MAX_ACP_PROMPT_BYTES: usize = 1024 * 1024;
+
+/// How long pen waits for the client to answer `fs/read_text_file` or `fs/write_text_file`,
+/// 30 s: an editor answers in milliseconds; a client that never answers must not hang a turn.
+/// A read that times out falls back to the disk; a write that times out fails the edit.
+pub const ACP_CLIENT_FS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest file pen asks the client for with `fs/read_text_file`, 8 MiB on disk: a larger
+/// one (a log, a data file) is read from the disk, so its text never crosses the pipe as one
+/// JSON line; an editor rarely holds such a file with unsaved changes.
+pub const MAX_ACP_CLIENT_READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The largest file whose whole old and new text a `diff` content block of a `tool_call_update`
+/// carries, 1 MiB; a larger edit is reported by the unified diff of the result, as text.
+pub const MAX_ACP_DIFF_BYTES: usize = 1024 * 1024;
+
+/// How much of a tool result a `tool_call_update` (and a replayed one in `session/load`)
+/// shows the client, 4 KiB: the head of a read or search, for display; the model reads the
+/// whole result.
+pub const ACP_RESULT_EXCERPT_BYTES: usize = 4 * 1024;
+
+// End of the issue 17 block.
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,9 @@
 //! The `pen` binary: parses the command line and hands off to the library.
 
 use clap::Parser;
-use pen::cli::{Cli, Command, run_serve, run_sessions, run_tool, run_transcript, run_turn};
+use pen::cli::{
+    Cli, Command, run_acp, run_serve, run_sessions, run_tool, run_transcript, run_turn,
+};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -9,6 +11,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Tool(command) => run_tool(command),
         Command::Serve => run_serve(),
+        Command::Acp => run_acp(),
         Command::Run(command) => run_turn(command),
         Command::Sessions { all } => run_sessions(all),
         Command::Transcript { session_id } => run_transcript(&session_id),

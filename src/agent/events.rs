@@ -108,3 +108,78 @@ impl TurnEvent {
         }
     }
 }
+
+impl Trim {
+    /// One line for a `context_trimmed` event: what was cut from the request and the estimate
+    /// (`pen run` prints it; `pen acp` sends it as agent text).
+    pub fn notice(&self) -> String {
+        let report = match self {
+            Trim::Shrunk {
+                call_ids,
+                head_bytes,
+            } => {
+                return format!(
+                    "context trimmed after the model rejected the request as too long: {} tool result(s) cut to {head_bytes} bytes",
+                    call_ids.len()
+                );
+            }
+            Trim::Budget(report) => report,
+        };
+        let mut parts = Vec::new();
+        if !report.excerpted.is_empty() {
+            parts.push(format!(
+                "{} older tool call(s) sent as excerpts",
+                report.excerpted.len()
+            ));
+        }
+        if !report.omitted.is_empty() {
+            parts.push(format!("{} of them left out", report.omitted.len()));
+        }
+        if report.dropped_count > 0 {
+            parts.push(format!(
+                "{} older exchange(s) left out",
+                report.dropped_count
+            ));
+        }
+        format!(
+            "context trimmed to fit the model's window: {}; about {} → {} tokens (budget {})",
+            parts.join(", "),
+            report.tokens_before,
+            report.tokens_after,
+            report.budget
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Trim;
+    use crate::transcript::TrimReport;
+
+    #[test]
+    fn trim_notices_say_what_was_cut_and_the_estimate() {
+        let budget = Trim::Budget(TrimReport {
+            policy_version: 3,
+            excerpted: vec!["a".into(), "b".into()],
+            omitted: vec![],
+            dropped_exchanges: vec![(1, 5)],
+            dropped_count: 1,
+            tokens_before: 30000,
+            tokens_after: 14000,
+            budget: 14500,
+        });
+        assert_eq!(
+            budget.notice(),
+            "context trimmed to fit the model's window: 2 older tool call(s) sent as excerpts, \
+             1 older exchange(s) left out; about 30000 → 14000 tokens (budget 14500)"
+        );
+        let rejected = Trim::Shrunk {
+            call_ids: vec!["r".into()],
+            head_bytes: 2048,
+        };
+        assert_eq!(
+            rejected.notice(),
+            "context trimmed after the model rejected the request as too long: 1 tool result(s) cut to 2048 bytes"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The integration suite, one module per capability.
 
+mod acp;
 mod agent;
 mod bedrock;
 mod cli;

@@ -51,6 +51,11 @@ impl EditPlan {
     pub fn new_bytes(&self) -> &[u8] {
         &self.new_bytes
     }
+
+    /// The path as the call named it.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
 }
 
 /// Plans pen_edit: reads the file once, checks it is fresh (see [`check_fresh`]) and computes

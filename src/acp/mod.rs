@@ -1,0 +1,1065 @@
+//! `pen acp`: pen as an Agent Client Protocol (v1) agent on stdio, for Zed, JetBrains, the
+//! Neovim and Emacs ACP clients. A thin front end like `pen serve` and `pen run`: ACP sessions
+//! are pen sessions in the same database, run by the same turn engine.
+//!
+//! The v1 schema types are pen's own ([`wire`]) behind its own JSON-RPC layer ([`rpc`]) rather
+//! than the `agent-client-protocol` crate: the crate churns (3.6 to 5.0 with some twenty
+//! breaking changes in days), brings its own async stack, and pen uses a small, stable subset of
+//! the schema, which the tests check against the official Python and TypeScript clients.
+//!
+//! Architecture invariants: stdout carries only protocol lines (logs go to the log file); every
+//! line read gets an answer or is an answer or a notification, and a malformed one never ends
+//! the connection; a turn's updates and permission requests go out in the order the turn made
+//! them, and all of them before the `session/prompt` answer.
+
+pub mod client_fs;
+pub mod host;
+pub mod rpc;
+pub mod updates;
+pub mod wire;
+
+use crate::agent::{
+    self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, BeginError, Decision, Engine,
+    LocalTools, StopReason, TurnEvent,
+};
+use crate::config::Config;
+use crate::limits::{MAX_ACP_PROMPT_BYTES, TRANSPORT_WRITER_DRAIN};
+use crate::session::{SessionError, SessionStore};
+use crate::tools::{self, ReadLedger};
+use crate::workspace::Workspace;
+use host::{AcpTools, Changes};
+use rpc::{Connection, Incoming, METHOD_NOT_FOUND, RpcError};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use wire::*;
+
+/// The JSON-RPC error code for a prompt while the session's turn runs (as `pen/prompt`'s).
+const SESSION_BUSY: i64 = -32001;
+
+/// The session modes pen offers: how much runs without asking.
+const MODE_ASK: &str = "ask";
+const MODE_ALLOW_EDITS: &str = "allow_edits";
+
+/// The tools `allow_edits` lets run without asking (commands still ask).
+const EDIT_TOOLS: [&str; 2] = ["pen_edit", "pen_create"];
+
+/// Why an ACP request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpError {
+    #[error("send initialize first")]
+    NotInitialized,
+    #[error(
+        "the ACP client asked for MCP servers ({0}), but this pen has no MCP client yet (agent capability mcpServers); start the session with an empty mcpServers list"
+    )]
+    McpUnavailable(String),
+    #[error("cwd must be an absolute path to a folder: {0:?}")]
+    BadCwd(String),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("sessions are unavailable: {0}")]
+    NoStore(String),
+    #[error("session {0:?} is not open on this connection: send session/new or session/load first")]
+    NotOpen(String),
+    #[error("no mode has the id {0:?}; the modes are {MODE_ASK} and {MODE_ALLOW_EDITS}")]
+    UnknownMode(String),
+    #[error("the prompt has no text")]
+    EmptyPrompt,
+    #[error(
+        "the prompt is over {MAX_ACP_PROMPT_BYTES} bytes with its embedded resources; send less, or link the files (resource_link) so pen reads them itself"
+    )]
+    PromptTooLarge,
+    #[error("pen takes no {0} content (promptCapabilities.{0} is false)")]
+    Unsupported(&'static str),
+    #[error("the embedded resource {0} is binary; pen takes text resources only")]
+    BinaryResource(String),
+    #[error("{0}")]
+    NoProvider(String),
+}
+
+impl From<AcpError> for RpcError {
+    fn from(err: AcpError) -> RpcError {
+        let code = match &err {
+            AcpError::NotOpen(_) | AcpError::Session(SessionError::NotFound(_)) => {
+                RESOURCE_NOT_FOUND
+            }
+            AcpError::NoProvider(_) => AUTH_REQUIRED,
+            AcpError::NoStore(_) | AcpError::Session(_) => rpc::INTERNAL_ERROR,
+            _ => rpc::INVALID_PARAMS,
+        };
+        RpcError::new(code, err.to_string())
+    }
+}
+
+/// What `pen acp` starts with.
+pub struct AcpOptions {
+    pub config: Config,
+    /// Where the session database lives, or why there is none.
+    pub data_dir: Result<PathBuf, SessionError>,
+}
+
+/// Serves one ACP client on `input`/`output` until it closes `input`. Turns still running then
+/// are stopped (pen's Stop semantics) and given a moment to record their end.
+pub async fn serve<R, W>(input: R, mut output: W, options: AcpOptions)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (lines_tx, mut lines_rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        while let Some(mut line) = lines_rx.recv().await {
+            line.push('\n');
+            if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {
+                tracing::warn!("stdout is closed; the ACP client is gone");
+                return;
+            }
+        }
+    });
+    let connection = Arc::new(Connection::new(lines_tx));
+    let state = Arc::new(AgentState::new(Arc::clone(&connection), options));
+    let mut reader = BufReader::new(input);
+    let mut requests = tokio::task::JoinSet::new();
+    loop {
+        let message = match rpc::read_message(&mut reader).await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!("stdin failed: {e}");
+                break;
+            }
+        };
+        match message {
+            // Answered before the next line is read, so every later request sees the
+            // client's capabilities.
+            Incoming::Request { id, method, params } if method == "initialize" => {
+                let answer = state.handle(&method, params, None).await;
+                connection.respond(id, answer);
+            }
+            Incoming::Request { id, method, params } => {
+                // A prompt's Stop switch exists from the moment its line is read, so a
+                // session/cancel read after it always stops it, however soon it comes.
+                let stop = (method == "session/prompt")
+                    .then(|| params.get("sessionId").and_then(Value::as_str))
+                    .flatten()
+                    .map(|session_id| state.prompt_started(session_id));
+                let state = Arc::clone(&state);
+                requests.spawn(async move {
+                    let span = tracing::info_span!("request", %method);
+                    let handled = {
+                        let state = Arc::clone(&state);
+                        tokio::spawn(tracing::Instrument::instrument(
+                            async move { state.handle(&method, params, stop).await },
+                            span,
+                        ))
+                    };
+                    // A panic in a handler is answered, not fatal: the connection keeps serving.
+                    let answer = handled.await.unwrap_or_else(|e| {
+                        Err(RpcError::internal(format!(
+                            "pen failed on this request: {e}"
+                        )))
+                    });
+                    state.connection.respond(id, answer);
+                });
+            }
+            Incoming::Notification { method, params } => state.notified(&method, params),
+            Incoming::Response { id, result } => connection.resolve(&id, result),
+            Incoming::Invalid { id, error } => connection.respond(id, Err(error)),
+        }
+        while requests.try_join_next().is_some() {}
+    }
+    tracing::info!("the ACP client closed stdin; stopping");
+    state.stop_all();
+    connection.close();
+    let drained = tokio::time::timeout(TRANSPORT_WRITER_DRAIN, async {
+        while requests.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        requests.abort_all();
+    }
+    drop(state);
+    drop(connection);
+    let _ = tokio::time::timeout(TRANSPORT_WRITER_DRAIN, writer).await;
+}
+
+/// A pen session opened on this connection (by `session/new` or `session/load`).
+struct OpenSession {
+    id: String,
+    workspace: Workspace,
+    /// The workspace root, for the absolute paths of locations.
+    root: PathBuf,
+    ledger: Arc<ReadLedger>,
+    /// The client's file system, when it offers reads and writes: kept for the session, so
+    /// what it has read stays known to later turns' searches.
+    files: Option<Arc<client_fs::ClientFiles>>,
+    mode: Mutex<&'static str>,
+    /// The tools the owner answered "reject always" for: denied without asking again while
+    /// this connection has the session open.
+    rejected: Mutex<HashSet<String>>,
+}
+
+impl OpenSession {
+    fn mode(&self) -> &'static str {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn rejects(&self, tool: &str) -> bool {
+        self.rejected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(tool)
+    }
+}
+
+struct AgentState {
+    connection: Arc<Connection>,
+    config: Config,
+    store: Result<Arc<SessionStore>, String>,
+    engine: Result<Arc<Engine>, String>,
+    client: Mutex<Option<ClientCapabilities>>,
+    sessions: Mutex<HashMap<String, Arc<OpenSession>>>,
+    /// The Stop switch of each prompt read and not yet answered: its number, its session.
+    prompts: Mutex<Vec<(u64, String, CancellationToken)>>,
+    next_prompt: std::sync::atomic::AtomicU64,
+}
+
+/// A prompt's Stop switch, registered while the prompt is read and not yet answered.
+struct PromptStop {
+    state: Arc<AgentState>,
+    number: u64,
+    cancel: CancellationToken,
+}
+
+impl Drop for PromptStop {
+    fn drop(&mut self) {
+        self.state
+            .lock_prompts()
+            .retain(|(number, _, _)| *number != self.number);
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
+    serde_path_to_error::deserialize(params)
+        .map_err(|e| RpcError::invalid_params(format!("{method}: {e}")))
+}
+
+impl AgentState {
+    fn new(connection: Arc<Connection>, options: AcpOptions) -> AgentState {
+        let store = options
+            .data_dir
+            .and_then(|dir| SessionStore::open(&dir))
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        let engine = store.clone().map(Engine::new);
+        AgentState {
+            connection,
+            config: options.config,
+            store,
+            engine,
+            client: Mutex::default(),
+            sessions: Mutex::default(),
+            prompts: Mutex::default(),
+            next_prompt: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    fn lock_prompts(&self) -> std::sync::MutexGuard<'_, Vec<(u64, String, CancellationToken)>> {
+        self.prompts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the Stop switch of a prompt of `session_id` just read.
+    fn prompt_started(self: &Arc<Self>, session_id: &str) -> PromptStop {
+        let number = self
+            .next_prompt
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        self.lock_prompts()
+            .push((number, session_id.to_string(), cancel.clone()));
+        PromptStop {
+            state: Arc::clone(self),
+            number,
+            cancel,
+        }
+    }
+
+    async fn handle(
+        self: &Arc<Self>,
+        method: &str,
+        params: Value,
+        stop: Option<PromptStop>,
+    ) -> Result<Value, RpcError> {
+        fn value(response: impl serde::Serialize) -> Result<Value, RpcError> {
+            serde_json::to_value(response).map_err(|e| RpcError::internal(e.to_string()))
+        }
+        match method {
+            "initialize" => value(self.initialize(parse(method, params)?)),
+            "authenticate" => self.authenticate().await,
+            "session/new" => value(self.new_session(parse(method, params)?).await?),
+            "session/load" => value(self.load_session(parse(method, params)?).await?),
+            "session/prompt" => {
+                let stop = stop.unwrap_or_else(|| self.prompt_started(""));
+                value(self.prompt(parse(method, params)?, &stop.cancel).await?)
+            }
+            "session/set_mode" => {
+                self.set_mode(parse(method, params)?)?;
+                Ok(json!({}))
+            }
+            "session/cancel" => {
+                self.cancel(parse(method, params)?);
+                Ok(Value::Null)
+            }
+            _ => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("pen acp has no method {method:?}"),
+            )),
+        }
+    }
+
+    fn notified(&self, method: &str, params: Value) {
+        match method {
+            "session/cancel" => match parse::<CancelParams>(method, params) {
+                Ok(params) => self.cancel(params),
+                Err(e) => tracing::warn!("{}", e.message),
+            },
+            // Notifications are never answered; one pen does not know is ignored (the spec's
+            // rule for extension notifications).
+            other => tracing::debug!("ignored the notification {other}"),
+        }
+    }
+
+    fn initialize(&self, params: InitializeParams) -> InitializeResponse {
+        tracing::info!(
+            "client protocol version {}, fs {:?}, terminal {}",
+            params.protocol_version,
+            params.client_capabilities.fs,
+            params.client_capabilities.terminal
+        );
+        *self.client.lock().unwrap_or_else(|p| p.into_inner()) = Some(params.client_capabilities);
+        InitializeResponse {
+            protocol_version: PROTOCOL_VERSION,
+            agent_capabilities: AgentCapabilities {
+                load_session: true,
+                prompt_capabilities: PromptCapabilities {
+                    image: false,
+                    audio: false,
+                    embedded_context: true,
+                },
+                mcp_capabilities: McpCapabilities {
+                    http: false,
+                    sse: false,
+                },
+            },
+            auth_methods: Vec::new(),
+            agent_info: Implementation {
+                name: "pen".into(),
+                title: "pen".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+        }
+    }
+
+    fn client(&self) -> Result<ClientCapabilities, AcpError> {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(AcpError::NotInitialized)
+    }
+
+    /// pen offers no authentication methods: the provider's key comes from the environment.
+    /// Answers `{}` when the provider is ready, else says which variable to set.
+    async fn authenticate(&self) -> Result<Value, RpcError> {
+        self.provider_ready().await?;
+        Ok(json!({}))
+    }
+
+    async fn provider_ready(&self) -> Result<(), AcpError> {
+        let engine = self.engine.clone().map_err(AcpError::NoStore)?;
+        engine
+            .provider(&self.config)
+            .await
+            .map(|_| ())
+            .map_err(AcpError::NoProvider)
+    }
+
+    fn store(&self) -> Result<Arc<SessionStore>, AcpError> {
+        self.store.clone().map_err(AcpError::NoStore)
+    }
+
+    async fn with_store<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> Result<T, AcpError> {
+        let store = self.store()?;
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| AcpError::Session(SessionError::Task(e.to_string())))?
+            .map_err(AcpError::from)
+    }
+
+    /// The session's workspace from the client's `cwd`, and the refusal of MCP servers until
+    /// pen has an MCP client.
+    fn workspace(cwd: &str, mcp: &[McpServer]) -> Result<Workspace, AcpError> {
+        if !mcp.is_empty() {
+            let names: Vec<&str> = mcp.iter().map(McpServer::name).collect();
+            return Err(AcpError::McpUnavailable(names.join(", ")));
+        }
+        if !Path::new(cwd).is_absolute() {
+            return Err(AcpError::BadCwd(cwd.to_string()));
+        }
+        Ok(Workspace::new(&[PathBuf::from(cwd)])?)
+    }
+
+    fn open(
+        &self,
+        client: &ClientCapabilities,
+        session_id: String,
+        workspace: Workspace,
+    ) -> Arc<OpenSession> {
+        let files = (client.fs.read_text_file && client.fs.write_text_file).then(|| {
+            Arc::new(client_fs::ClientFiles::new(
+                Arc::clone(&self.connection),
+                tokio::runtime::Handle::current(),
+                session_id.clone(),
+            ))
+        });
+        let root = workspace
+            .roots()
+            .first()
+            .map(|root| root.path.clone())
+            .unwrap_or_default();
+        let session = Arc::new(OpenSession {
+            id: session_id.clone(),
+            workspace,
+            root,
+            ledger: Arc::default(),
+            files,
+            mode: Mutex::new(MODE_ASK),
+            rejected: Mutex::default(),
+        });
+        self.lock_sessions()
+            .insert(session_id, Arc::clone(&session));
+        session
+    }
+
+    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OpenSession>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn new_session(&self, params: NewSessionParams) -> Result<NewSessionResponse, AcpError> {
+        let client = self.client()?;
+        // Checked before a session is written: a session nobody can prompt is not made.
+        let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
+        self.provider_ready().await?;
+        let info = self.with_store(|store| store.new_session(None)).await?;
+        let session = self.open(&client, info.id, workspace);
+        Ok(NewSessionResponse {
+            session_id: session.id.clone(),
+            modes: modes(session.mode()),
+        })
+    }
+
+    /// Replays the session's transcript as `session/update`s, then answers: the client sees
+    /// the whole conversation before it can prompt again.
+    async fn load_session(
+        &self,
+        params: LoadSessionParams,
+    ) -> Result<LoadSessionResponse, AcpError> {
+        let client = self.client()?;
+        let id = params.session_id.clone();
+        let lookup = id.clone();
+        let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
+        self.with_store(move |store| store.get_session(&lookup))
+            .await?;
+        let session = self.open(&client, id.clone(), workspace);
+        let mut after = None;
+        loop {
+            let session_id = id.clone();
+            let page = self
+                .with_store(move |store| {
+                    store.transcript(
+                        &session_id,
+                        after,
+                        crate::limits::MAX_TRANSCRIPT_PAGE_ENTRIES,
+                    )
+                })
+                .await?;
+            for entry in &page.entries {
+                for update in updates::replayed(&entry.record(), &session.root) {
+                    self.update(&id, update);
+                }
+            }
+            match page.next_after_seq {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(LoadSessionResponse {
+            modes: modes(session.mode()),
+        })
+    }
+
+    fn session(&self, session_id: &str) -> Result<Arc<OpenSession>, AcpError> {
+        self.lock_sessions()
+            .get(session_id)
+            .cloned()
+            .ok_or_else(|| AcpError::NotOpen(session_id.to_string()))
+    }
+
+    fn set_mode(&self, params: SetModeParams) -> Result<(), AcpError> {
+        let session = self.session(&params.session_id)?;
+        let mode = [MODE_ASK, MODE_ALLOW_EDITS]
+            .into_iter()
+            .find(|mode| *mode == params.mode_id)
+            .ok_or(AcpError::UnknownMode(params.mode_id))?;
+        *session.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+        Ok(())
+    }
+
+    /// Stops the session's running turn and any prompt of it read and not yet begun.
+    fn cancel(&self, params: CancelParams) {
+        for (_, session_id, cancel) in self.lock_prompts().iter() {
+            if *session_id == params.session_id {
+                cancel.cancel();
+            }
+        }
+        if let Ok(engine) = &self.engine {
+            engine.stop(&params.session_id);
+        }
+    }
+
+    fn stop_all(&self) {
+        for (_, _, cancel) in self.lock_prompts().iter() {
+            cancel.cancel();
+        }
+        if let Ok(engine) = &self.engine {
+            for id in self.lock_sessions().keys() {
+                engine.stop(id);
+            }
+        }
+    }
+
+    fn update(&self, session_id: &str, update: SessionUpdate) {
+        self.connection.notify(
+            "session/update",
+            &SessionNotification {
+                session_id: session_id.to_string(),
+                update,
+            },
+        );
+    }
+
+    /// Runs one turn and answers with its stop reason once every update of it is sent.
+    async fn prompt(
+        self: &Arc<Self>,
+        params: PromptParams,
+        cancel: &CancellationToken,
+    ) -> Result<PromptResponse, RpcError> {
+        self.client()?;
+        let session = self.session(&params.session_id)?;
+        let text = prompt_text(&params.prompt)?;
+        let engine = self.engine.clone().map_err(AcpError::NoStore)?;
+        let pending = match engine.begin(&session.id, cancel.clone()).await {
+            Ok(pending) => pending,
+            Err(err) => {
+                let kind = err.kind().as_str();
+                let code = match &err {
+                    BeginError::Running(_) | BeginError::Store(SessionError::LeaseHeld { .. }) => {
+                        SESSION_BUSY
+                    }
+                    BeginError::Store(SessionError::NotFound(_)) => RESOURCE_NOT_FOUND,
+                    BeginError::Store(_) => rpc::INTERNAL_ERROR,
+                };
+                return Err(RpcError::new(code, err.to_string()).with_data(json!({"kind": kind})));
+            }
+        };
+        let mut config = self.config.clone();
+        if session.mode() == MODE_ALLOW_EDITS {
+            for tool in EDIT_TOOLS {
+                if !config.auto_approve.iter().any(|t| t == tool) {
+                    config.auto_approve.push(tool.to_string());
+                }
+            }
+        }
+        type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
+        let editor: Editor = session.files.clone().map(|files| files as _);
+        let search_editor: Editor = session
+            .files
+            .clone()
+            .map(|files| Arc::new(client_fs::KnownFiles(files)) as _);
+        let changes = Arc::new(Changes::default());
+        let (outgoing_tx, outgoing_rx) = mpsc::unbounded_channel::<Outgoing>();
+        let forwarder = tokio::spawn(forward(
+            Arc::clone(self),
+            Arc::clone(&session),
+            outgoing_rx,
+            Arc::clone(&changes),
+        ));
+        let spec = agent::TurnSpec {
+            tools: Arc::new(AcpTools {
+                inner: LocalTools {
+                    workspace: session.workspace.clone(),
+                    limits: config.limits(),
+                    ledger: Arc::clone(&session.ledger),
+                    editor,
+                },
+                search: LocalTools {
+                    workspace: session.workspace.clone(),
+                    limits: config.limits(),
+                    ledger: Arc::clone(&session.ledger),
+                    editor: search_editor,
+                },
+                changes,
+            }),
+            config,
+            approver: Arc::new(ClientApprover {
+                outgoing: outgoing_tx.clone(),
+                session: Arc::clone(&session),
+            }),
+            on_event: Arc::new(move |event| {
+                let _ = outgoing_tx.send(Outgoing::Event(event));
+            }),
+        };
+        let outcome = pending.run(&text, spec).await;
+        // Every update of the turn reaches the client before the answer does.
+        let _ = forwarder.await;
+        let stop_reason = match outcome.stop_reason {
+            StopReason::EndTurn => "end_turn",
+            StopReason::Cancelled => "cancelled",
+            StopReason::MaxTurnRequests => "max_turn_requests",
+            StopReason::Error => {
+                let kind = outcome.error_kind.map(|kind| kind.as_str());
+                return Err(RpcError::internal(
+                    outcome
+                        .last_error
+                        .unwrap_or_else(|| "the turn failed".to_string()),
+                )
+                .with_data(json!({"kind": kind})));
+            }
+        };
+        Ok(PromptResponse { stop_reason })
+    }
+}
+
+fn modes(current: &str) -> SessionModeState {
+    SessionModeState {
+        current_mode_id: current.to_string(),
+        available_modes: vec![
+            SessionMode {
+                id: MODE_ASK.into(),
+                name: "Ask".into(),
+                description: "Ask before every edit and command (tools in auto_approve excepted)"
+                    .into(),
+            },
+            SessionMode {
+                id: MODE_ALLOW_EDITS.into(),
+                name: "Allow edits".into(),
+                description: "Edits and new files run without asking; commands still ask".into(),
+            },
+        ],
+    }
+}
+
+/// The user prompt of a `session/prompt`: text as it is, a resource link as a Markdown link
+/// (pen reads the file itself when it needs it), an embedded text resource as its text marked
+/// with its URI. Bounded by [`MAX_ACP_PROMPT_BYTES`]; nothing is cut silently.
+fn prompt_text(blocks: &[ContentBlock]) -> Result<String, AcpError> {
+    let mut text = String::new();
+    for block in blocks {
+        match block {
+            ContentBlock::Text { text: part } => text.push_str(part),
+            ContentBlock::ResourceLink { uri, name, .. } => {
+                text.push_str(&format!("[{name}]({uri})"));
+            }
+            ContentBlock::Resource { resource } => match &resource.text {
+                Some(contents) => text.push_str(&format!(
+                    "\n<resource uri=\"{}\">\n{contents}\n</resource>\n",
+                    resource.uri
+                )),
+                None => return Err(AcpError::BinaryResource(resource.uri.clone())),
+            },
+            ContentBlock::Image {} => return Err(AcpError::Unsupported("image")),
+            ContentBlock::Audio {} => return Err(AcpError::Unsupported("audio")),
+        }
+        if text.len() > MAX_ACP_PROMPT_BYTES {
+            return Err(AcpError::PromptTooLarge);
+        }
+    }
+    if text.trim().is_empty() {
+        return Err(AcpError::EmptyPrompt);
+    }
+    Ok(text)
+}
+
+/// What a turn sends the client, in the order the turn produced it.
+enum Outgoing {
+    Event(AgentEvent),
+    /// `session/request_permission`, answered on the channel.
+    Approval(ApprovalRequest, oneshot::Sender<ApprovalAnswer>),
+}
+
+/// The permission options, each with the pen decision it stands for.
+const OPTIONS: [(&str, &str, &str); 4] = [
+    ("allow_once", "Allow", "allow_once"),
+    ("allow_always", "Allow for this session", "allow_always"),
+    ("reject_once", "Reject", "reject_once"),
+    ("reject_always", "Reject for this session", "reject_always"),
+];
+
+/// Sends a turn's events as `session/update`s, in order. Permission requests travel the same
+/// queue, so one is never sent before the updates that came before it.
+async fn forward(
+    state: Arc<AgentState>,
+    session: Arc<OpenSession>,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    changes: Arc<Changes>,
+) {
+    // The path each call named, to find its file change.
+    let mut paths: HashMap<String, String> = HashMap::new();
+    while let Some(next) = outgoing.recv().await {
+        let event = match next {
+            Outgoing::Event(event) => event.event,
+            Outgoing::Approval(request, answer) => {
+                let params = permission_request(&session, &request, &changes);
+                let state = Arc::clone(&state);
+                let session = Arc::clone(&session);
+                // Answered in its own task, so updates after it (a Stop) are not held up.
+                tokio::spawn(async move {
+                    let asked = state
+                        .connection
+                        .request("session/request_permission", &params)
+                        .await;
+                    let decided = decision(&session, &request.tool, asked);
+                    // Said before the turn hears the answer, so it precedes the call's end; a
+                    // request Stop withdrew has no listener, and its call ends as it does.
+                    let allowed = matches!(
+                        decided,
+                        Ok((Decision::Allow | Decision::AllowForSession, _))
+                    );
+                    if allowed && !answer.is_closed() {
+                        state.update(
+                            &session.id,
+                            SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+                                tool_call_id: request.call_id.clone(),
+                                status: Some(ToolCallStatus::InProgress),
+                                ..Default::default()
+                            }),
+                        );
+                    }
+                    let _ = answer.send(decided);
+                });
+                continue;
+            }
+        };
+        if let Some(update) = live_update(event, &session.root, &mut paths, &changes) {
+            state.update(&session.id, update);
+        }
+    }
+}
+
+/// The update a live turn event shows the client, if any. `paths` keeps the path each running
+/// call named, to find the file change an edit made.
+fn live_update(
+    event: TurnEvent,
+    root: &Path,
+    paths: &mut HashMap<String, String>,
+    changes: &Changes,
+) -> Option<SessionUpdate> {
+    Some(match event {
+        TurnEvent::TextDelta { text } => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(text),
+        },
+        TurnEvent::ToolCallStarted {
+            call_id,
+            tool,
+            arguments,
+        } => {
+            if let Some(path) = arguments
+                .as_ref()
+                .and_then(|a| a.get("path"))
+                .and_then(Value::as_str)
+            {
+                paths.insert(call_id.clone(), path.to_string());
+            }
+            SessionUpdate::ToolCall(updates::tool_call(
+                &call_id,
+                &tool,
+                arguments.as_ref(),
+                root,
+            ))
+        }
+        TurnEvent::ToolCallFinished {
+            call_id,
+            tool,
+            outcome,
+            excerpt,
+            ..
+        } => {
+            let change = match (updates::tool_kind(&tool), paths.remove(&call_id)) {
+                (ToolKind::Edit, Some(path)) => changes.take_written(&path),
+                _ => None,
+            };
+            SessionUpdate::ToolCallUpdate(updates::finished(&call_id, outcome, &excerpt, change))
+        }
+        // The budget's report is never silent: the client shows it as part of the answer.
+        TurnEvent::ContextTrimmed(trim) => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!("\n\n[pen: {}]\n\n", trim.notice())),
+        },
+        // The permission request carries the approval; a withdrawn one ends with the
+        // call's result ("not executed"); the prompt's answer carries the end.
+        TurnEvent::ApprovalRequested(_)
+        | TurnEvent::ApprovalWithdrawn { .. }
+        | TurnEvent::TurnEnded(_) => return None,
+    })
+}
+
+fn permission_request(
+    session: &OpenSession,
+    request: &ApprovalRequest,
+    changes: &Changes,
+) -> RequestPermissionParams {
+    let planned = request
+        .arguments
+        .get("path")
+        .and_then(Value::as_str)
+        .and_then(|path| changes.take_planned(path));
+    let content = match (planned, &request.diff) {
+        (Some(change), _) => vec![updates::diff(change)],
+        (None, Some(diff)) => vec![ToolCallContent::Content {
+            content: ContentBlock::text(diff.clone()),
+        }],
+        (None, None) => Vec::new(),
+    };
+    RequestPermissionParams {
+        session_id: session.id.clone(),
+        tool_call: ToolCallUpdate {
+            tool_call_id: request.call_id.clone(),
+            title: Some(updates::title(&request.tool, Some(&request.arguments))),
+            kind: Some(updates::tool_kind(&request.tool)),
+            status: Some(ToolCallStatus::Pending),
+            content: Some(content),
+            locations: Some(updates::locations(
+                &request.tool,
+                Some(&request.arguments),
+                &session.root,
+            )),
+            raw_input: Some(request.arguments.clone()),
+        },
+        options: OPTIONS
+            .iter()
+            .map(|(option_id, name, kind)| PermissionOption {
+                option_id,
+                name,
+                kind,
+            })
+            .collect(),
+    }
+}
+
+/// The client's answer as pen's approval, as `pen serve` maps its editor's: allow, allow for the
+/// session (stored), deny; "reject always" is a denial that also answers the tool's later
+/// requests on this connection. An answer pen cannot use is no answer (the approval no longer
+/// applies), never an allow.
+fn decision(
+    session: &OpenSession,
+    tool: &str,
+    asked: Result<Value, rpc::CallError>,
+) -> ApprovalAnswer {
+    let answer =
+        asked.map_err(|e| format!("the client did not answer session/request_permission: {e}"))?;
+    let answer: RequestPermissionResponse = serde_json::from_value(answer).map_err(|e| {
+        format!("the client's answer to session/request_permission is malformed: {e}")
+    })?;
+    match answer.outcome {
+        PermissionOutcome::Cancelled => Err("the client cancelled the permission request".into()),
+        PermissionOutcome::Selected { option_id } => match option_id.as_str() {
+            "allow_once" => Ok((Decision::Allow, None)),
+            "allow_always" => Ok((Decision::AllowForSession, None)),
+            "reject_once" => Ok((Decision::Deny, None)),
+            "reject_always" => {
+                session
+                    .rejected
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(tool.to_string());
+                Ok((Decision::Deny, Some(rejected_for_session(tool))))
+            }
+            other => Err(format!(
+                "the client chose {other:?}, which pen did not offer"
+            )),
+        },
+    }
+}
+
+fn rejected_for_session(tool: &str) -> String {
+    format!("the owner rejected {tool} for the rest of this session; do not call it again")
+}
+
+/// Asks the client with `session/request_permission`, through the turn's outgoing queue.
+struct ClientApprover {
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    session: Arc<OpenSession>,
+}
+
+impl Approver for ClientApprover {
+    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
+        if self.session.rejects(&request.tool) {
+            let reason = rejected_for_session(&request.tool);
+            return Box::pin(async move { Ok((Decision::Deny, Some(reason))) });
+        }
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
+        Box::pin(async move {
+            if queued.is_err() {
+                return Err("the turn's connection to the client is gone".to_string());
+            }
+            answer_rx
+                .await
+                .unwrap_or_else(|_| Err("the client's answer was lost".to_string()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_join_text_links_and_embedded_text_and_refuse_what_pen_cannot_read() {
+        let blocks = vec![
+            ContentBlock::text("look at "),
+            ContentBlock::ResourceLink {
+                uri: "file:///w/a.rs".into(),
+                name: "a.rs".into(),
+                title: None,
+            },
+            ContentBlock::Resource {
+                resource: EmbeddedResource {
+                    uri: "file:///w/b.rs".into(),
+                    text: Some("fn b() {}".into()),
+                    blob: None,
+                },
+            },
+        ];
+        assert_eq!(
+            prompt_text(&blocks).unwrap(),
+            "look at [a.rs](file:///w/a.rs)\n<resource uri=\"file:///w/b.rs\">\nfn b() {}\n</resource>\n"
+        );
+        let blob = ContentBlock::Resource {
+            resource: EmbeddedResource {
+                uri: "file:///w/c.png".into(),
+                text: None,
+                blob: Some("AAAA".into()),
+            },
+        };
+        assert!(matches!(
+            prompt_text(&[blob]),
+            Err(AcpError::BinaryResource(_))
+        ));
+        assert!(matches!(
+            prompt_text(&[ContentBlock::Image {}]),
+            Err(AcpError::Unsupported("image"))
+        ));
+        assert!(matches!(
+            prompt_text(&[ContentBlock::text(" ")]),
+            Err(AcpError::EmptyPrompt)
+        ));
+        let big = ContentBlock::text("x".repeat(MAX_ACP_PROMPT_BYTES + 1));
+        assert!(matches!(prompt_text(&[big]), Err(AcpError::PromptTooLarge)));
+    }
+
+    fn open_session() -> OpenSession {
+        let dir = std::env::temp_dir();
+        OpenSession {
+            id: "s".into(),
+            workspace: Workspace::new(std::slice::from_ref(&dir)).unwrap(),
+            root: dir,
+            ledger: Arc::default(),
+            files: None,
+            mode: Mutex::new(MODE_ASK),
+            rejected: Mutex::default(),
+        }
+    }
+
+    /// The prompt budget's report reaches the client as agent text, never silently.
+    #[test]
+    fn a_trimmed_context_is_reported_as_agent_text() {
+        let trim = agent::Trim::Budget(crate::transcript::TrimReport {
+            policy_version: 3,
+            excerpted: vec!["a".into()],
+            omitted: vec![],
+            dropped_exchanges: vec![],
+            dropped_count: 0,
+            tokens_before: 9000,
+            tokens_after: 4000,
+            budget: 4500,
+        });
+        let update = live_update(
+            TurnEvent::ContextTrimmed(trim),
+            Path::new("/w"),
+            &mut HashMap::new(),
+            &Changes::default(),
+        );
+        let Some(SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::Text { text },
+        }) = update
+        else {
+            panic!("{update:?}")
+        };
+        assert!(
+            text.contains("context trimmed") && text.contains("9000"),
+            "{text}"
+        );
+        let ended = live_update(
+            TurnEvent::TurnEnded(agent::TurnOutcome::failed(
+                agent::TurnErrorKind::Network,
+                "x".into(),
+            )),
+            Path::new("/w"),
+            &mut HashMap::new(),
+            &Changes::default(),
+        );
+        assert_eq!(ended, None, "the prompt's answer carries the end");
+    }
+
+    #[test]
+    fn permission_answers_map_onto_pen_approvals_and_fail_closed() {
+        let session = open_session();
+        let selected = |id: &str| Ok(json!({"outcome": {"outcome": "selected", "optionId": id}}));
+        assert_eq!(
+            decision(&session, "pen_edit", selected("allow_once")),
+            Ok((Decision::Allow, None))
+        );
+        assert_eq!(
+            decision(&session, "pen_edit", selected("allow_always")),
+            Ok((Decision::AllowForSession, None))
+        );
+        assert_eq!(
+            decision(&session, "pen_edit", selected("reject_once")),
+            Ok((Decision::Deny, None))
+        );
+        assert!(!session.rejects("pen_command"));
+        assert!(matches!(
+            decision(&session, "pen_command", selected("reject_always")),
+            Ok((Decision::Deny, Some(_)))
+        ));
+        assert!(session.rejects("pen_command"));
+        assert!(decision(&session, "pen_edit", selected("yes_please")).is_err());
+        assert!(
+            decision(
+                &session,
+                "pen_edit",
+                Ok(json!({"outcome": {"outcome": "cancelled"}}))
+            )
+            .is_err()
+        );
+        assert!(decision(&session, "pen_edit", Ok(json!({"allow": true}))).is_err());
+        assert!(decision(&session, "pen_edit", Err(rpc::CallError::Gone)).is_err());
+    }
+}

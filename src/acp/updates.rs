@@ -1,0 +1,248 @@
+//! How pen's turn events and stored transcript entries read as ACP `session/update`s: tool
+//! kinds, titles, locations, statuses and content. Pure functions over the typed events; the
+//! same mapping serves a live turn and the replay of `session/load`.
+
+use super::host::FileChange;
+use super::wire::{
+    ContentBlock, SessionUpdate, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus,
+    ToolCallUpdate, ToolKind,
+};
+use crate::limits::{ACP_RESULT_EXCERPT_BYTES, MAX_SESSION_TITLE_BYTES};
+use crate::transcript::{CallOutcome, Item, Record};
+use serde_json::Value;
+use std::path::Path;
+
+pub fn tool_kind(tool: &str) -> ToolKind {
+    match tool {
+        "pen_read" | "pen_tail" => ToolKind::Read,
+        "pen_edit" | "pen_create" => ToolKind::Edit,
+        "pen_search" | "pen_list" => ToolKind::Search,
+        "pen_command" => ToolKind::Execute,
+        _ => ToolKind::Other,
+    }
+}
+
+fn argument<'a>(arguments: Option<&'a Value>, key: &str) -> Option<&'a str> {
+    arguments?.get(key)?.as_str()
+}
+
+/// What the client shows for a call: the tool and what it works on.
+pub fn title(tool: &str, arguments: Option<&Value>) -> String {
+    let subject = match tool {
+        "pen_command" => argument(arguments, "command"),
+        "pen_search" => argument(arguments, "query"),
+        _ => argument(arguments, "path"),
+    };
+    let title = match subject {
+        Some(subject) => format!("{tool} {subject}"),
+        None => tool.to_string(),
+    };
+    crate::text::cut(&title, MAX_SESSION_TITLE_BYTES).to_string()
+}
+
+/// The file a call works on, absolute (beneath `root` when the model named it relative), with
+/// the line a read starts at.
+pub fn locations(tool: &str, arguments: Option<&Value>, root: &Path) -> Vec<ToolCallLocation> {
+    let Some(path) = argument(arguments, "path") else {
+        return Vec::new();
+    };
+    let line = match tool {
+        "pen_read" => arguments
+            .and_then(|a| a.get("start_line"))
+            .and_then(Value::as_u64),
+        _ => None,
+    };
+    vec![ToolCallLocation {
+        path: root.join(path).to_string_lossy().into_owned(),
+        line,
+    }]
+}
+
+pub fn tool_call(call_id: &str, tool: &str, arguments: Option<&Value>, root: &Path) -> ToolCall {
+    ToolCall {
+        tool_call_id: call_id.to_string(),
+        title: title(tool, arguments),
+        kind: tool_kind(tool),
+        status: ToolCallStatus::Pending,
+        locations: locations(tool, arguments, root),
+        raw_input: arguments.cloned(),
+    }
+}
+
+pub fn status(outcome: CallOutcome) -> ToolCallStatus {
+    match outcome {
+        CallOutcome::Done => ToolCallStatus::Completed,
+        _ => ToolCallStatus::Failed,
+    }
+}
+
+pub fn diff(change: FileChange) -> ToolCallContent {
+    ToolCallContent::Diff {
+        path: change.absolute.to_string_lossy().into_owned(),
+        old_text: change.old_text,
+        new_text: change.new_text,
+    }
+}
+
+fn text_content(text: &str) -> ToolCallContent {
+    ToolCallContent::Content {
+        content: ContentBlock::text(crate::text::cut_with_note(
+            text,
+            ACP_RESULT_EXCERPT_BYTES,
+            "\n… (cut for display; the model read the whole result)",
+        )),
+    }
+}
+
+/// The update that ends a call: its status and, for an edit that was written, the diff of the
+/// whole file; else the head of its result.
+pub fn finished(
+    call_id: &str,
+    outcome: CallOutcome,
+    excerpt: &str,
+    change: Option<FileChange>,
+) -> ToolCallUpdate {
+    let content = match change {
+        Some(change) if outcome == CallOutcome::Done => vec![diff(change), text_content(excerpt)],
+        _ => vec![text_content(excerpt)],
+    };
+    ToolCallUpdate {
+        tool_call_id: call_id.to_string(),
+        status: Some(status(outcome)),
+        content: Some(content),
+        ..Default::default()
+    }
+}
+
+/// The updates that replay one stored entry in `session/load`: the prompt, the answer text,
+/// each call the answer made, each result. Events (turn ends, trims, grants) replay as nothing.
+pub fn replayed(record: &Record, root: &Path) -> Vec<SessionUpdate> {
+    match &record.item {
+        Item::UserPrompt { text } => vec![SessionUpdate::UserMessageChunk {
+            content: ContentBlock::text(text.clone()),
+        }],
+        Item::AssistantMessage(message) => {
+            let mut updates = Vec::new();
+            if !message.text.is_empty() {
+                updates.push(SessionUpdate::AgentMessageChunk {
+                    content: ContentBlock::text(message.text.clone()),
+                });
+            }
+            for call in &message.tool_calls {
+                let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
+                updates.push(SessionUpdate::ToolCall(tool_call(
+                    &call.id,
+                    &call.name,
+                    arguments.as_ref(),
+                    root,
+                )));
+            }
+            updates
+        }
+        Item::ToolResult(result) => {
+            let outcome = result.outcome.unwrap_or(if result.is_error {
+                CallOutcome::Error
+            } else {
+                CallOutcome::Done
+            });
+            vec![SessionUpdate::ToolCallUpdate(finished(
+                &result.call_id,
+                outcome,
+                &result.content,
+                None,
+            ))]
+        }
+        Item::ToolCall(_) | Item::Event(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolCall as ModelCall;
+    use crate::transcript::{AssistantMessage, ToolResult};
+    use serde_json::json;
+
+    #[test]
+    fn calls_have_a_kind_a_title_and_a_location() {
+        let arguments = json!({"path": "src/a.rs", "start_line": 40});
+        let call = tool_call("c1", "pen_read", Some(&arguments), Path::new("/w"));
+        assert_eq!(call.kind, ToolKind::Read);
+        assert_eq!(call.title, "pen_read src/a.rs");
+        assert_eq!(
+            call.locations,
+            [ToolCallLocation {
+                path: "/w/src/a.rs".into(),
+                line: Some(40)
+            }]
+        );
+        let command = json!({"command": "cargo test"});
+        let call = tool_call("c2", "pen_command", Some(&command), Path::new("/w"));
+        assert_eq!(
+            (call.kind, call.title.as_str()),
+            (ToolKind::Execute, "pen_command cargo test")
+        );
+        assert!(call.locations.is_empty());
+        assert_eq!(tool_kind("pen_search"), ToolKind::Search);
+        assert_eq!(tool_kind("pen_create"), ToolKind::Edit);
+        assert_eq!(tool_kind("mcp_thing"), ToolKind::Other);
+    }
+
+    #[test]
+    fn a_replay_reads_prompts_answers_calls_and_results() {
+        let root = Path::new("/w");
+        let record = |item| Record {
+            seq: 1,
+            turn_id: None,
+            created_at: 0,
+            item,
+        };
+        let prompt = replayed(&record(Item::UserPrompt { text: "hi".into() }), root);
+        assert_eq!(
+            prompt,
+            [SessionUpdate::UserMessageChunk {
+                content: ContentBlock::text("hi")
+            }]
+        );
+        let answer = replayed(
+            &record(Item::AssistantMessage(AssistantMessage {
+                text: "reading".into(),
+                tool_calls: vec![ModelCall {
+                    id: "c1".into(),
+                    name: "pen_read".into(),
+                    arguments: r#"{"path":"a"}"#.into(),
+                }],
+                ..Default::default()
+            })),
+            root,
+        );
+        assert_eq!(answer.len(), 2);
+        assert!(matches!(&answer[1], SessionUpdate::ToolCall(call) if call.tool_call_id == "c1"));
+        let long = "x".repeat(ACP_RESULT_EXCERPT_BYTES * 2);
+        let result = replayed(
+            &record(Item::ToolResult(ToolResult {
+                call_id: "c1".into(),
+                name: Some("pen_read".into()),
+                content: long,
+                is_error: false,
+                outcome: Some(CallOutcome::Done),
+            })),
+            root,
+        );
+        let [SessionUpdate::ToolCallUpdate(update)] = &result[..] else {
+            panic!("{result:?}")
+        };
+        assert_eq!(update.status, Some(ToolCallStatus::Completed));
+        let Some(
+            [
+                ToolCallContent::Content {
+                    content: ContentBlock::Text { text },
+                },
+            ],
+        ) = update.content.as_deref()
+        else {
+            panic!("{update:?}")
+        };
+        assert!(text.len() < ACP_RESULT_EXCERPT_BYTES + 100, "bounded");
+    }
+}
