@@ -325,6 +325,12 @@ impl Turn {
         let mut rejection: Option<ProviderError> = None;
         loop {
             let (planned, report) = self.plan_request(definitions, rejection.as_ref())?;
+            // Policy 4's compaction is recorded before the request goes out, so every later
+            // request (and a resumed session) renders the same prefix.
+            if let Some(compaction) = &planned.compaction {
+                self.append_item(Item::Event(Event::ContextCompacted(compaction.clone())))
+                    .await?;
+            }
             if let Some(report) = report {
                 self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
                     .await?;
@@ -413,7 +419,13 @@ impl Turn {
         if let Some(rejected) = history.rejected_at(&self.model) {
             limit = limit.below_rejection(rejected);
         }
-        let plan = history.plan(SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
+        let policy = budget::Policy::of(
+            self.config.budget_policy,
+            self.config.compaction_low_water_percent,
+        );
+        let plan = history
+            .plan_with(policy, SYSTEM_PROMPT, definitions, limit, &estimator)
+            .map_err(
             |err| match (rejection, err) {
                 (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::ContextWindow(format!(
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
