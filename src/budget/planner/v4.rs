@@ -199,12 +199,20 @@ impl Planner {
         index: usize,
         estimator: &TokenEstimator,
     ) -> u64 {
-        self.exchanges[index]
-            .units
-            .iter()
-            .enumerate()
-            .map(|(j, unit)| self.shown_tokens(frontier, (index, j), unit, estimator))
-            .sum()
+        // Each run of omitted groups is one note, as `render` writes it.
+        let note = estimator.scale(estimator.framed(excerpt::omitted_note_quarters(), 0));
+        let mut in_omitted_run = false;
+        let mut total = 0;
+        for (j, unit) in self.exchanges[index].units.iter().enumerate() {
+            let omitted = matches!(unit, Unit::Group(group)
+                if self.shown(frontier, (index, j), group) == Shown::Omitted);
+            if omitted && !in_omitted_run {
+                total += note;
+            }
+            in_omitted_run = omitted;
+            total += self.shown_tokens(frontier, (index, j), unit, estimator);
+        }
+        total
     }
 
     /// A new frontier from `from` that brings the request (estimated at `total`, fixed parts
@@ -396,11 +404,6 @@ impl Planner {
             };
         }
         // Everything the policy may take out taken out: what is left of the newest exchange.
-        let most = Frontier {
-            dropped: newest,
-            excerpted: None,
-            omitted: None,
-        };
         let everything: Vec<usize> = units
             .iter()
             .enumerate()
@@ -412,18 +415,13 @@ impl Planner {
             .checked_sub(3)
             .map(|k| (newest, everything[k]));
         let most = Frontier {
+            dropped: newest,
             excerpted: last_compactable,
             omitted: last_compactable,
-            ..most
-        };
-        let note = if last_compactable.is_some() {
-            estimator.scale(estimator.framed(excerpt::omitted_note_quarters(), 0))
-        } else {
-            0
         };
         BudgetError::TooLarge {
             part: Part::Prompt,
-            tokens: fixed + note + self.shown_exchange_tokens(&most, newest, estimator),
+            tokens: fixed + self.shown_exchange_tokens(&most, newest, estimator),
             budget: limit,
         }
     }
