@@ -2,6 +2,8 @@
 
 mod agent;
 mod bedrock;
+mod cache;
+mod cache_figures;
 mod cli;
 mod common;
 mod confinement;
