@@ -8,7 +8,8 @@
 //! tokens. For each window and policy it prints: requests; the share of each request's bytes
 //! that is a prefix of the request before it (min, median, whole session; compared in the
 //! order a prompt cache reads a request: tools, system, messages); the share of requests that
-//! reuse at least 90% of their bytes; the session's price in Anthropic's cache units against no
+//! reuse at least 90% of their bytes and the share that extend the request before (append
+//! only: what they add is all they do not reuse); the session's price in Anthropic's cache units against no
 //! caching (see `cache_figures` for the model); the compaction steps; the largest request
 //! against the budget; and the requests rejected as over the window. Figures, not timings.
 //!
@@ -59,7 +60,7 @@ struct Run {
     rejected: usize,
 }
 
-fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64) -> Run {
+fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64, low_water: Option<u64>) -> Run {
     let fake = fake_provider::FakeProvider::start();
     fake.push(cache_figures::turn(0..CALLS));
     let window_bytes = usize::try_from(window * 4).unwrap_or(usize::MAX);
@@ -91,6 +92,11 @@ fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64) -> Run {
         ("budget_policy", serde_json::json!(policy)),
     ] {
         config.set(key, &value).expect("a valid setting");
+    }
+    if let Some(percent) = low_water {
+        config
+            .set("compaction_low_water_percent", &serde_json::json!(percent))
+            .expect("a low-water mark within its bounds");
     }
     let compactions = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&compactions);
@@ -140,6 +146,10 @@ fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64) -> Run {
 }
 
 fn main() {
+    // `-- low-water=N` runs policy 4 at another low-water mark than the default.
+    let low_water = std::env::args()
+        .find_map(|arg| arg.strip_prefix("low-water=").map(str::to_string))
+        .and_then(|n| n.parse::<u64>().ok());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -160,20 +170,21 @@ fn main() {
     );
     println!();
     println!(
-        "  window  policy  requests  prefix min  median  whole  reuse>=90%  price  compactions  max tokens / budget  rejected  stop"
+        "  window  policy  requests  prefix min  median  whole  reuse>=90%  appending  price  compactions  max tokens / budget  rejected  stop"
     );
     for window in WINDOWS {
         for policy in [3, 4] {
-            let run = run(&runtime, window, policy);
+            let run = run(&runtime, window, policy, low_water);
             let f = run.figures;
             println!(
-                "  {:>5}k  {policy:>6}  {:>8}  {:>9.1}%  {:>5.1}%  {:>4.1}%  {:>9.1}%  {:>4.2}x  {:>11}  {:>10} / {:<8}  {:>8}  {:?}",
+                "  {:>5}k  {policy:>6}  {:>8}  {:>9.1}%  {:>5.1}%  {:>4.1}%  {:>9.1}%  {:>8.1}%  {:>5.3}x  {:>11}  {:>10} / {:<8}  {:>8}  {:?}",
                 window / 1_000,
                 f.requests,
                 f.min_share * 100.0,
                 f.median_share * 100.0,
                 f.whole_share * 100.0,
                 f.reusing_90 * 100.0,
+                f.appending * 100.0,
                 f.price_ratio,
                 run.compactions,
                 run.max_tokens,

@@ -104,7 +104,7 @@ pub const BUDGET_POLICY: Bounds = Bounds {
 /// request would compact again.
 pub const COMPACTION_LOW_WATER_PERCENT: Bounds = Bounds {
     name: "compaction_low_water_percent",
-    default: 55,
+    default: 50,
     min: 20,
     max: 90,
 };

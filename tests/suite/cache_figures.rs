@@ -125,6 +125,9 @@ pub struct Figures {
     pub whole_share: f64,
     /// The share of requests after the first that reuse at least 90% of their bytes.
     pub reusing_90: f64,
+    /// The share of requests after the first that extend the one before: all of it is their
+    /// prefix (what they add is all they do not reuse).
+    pub appending: f64,
     /// The session's price under the model above ÷ its price without caching.
     pub price_ratio: f64,
     /// The largest request, in bytes of its cache-order form.
@@ -135,12 +138,16 @@ pub struct Figures {
 pub fn figures(bodies: &[Value]) -> Figures {
     let forms: Vec<Vec<u8>> = bodies.iter().map(cache_order).collect();
     let mut shares: Vec<f64> = Vec::new();
+    let mut appending = 0usize;
     let (mut shared_total, mut all_total, mut price) = (0usize, 0usize, 0.0f64);
     for (i, form) in forms.iter().enumerate() {
         let shared = match i {
             0 => 0,
             _ => shared_prefix(&forms[i - 1], form),
         };
+        if i > 0 && shared == forms[i - 1].len() {
+            appending += 1;
+        }
         if i > 0 {
             shares.push(shared as f64 / form.len().max(1) as f64);
         }
@@ -158,6 +165,7 @@ pub fn figures(bodies: &[Value]) -> Figures {
         whole_share: shared_total as f64 / all_total.max(1) as f64,
         reusing_90: shares.iter().filter(|&&s| s >= 0.9).count() as f64
             / shares.len().max(1) as f64,
+        appending: appending as f64 / shares.len().max(1) as f64,
         price_ratio: price / all_total.max(1) as f64,
         max_bytes: forms.iter().map(Vec::len).max().unwrap_or(0),
     }
