@@ -828,5 +828,15 @@ mod tests {
             Item::from_stored(EntryKind::Event, &json!({"type": "turn_ended"})),
             Item::Event(Event::Other(json!({"type": "turn_ended"})))
         );
+        // A compaction without its count cannot be reproduced: kept as stored, not applied.
+        assert_eq!(
+            Item::from_stored(
+                EntryKind::Event,
+                &json!({"type": "context_compacted", "excerpted_through": "c1"})
+            ),
+            Item::Event(Event::Other(
+                json!({"type": "context_compacted", "excerpted_through": "c1"})
+            ))
+        );
     }
 }

@@ -15,8 +15,10 @@
 //!   turn ends `error` with kind `history_unrepairable`, naming the entry.
 //! - Every request is planned by [`crate::budget`] under `context_window_tokens −
 //!   max_output_tokens − budget_margin_tokens`, estimated with a ratio calibrated from the
-//!   provider's reported usage; a plan that cuts something new is an event entry and a
-//!   `context_trimmed` event.
+//!   provider's reported usage, with the policy `budget_policy` names; a plan that cuts
+//!   something new is an event entry and a `context_trimmed` event. A policy-4 compaction is
+//!   recorded (`context_compacted`) before the request that needs it goes out, so every later
+//!   request, in this daemon or a resumed one, renders the same prefix.
 //! - A context-window rejection never re-runs a tool: it is recorded (later requests plan under
 //!   its estimate), the newest group of large results is cut (in the outbound request only; the
 //!   decision is an event entry) and the request retried once.

@@ -810,3 +810,37 @@ fn a_compaction_goes_down_to_the_low_water_mark_and_then_waits() {
         plans.len()
     );
 }
+
+/// A recorded compaction that names calls the session never made (a damaged or hand-edited
+/// entry), or an absurd count, applies no bound it cannot resolve: plans still fit the budget
+/// (compacting again as needed) and nothing panics.
+#[test]
+fn a_compaction_naming_unknown_calls_is_not_applied() {
+    let steps: Vec<Step> = std::iter::once(Step::Prompt(50))
+        .chain((0..30).map(|i| Step::Group(vec![400 + (i * 53) % 700])))
+        .collect();
+    let budget = Budget {
+        max_input_tokens: 4_000,
+    };
+    let (mut records, _) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    records.push(Record {
+        seq: records.len() as u64 + 1,
+        turn_id: None,
+        created_at: 0,
+        item: Item::Event(Event::ContextCompacted(crate::transcript::Compaction {
+            policy_version: 4,
+            dropped_count: u64::MAX,
+            excerpted_through: Some("no-such-call".into()),
+            omitted_through: Some("c1".into()),
+            budget: 1,
+            low_water: 1,
+        })),
+    });
+    let estimator = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
+    let plan = super::planner_of(&records)
+        .plan_v4(SYSTEM, &tools(), budget, &estimator, 50)
+        .expect("a plan");
+    assert!(plan.estimated_tokens <= budget.max_input_tokens);
+    // The newest exchange is never dropped, whatever the count says.
+    assert!(matches!(plan.messages.first(), Some(Message::User { .. })));
+}

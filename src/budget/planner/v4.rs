@@ -231,7 +231,11 @@ impl Planner {
         frontier.dropped = self.first_kept(&frontier);
         let newest = self.exchanges.len() - 1;
         while total > target && frontier.dropped < newest {
-            total -= self.shown_exchange_tokens(&frontier, frontier.dropped, estimator);
+            total = total.saturating_sub(self.shown_exchange_tokens(
+                &frontier,
+                frontier.dropped,
+                estimator,
+            ));
             frontier.dropped += 1;
         }
         let units = &self.exchanges[newest].units;
@@ -256,7 +260,7 @@ impl Planner {
             let before = self.shown_tokens(&frontier, at, &units[j], estimator);
             frontier.excerpted = Some(at);
             let after = self.shown_tokens(&frontier, at, &units[j], estimator);
-            total = total - before + after;
+            total = total.saturating_sub(before) + after;
         }
         // A run of omitted groups in the newest exchange already has its note.
         let mut noted = frontier.omitted.is_some_and(|o| o.0 == newest);
@@ -266,7 +270,7 @@ impl Planner {
                 break;
             }
             let at = (newest, j);
-            if !frontier.excerpted.is_some_and(|e| at <= e) {
+            if frontier.excerpted.is_none_or(|e| at > e) {
                 break;
             }
             if frontier.omitted.is_some_and(|o| at <= o) {
@@ -278,7 +282,7 @@ impl Planner {
                 noted = true;
             }
             frontier.omitted = Some(at);
-            total -= before;
+            total = total.saturating_sub(before);
         }
         (frontier, total)
     }
