@@ -7,10 +7,11 @@
 //! at run time it is refused.
 
 use crate::limits::{
-    BUDGET_MARGIN_TOKENS, Bounds, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
-    MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
-    MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
-    REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
+    BUDGET_MARGIN_TOKENS, BUDGET_POLICY, Bounds, COMPACTION_LOW_WATER_PERCENT,
+    CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES, MAX_ATTEMPTS,
+    MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES, MAX_MODEL_BYTES,
+    MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REASONING_BUDGET_TOKENS,
+    REQUEST_TIMEOUT_SECS,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -59,6 +60,8 @@ pub const KEYS: &[&str] = &[
     "max_output_tokens",
     "reasoning_budget_tokens",
     "budget_margin_tokens",
+    "budget_policy",
+    "compaction_low_water_percent",
     "request_timeout_secs",
     "max_attempts",
     "max_turn_requests",
@@ -132,6 +135,10 @@ pub struct Config {
     /// Extended thinking's budget (Anthropic, Bedrock); 0 is off.
     pub reasoning_budget_tokens: u64,
     pub budget_margin_tokens: u64,
+    /// The prompt-budget policy version: 3 or 4 (see [`crate::limits::BUDGET_POLICY`]).
+    pub budget_policy: u64,
+    /// Policy 4's low-water mark, in % of the input budget.
+    pub compaction_low_water_percent: u64,
     pub request_timeout_secs: u64,
     pub max_attempts: u64,
     pub max_turn_requests: u64,
@@ -150,6 +157,8 @@ impl Default for Config {
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
             reasoning_budget_tokens: REASONING_BUDGET_TOKENS.default,
             budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
+            budget_policy: BUDGET_POLICY.default,
+            compaction_low_water_percent: COMPACTION_LOW_WATER_PERCENT.default,
             request_timeout_secs: REQUEST_TIMEOUT_SECS.default,
             max_attempts: MAX_ATTEMPTS.default,
             max_turn_requests: MAX_TURN_REQUESTS.default,
@@ -251,6 +260,11 @@ impl Config {
             "budget_margin_tokens" => {
                 self.budget_margin_tokens = integer(key, value, &BUDGET_MARGIN_TOKENS)?
             }
+            "budget_policy" => self.budget_policy = integer(key, value, &BUDGET_POLICY)?,
+            "compaction_low_water_percent" => {
+                self.compaction_low_water_percent =
+                    integer(key, value, &COMPACTION_LOW_WATER_PERCENT)?
+            }
             "request_timeout_secs" => {
                 self.request_timeout_secs = integer(key, value, &REQUEST_TIMEOUT_SECS)?
             }
@@ -340,6 +354,8 @@ impl Config {
             "max_output_tokens": self.max_output_tokens,
             "reasoning_budget_tokens": self.reasoning_budget_tokens,
             "budget_margin_tokens": self.budget_margin_tokens,
+            "budget_policy": self.budget_policy,
+            "compaction_low_water_percent": self.compaction_low_water_percent,
             "request_timeout_secs": self.request_timeout_secs,
             "max_attempts": self.max_attempts,
             "max_turn_requests": self.max_turn_requests,

@@ -87,6 +87,28 @@ pub const BUDGET_MARGIN_TOKENS: Bounds = Bounds {
     max: 1_000_000,
 };
 
+/// `budget_policy`: which prompt-budget policy plans requests (SPEC §6): 3 (compacts as little
+/// as each request needs) or 4 (compacts in one step down to a low-water mark, so the requests
+/// between two compactions extend each other and a provider's prefix cache keeps hitting).
+pub const BUDGET_POLICY: Bounds = Bounds {
+    name: "budget_policy",
+    default: 4,
+    min: 3,
+    max: 4,
+};
+
+/// `compaction_low_water_percent`: under policy 4, how full (in % of the input budget) a
+/// compaction leaves the request. Low enough that many requests fit before the next compaction,
+/// high enough that a compaction does not throw away most of what fits. The floor keeps a
+/// compaction from emptying the context; the ceiling keeps a margin below the budget, or every
+/// request would compact again.
+pub const COMPACTION_LOW_WATER_PERCENT: Bounds = Bounds {
+    name: "compaction_low_water_percent",
+    default: 50,
+    min: 20,
+    max: 90,
+};
+
 /// `request_timeout_secs`: the longest one provider request may take.
 pub const REQUEST_TIMEOUT_SECS: Bounds = Bounds {
     name: "request_timeout_secs",

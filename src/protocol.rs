@@ -452,6 +452,10 @@ impl From<transcript::Item> for EntryBody {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 EntryBody::ToolAllowedForSession { tool }
             }
+            // Policy 4's compaction is shown as stored (what the planner reads).
+            compacted @ Item::Event(Event::ContextCompacted(_)) => {
+                EntryBody::Event(compacted.to_payload())
+            }
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }

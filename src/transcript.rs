@@ -277,6 +277,27 @@ pub struct TrimReport {
     pub budget: u64,
 }
 
+/// How far policy 4 of the prompt budget compacted the session: recorded when a request would
+/// exceed the budget, and read by every later plan (in this daemon or a resumed one), so the
+/// requests between two compactions render the same prefix byte for byte. Names positions by
+/// call id and counts, never by anything that changes later.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Compaction {
+    pub policy_version: u32,
+    /// How many of the session's oldest exchanges are left out.
+    pub dropped_count: u64,
+    /// The first call id of the newest group replaced by its excerpt: every group of the kept
+    /// exchanges up to and including it is excerpted.
+    pub excerpted_through: Option<String>,
+    /// The same for the groups left out behind the one-line note (never past
+    /// `excerpted_through`).
+    pub omitted_through: Option<String>,
+    /// The budget the compaction was made under, and the low-water mark it aimed at (estimated
+    /// input tokens), for the reader: plans do not read them.
+    pub budget: u64,
+    pub low_water: u64,
+}
+
 /// An event entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -300,6 +321,8 @@ pub enum Event {
     },
     /// A budget plan cut something the session's previous report did not.
     ContextTrimmed(TrimReport),
+    /// Policy 4 compacted the session this far (see [`Compaction`]).
+    ContextCompacted(Compaction),
     /// The owner allowed `tool` for the rest of the session ("Allow for session").
     ToolAllowedForSession { tool: String },
     /// An event this pen does not know (a newer pen's), kept as stored.
@@ -494,6 +517,7 @@ pub mod event_type {
     pub const CONTEXT_WINDOW_REJECTED: &str = "context_window_rejected";
     pub const RESULTS_SHRUNK: &str = "results_shrunk";
     pub const CONTEXT_TRIMMED: &str = "context_trimmed";
+    pub const CONTEXT_COMPACTED: &str = "context_compacted";
     pub const TOOL_ALLOWED_FOR_SESSION: &str = "tool_allowed_for_session";
 }
 
@@ -553,6 +577,22 @@ impl Event {
                     budget: u64_field(fields, "budget").unwrap_or_default(),
                 })
             }
+            Some(event_type::CONTEXT_COMPACTED) => {
+                // Without its count the entry cannot be reproduced: kept as stored, unread.
+                let Some(dropped_count) = u64_field(fields, "dropped_count") else {
+                    return other();
+                };
+                Event::ContextCompacted(Compaction {
+                    policy_version: u64_field(fields, "policy_version")
+                        .and_then(|v| u32::try_from(v).ok())
+                        .unwrap_or_default(),
+                    dropped_count,
+                    excerpted_through: opt_str_field(fields, "excerpted_through"),
+                    omitted_through: opt_str_field(fields, "omitted_through"),
+                    budget: u64_field(fields, "budget").unwrap_or_default(),
+                    low_water: u64_field(fields, "low_water").unwrap_or_default(),
+                })
+            }
             Some(event_type::TOOL_ALLOWED_FOR_SESSION) => match opt_str_field(fields, "tool") {
                 Some(tool) => Event::ToolAllowedForSession { tool },
                 None => other(),
@@ -603,6 +643,15 @@ impl Event {
                 "tokens_before": report.tokens_before,
                 "tokens_after": report.tokens_after,
                 "budget": report.budget,
+            }),
+            Event::ContextCompacted(compaction) => json!({
+                "type": event_type::CONTEXT_COMPACTED,
+                "policy_version": compaction.policy_version,
+                "dropped_count": compaction.dropped_count,
+                "excerpted_through": compaction.excerpted_through,
+                "omitted_through": compaction.omitted_through,
+                "budget": compaction.budget,
+                "low_water": compaction.low_water,
             }),
             Event::ToolAllowedForSession { tool } => json!({
                 "type": event_type::TOOL_ALLOWED_FOR_SESSION,
@@ -689,6 +738,14 @@ mod tests {
             tokens_after: 5,
             budget: 6,
         })));
+        round_trip(Item::Event(Event::ContextCompacted(Compaction {
+            policy_version: 4,
+            dropped_count: 1,
+            excerpted_through: Some("c9".into()),
+            omitted_through: None,
+            budget: 100,
+            low_water: 55,
+        })));
         round_trip(Item::Event(Event::ToolAllowedForSession {
             tool: "pen_edit".into(),
         }));
@@ -770,6 +827,16 @@ mod tests {
         assert_eq!(
             Item::from_stored(EntryKind::Event, &json!({"type": "turn_ended"})),
             Item::Event(Event::Other(json!({"type": "turn_ended"})))
+        );
+        // A compaction without its count cannot be reproduced: kept as stored, not applied.
+        assert_eq!(
+            Item::from_stored(
+                EntryKind::Event,
+                &json!({"type": "context_compacted", "excerpted_through": "c1"})
+            ),
+            Item::Event(Event::Other(
+                json!({"type": "context_compacted", "excerpted_through": "c1"})
+            ))
         );
     }
 }

@@ -15,8 +15,10 @@
 //!   turn ends `error` with kind `history_unrepairable`, naming the entry.
 //! - Every request is planned by [`crate::budget`] under `context_window_tokens −
 //!   max_output_tokens − budget_margin_tokens`, estimated with a ratio calibrated from the
-//!   provider's reported usage; a plan that cuts something new is an event entry and a
-//!   `context_trimmed` event.
+//!   provider's reported usage, with the policy `budget_policy` names; a plan that cuts
+//!   something new is an event entry and a `context_trimmed` event. A policy-4 compaction is
+//!   recorded (`context_compacted`) before the request that needs it goes out, so every later
+//!   request, in this daemon or a resumed one, renders the same prefix.
 //! - A context-window rejection never re-runs a tool: it is recorded (later requests plan under
 //!   its estimate), the newest group of large results is cut (in the outbound request only; the
 //!   decision is an event entry) and the request retried once.
@@ -325,6 +327,12 @@ impl Turn {
         let mut rejection: Option<ProviderError> = None;
         loop {
             let (planned, report) = self.plan_request(definitions, rejection.as_ref())?;
+            // Policy 4's compaction is recorded before the request goes out, so every later
+            // request (and a resumed session) renders the same prefix.
+            if let Some(compaction) = &planned.compaction {
+                self.append_item(Item::Event(Event::ContextCompacted(compaction.clone())))
+                    .await?;
+            }
             if let Some(report) = report {
                 self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
                     .await?;
@@ -413,7 +421,13 @@ impl Turn {
         if let Some(rejected) = history.rejected_at(&self.model) {
             limit = limit.below_rejection(rejected);
         }
-        let plan = history.plan(SYSTEM_PROMPT, definitions, limit, &estimator).map_err(
+        let policy = budget::Policy::of(
+            self.config.budget_policy,
+            self.config.compaction_low_water_percent,
+        );
+        let plan = history
+            .plan_with(policy, SYSTEM_PROMPT, definitions, limit, &estimator)
+            .map_err(
             |err| match (rejection, err) {
                 (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::ContextWindow(format!(
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",

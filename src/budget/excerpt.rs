@@ -17,11 +17,38 @@ use std::borrow::Cow;
 const OPENING: &str = "[earlier tool call, excerpted by the prompt budget (policy 3). Quoted historical data: \
      not an executable call and not a claim of success. Reread current files before acting on it.]";
 
+/// Policy 4's label: policy 3's with its version, the same length (the sizes the planner keeps
+/// are those of either).
+const OPENING_4: &str = "[earlier tool call, excerpted by the prompt budget (policy 4). Quoted historical data: \
+     not an executable call and not a claim of success. Reread current files before acting on it.]";
+
 /// The note that stands for the oldest excerpts of the newest exchange when even they did not
 /// fit. The report names the calls.
-pub(super) const OMITTED_NOTE: &str = "[earlier tool calls of this exchange are left out by the prompt budget \
+const OMITTED_NOTE: &str = "[earlier tool calls of this exchange are left out by the prompt budget \
      (policy 3) to fit the context window; their results are in the session transcript, not here. \
      Reread current files before acting on them.]";
+
+/// Policy 4's note, the same length as policy 3's.
+const OMITTED_NOTE_4: &str = "[earlier tool calls of this exchange are left out by the prompt budget \
+     (policy 4) to fit the context window; their results are in the session transcript, not here. \
+     Reread current files before acting on them.]";
+
+fn opening(policy_version: u32) -> &'static str {
+    if policy_version == 4 {
+        OPENING_4
+    } else {
+        OPENING
+    }
+}
+
+/// The omitted note of a policy version.
+pub(super) fn omitted_note(policy_version: u32) -> &'static str {
+    if policy_version == 4 {
+        OMITTED_NOTE_4
+    } else {
+        OMITTED_NOTE
+    }
+}
 
 /// `text` cut to `max` bytes on a character boundary, saying how long it was.
 fn cut(text: &str, max: usize) -> Cow<'_, str> {
@@ -121,6 +148,7 @@ pub(super) fn group_quarters(text: &str, pieces: impl Iterator<Item = u64>) -> u
 /// The excerpt of a whole group: the assistant's own words, then each call in order, each
 /// written by `push_call` (its head, then its result).
 pub(super) fn group_text<C>(
+    policy_version: u32,
     text: &str,
     calls: &[C],
     mut push_call: impl FnMut(&mut Vec<u8>, &C),
@@ -130,7 +158,7 @@ pub(super) fn group_text<C>(
         out.extend_from_slice(text.as_bytes());
         out.extend_from_slice(b"\n\n");
     }
-    out.extend_from_slice(OPENING.as_bytes());
+    out.extend_from_slice(opening(policy_version).as_bytes());
     for call in calls {
         out.push(b'\n');
         push_call(&mut out, call);
@@ -142,4 +170,17 @@ pub(super) fn group_text<C>(
 /// The note's size in quarter tokens.
 pub(super) fn omitted_note_quarters() -> u64 {
     quarter_tokens(OMITTED_NOTE.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The planner keeps one size per excerpt and note, whichever policy renders it.
+    #[test]
+    fn each_policys_labels_are_the_same_size() {
+        assert_eq!(OPENING.len(), OPENING_4.len());
+        assert_eq!(OMITTED_NOTE.len(), OMITTED_NOTE_4.len());
+        assert!(OPENING_4.contains("(policy 4)") && OMITTED_NOTE_4.contains("(policy 4)"));
+    }
 }

@@ -5,7 +5,7 @@
 //! Each answer is the one the loop got by rescanning the transcript before every request; here
 //! [`History::push`] costs O(the record) and each query O(1) or O(its answer).
 
-use super::{Budget, BudgetError, Plan, Planner, ProviderKind, SHRUNK_HEAD_BYTES};
+use super::{Budget, BudgetError, Plan, Planner, Policy, ProviderKind, SHRUNK_HEAD_BYTES};
 use super::{TokenEstimator, TrimReport};
 use crate::providers::{ToolCall, ToolDefinition};
 use crate::transcript::{Event, Item, Record};
@@ -133,6 +133,24 @@ impl History {
         estimator: &TokenEstimator,
     ) -> Result<Plan, BudgetError> {
         self.planner.plan(system, tools, budget, estimator)
+    }
+
+    /// The plan of the records pushed so far under `policy`.
+    pub fn plan_with(
+        &self,
+        policy: Policy,
+        system: &str,
+        tools: &[ToolDefinition],
+        budget: Budget,
+        estimator: &TokenEstimator,
+    ) -> Result<Plan, BudgetError> {
+        match policy {
+            Policy::V3 => self.planner.plan(system, tools, budget, estimator),
+            Policy::V4 { low_water_percent } => {
+                self.planner
+                    .plan_v4(system, tools, budget, estimator, low_water_percent)
+            }
+        }
     }
 
     /// The call ids of the newest group of tool results (the results after one assistant

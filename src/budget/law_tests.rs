@@ -583,3 +583,264 @@ fn a_hand_built_ratio_sums_message_by_message() {
         }
     }
 }
+
+/// One step of a policy-4 session: what the loop commits between requests. No late answers and
+/// no `results_shrunk` cuts (each changes an earlier message by design).
+#[derive(Debug, Clone)]
+enum Step {
+    Prompt(usize),
+    /// An answer with calls and their results (sizes).
+    Group(Vec<usize>),
+    Answer,
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (1usize..400).prop_map(Step::Prompt),
+        12 => prop::collection::vec(prop_oneof![6 => 10usize..1_500, 1 => 2_000usize..6_000], 1..3)
+            .prop_map(Step::Group),
+        1 => Just(Step::Answer),
+    ]
+}
+
+/// A session driven as the engine drives it under policy 4: after each step, one plan (at the
+/// ratio of that request), and its compaction, when it makes one, committed before the next
+/// step. Returns the records and each successful plan with the record count it was made at.
+fn drive_v4(
+    steps: &[Step],
+    budget: Budget,
+    ratios: &[f64],
+    family: ProviderKind,
+    low_water_percent: u64,
+) -> (Vec<Record>, Vec<(usize, Plan)>) {
+    let tools = tools();
+    let mut records: Vec<Record> = Vec::new();
+    let mut planner = Planner::new();
+    let mut plans = Vec::new();
+    let mut call = 0;
+    let commit = |records: &mut Vec<Record>, planner: &mut Planner, item: Item| {
+        let record = Record {
+            seq: records.len() as u64 + 1,
+            turn_id: None,
+            created_at: 0,
+            item,
+        };
+        planner.push(&record);
+        records.push(record);
+    };
+    for (n, step) in steps.iter().enumerate() {
+        match step {
+            Step::Prompt(len) => commit(
+                &mut records,
+                &mut planner,
+                Item::UserPrompt {
+                    text: "p".repeat(*len),
+                },
+            ),
+            Step::Answer => commit(
+                &mut records,
+                &mut planner,
+                Item::AssistantMessage(crate::transcript::AssistantMessage {
+                    text: "done".into(),
+                    ..Default::default()
+                }),
+            ),
+            Step::Group(sizes) => {
+                let calls: Vec<ToolCall> = sizes
+                    .iter()
+                    .map(|_| {
+                        call += 1;
+                        ToolCall {
+                            id: format!("c{call}"),
+                            name: "pen_read".into(),
+                            arguments: format!("{{\"path\":\"f{call}\"}}"),
+                        }
+                    })
+                    .collect();
+                commit(
+                    &mut records,
+                    &mut planner,
+                    Item::AssistantMessage(crate::transcript::AssistantMessage {
+                        tool_calls: calls.clone(),
+                        ..Default::default()
+                    }),
+                );
+                for (tool_call, &size) in calls.iter().zip(sizes) {
+                    commit(
+                        &mut records,
+                        &mut planner,
+                        Item::ToolResult(crate::transcript::ToolResult {
+                            call_id: tool_call.id.clone(),
+                            content: format!("{}:{}", tool_call.id, "r".repeat(size)),
+                            ..Default::default()
+                        }),
+                    );
+                }
+            }
+        }
+        let estimator = TokenEstimator::new(family, ratios[n % ratios.len()]);
+        if let Ok(plan) = planner.plan_v4(SYSTEM, &tools, budget, &estimator, low_water_percent) {
+            if let Some(compaction) = &plan.compaction {
+                commit(
+                    &mut records,
+                    &mut planner,
+                    Item::Event(Event::ContextCompacted(compaction.clone())),
+                );
+            }
+            plans.push((records.len(), plan));
+        }
+    }
+    (records, plans)
+}
+
+/// The excerpts of a request by call id (the groups' words are empty, so each excerpt of a
+/// joined block starts at its label; JSON-quoted fields hold no raw blank line).
+fn excerpts_of(messages: &[Message]) -> Vec<(String, String)> {
+    const LABEL: &str = "[earlier tool call, excerpted";
+    let mut out = Vec::new();
+    for message in messages {
+        let Message::Assistant { text, .. } = message else {
+            continue;
+        };
+        for piece in text.split("\n\n") {
+            if !piece.starts_with(LABEL) {
+                continue;
+            }
+            if let Some(id) = piece
+                .split("\ncall_id: \"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+            {
+                out.push((id.to_string(), piece.to_string()));
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Policy 4's laws over sessions driven as the engine drives them: every request within the
+    /// budget; between two compactions each request extends the one before it (its messages are
+    /// the earlier request's messages, unchanged, then new ones); an excerpt's text is the same
+    /// in every later request that shows it; and a planner fed the same records (compactions
+    /// included) in one batch plans the same request, byte for byte, without compacting again.
+    #[test]
+    fn policy_4_requests_extend_each_other_between_compactions(
+        steps in prop::collection::vec(step_strategy(), 1..90),
+        max_input_tokens in 1_500u64..9_000,
+        ratios in prop::collection::vec(0.6f64..2.5, 1..4),
+        family in family_strategy(),
+        low_water_percent in 20u64..=90,
+    ) {
+        let budget = Budget { max_input_tokens };
+        let (records, plans) = drive_v4(&steps, budget, &ratios, family, low_water_percent);
+        let mut seen: std::collections::HashMap<String, String> = Default::default();
+        for pair in plans.windows(2) {
+            let (previous, next) = (&pair[0].1, &pair[1].1);
+            if next.compaction.is_none() {
+                prop_assert!(next.messages.len() >= previous.messages.len());
+                prop_assert_eq!(&next.messages[..previous.messages.len()], &previous.messages[..]);
+            }
+        }
+        for (at, plan) in &plans {
+            prop_assert!(plan.estimated_tokens <= max_input_tokens);
+            prop_assert_eq!(plan.report.is_some(), plan.compaction.is_some());
+            if let Some(report) = &plan.report {
+                prop_assert_eq!(report.policy_version, 4);
+            }
+            for (id, text) in excerpts_of(&plan.messages) {
+                let first = seen.entry(id.clone()).or_insert_with(|| text.clone());
+                prop_assert_eq!(&*first, &text, "the excerpt of {} changed", id);
+            }
+            // Replayed from the records (a resumed session): the same request, no new step.
+            let replayed = super::planner_of(&records[..*at]);
+            for ratio in &ratios {
+                let again = replayed.plan_v4(SYSTEM, &tools(), budget, &TokenEstimator::new(family, *ratio), low_water_percent);
+                if let Ok(again) = again && again.compaction.is_none() {
+                    prop_assert_eq!(&again.messages, &plan.messages);
+                }
+            }
+        }
+    }
+
+    /// Two plans of the same transcript and recorded compactions are identical, whether the
+    /// planner was fed record by record or all at once.
+    #[test]
+    fn policy_4_plans_of_the_same_records_are_identical(
+        steps in prop::collection::vec(step_strategy(), 1..60),
+        max_input_tokens in 1_500u64..9_000,
+        ratio in 0.6f64..2.5,
+        family in family_strategy(),
+    ) {
+        let budget = Budget { max_input_tokens };
+        let (records, _) = drive_v4(&steps, budget, &[ratio], family, 55);
+        let estimator = TokenEstimator::new(family, ratio);
+        let one = super::planner_of(&records).plan_v4(SYSTEM, &tools(), budget, &estimator, 55);
+        let two = super::planner_of(&records).plan_v4(SYSTEM, &tools(), budget, &estimator, 55);
+        prop_assert_eq!(one, two);
+    }
+}
+
+/// A compaction brings the request down to the low-water mark in one step, and the requests
+/// after it add only what the session adds until the budget is met again.
+#[test]
+fn a_compaction_goes_down_to_the_low_water_mark_and_then_waits() {
+    let steps: Vec<Step> = std::iter::once(Step::Prompt(50))
+        .chain((0..80).map(|i| Step::Group(vec![300 + (i * 37) % 900])))
+        .collect();
+    let budget = Budget {
+        max_input_tokens: 6_000,
+    };
+    let (_, plans) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    let compactions: Vec<&Plan> = plans
+        .iter()
+        .map(|(_, plan)| plan)
+        .filter(|plan| plan.compaction.is_some())
+        .collect();
+    assert!(compactions.len() >= 2, "{} compactions", compactions.len());
+    for plan in &compactions {
+        assert!(plan.estimated_tokens <= 3_000, "{}", plan.estimated_tokens);
+    }
+    // Many requests between two compactions: not one a request.
+    assert!(
+        plans.len() >= 5 * compactions.len(),
+        "{} plans",
+        plans.len()
+    );
+}
+
+/// A recorded compaction that names calls the session never made (a damaged or hand-edited
+/// entry), or an absurd count, applies no bound it cannot resolve: plans still fit the budget
+/// (compacting again as needed) and nothing panics.
+#[test]
+fn a_compaction_naming_unknown_calls_is_not_applied() {
+    let steps: Vec<Step> = std::iter::once(Step::Prompt(50))
+        .chain((0..30).map(|i| Step::Group(vec![400 + (i * 53) % 700])))
+        .collect();
+    let budget = Budget {
+        max_input_tokens: 4_000,
+    };
+    let (mut records, _) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    records.push(Record {
+        seq: records.len() as u64 + 1,
+        turn_id: None,
+        created_at: 0,
+        item: Item::Event(Event::ContextCompacted(crate::transcript::Compaction {
+            policy_version: 4,
+            dropped_count: u64::MAX,
+            excerpted_through: Some("no-such-call".into()),
+            omitted_through: Some("c1".into()),
+            budget: 1,
+            low_water: 1,
+        })),
+    });
+    let estimator = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
+    let plan = super::planner_of(&records)
+        .plan_v4(SYSTEM, &tools(), budget, &estimator, 50)
+        .expect("a plan");
+    assert!(plan.estimated_tokens <= budget.max_input_tokens);
+    // The newest exchange is never dropped, whatever the count says.
+    assert!(matches!(plan.messages.first(), Some(Message::User { .. })));
+}

@@ -37,7 +37,7 @@ mod tests;
 pub use crate::providers::ProviderKind;
 pub use estimate::{Budget, TokenEstimator};
 pub use history::History;
-pub use planner::Planner;
+pub use planner::{POLICY_VERSION_4, Planner};
 
 use crate::providers::{Message, ToolDefinition};
 use crate::session::Entry;
@@ -59,8 +59,35 @@ pub struct Plan {
     pub estimated_tokens: u64,
     /// The same estimate at a ratio of 1: what the provider's reported usage calibrates.
     pub uncalibrated_tokens: u64,
-    /// `None` when the transcript fit untouched.
+    /// `None` when the transcript fit untouched (policy 4: when no new compaction was made).
     pub report: Option<TrimReport>,
+    /// Policy 4's new compaction, which the caller records (before sending) so that every
+    /// later plan renders the same prefix. Policy 3 never makes one.
+    pub compaction: Option<Compaction>,
+}
+
+pub use crate::transcript::Compaction;
+
+/// Which policy plans a request (the `budget_policy` config key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Compacts as little as each request needs ([`Planner::plan`]).
+    V3,
+    /// Compacts in one step down to `low_water_percent` % of the budget when a request would
+    /// exceed it, and renders every later request from that recorded compaction
+    /// ([`Planner::plan_v4`]).
+    V4 { low_water_percent: u64 },
+}
+
+impl Policy {
+    /// The policy a config names: 3, else 4.
+    pub fn of(budget_policy: u64, low_water_percent: u64) -> Policy {
+        if budget_policy == u64::from(POLICY_VERSION) {
+            Policy::V3
+        } else {
+            Policy::V4 { low_water_percent }
+        }
+    }
 }
 
 pub use crate::transcript::TrimReport;

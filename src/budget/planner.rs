@@ -18,6 +18,9 @@ use crate::transcript::{AssistantMessage, CallOutcome, Event, Item, Record, Tool
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
+mod v4;
+pub use v4::POLICY_VERSION_4;
+
 /// The plan of the records pushed so far, kept up to date one record at a time.
 ///
 /// The planner reads only what it is pushed: feed it every committed record of the session,
@@ -51,6 +54,8 @@ pub struct Planner {
     shrunk: FxHashSet<String>,
     /// The first inconsistency: the history is refused from then on, whatever comes after.
     error: Option<BudgetError>,
+    /// The session's last recorded policy-4 compaction (policy 3 does not read it).
+    frontier: v4::Frontier,
 }
 
 /// A message's size in quarter tokens before framing and ratio (see `TokenEstimator::framed`).
@@ -182,8 +187,8 @@ impl Group {
         )
     }
 
-    fn excerpt_text(&self) -> String {
-        excerpt::group_text(&self.text, &self.calls, |out, slot| {
+    fn excerpt_text(&self, policy_version: u32) -> String {
+        excerpt::group_text(policy_version, &self.text, &self.calls, |out, slot| {
             excerpt::push_call_head(out, &slot.call.name, &slot.call.id, &slot.call.arguments);
             slot.push_result_excerpt(out);
         })
@@ -220,6 +225,9 @@ impl Planner {
         }
         if self.error.is_some() {
             return;
+        }
+        if let Item::Event(Event::ContextCompacted(compaction)) = &record.item {
+            self.take_compaction(compaction);
         }
         if let Err(err) = self.apply(record) {
             self.error = Some(err);
@@ -675,17 +683,14 @@ impl Planner {
         Ok(out.messages)
     }
 
-    /// Plans the messages of one request under `budget` (see the module doc of `budget` for
-    /// the policy): the same plan, byte for byte, as planning the same records in one batch.
-    pub fn plan(
-        &self,
+    /// The estimated tokens of the fixed parts (system prompt and tool schemas), at the
+    /// estimator's ratio and at 1; refused when they alone are over the budget.
+    fn fixed_parts(
         system: &str,
         tools: &[ToolDefinition],
-        budget: Budget,
+        limit: u64,
         estimator: &TokenEstimator,
-    ) -> Result<Plan, BudgetError> {
-        self.check()?;
-        let limit = budget.max_input_tokens;
+    ) -> Result<(u64, u64), BudgetError> {
         let system_tokens = estimator.text(system);
         if system_tokens > limit {
             return Err(BudgetError::TooLarge {
@@ -703,7 +708,22 @@ impl Planner {
             });
         }
         let uncalibrated = TokenEstimator::new(estimator.family, 1.0);
-        let uncalibrated_fixed = uncalibrated.text(system) + uncalibrated.tools(tools);
+        Ok((fixed, uncalibrated.text(system) + uncalibrated.tools(tools)))
+    }
+
+    /// Plans the messages of one request under `budget` with policy 3 (see the module doc of
+    /// `budget`): the same plan, byte for byte, as planning the same records in one batch.
+    pub fn plan(
+        &self,
+        system: &str,
+        tools: &[ToolDefinition],
+        budget: Budget,
+        estimator: &TokenEstimator,
+    ) -> Result<Plan, BudgetError> {
+        self.check()?;
+        let limit = budget.max_input_tokens;
+        let (fixed, uncalibrated_fixed) = Self::fixed_parts(system, tools, limit, estimator)?;
+        let uncalibrated = TokenEstimator::new(estimator.family, 1.0);
         let available = limit - fixed;
         let Some((newest, older)) = self.exchanges.split_last() else {
             return Ok(Plan {
@@ -711,6 +731,7 @@ impl Planner {
                 estimated_tokens: fixed,
                 uncalibrated_tokens: uncalibrated_fixed,
                 report: None,
+                compaction: None,
             });
         };
         // Every message rounded up at this ratio: the one pass over the whole session.
@@ -832,11 +853,14 @@ impl Planner {
                 Some(&(at, quarters, _)) if at == position => {
                     next_replaced += 1;
                     if next_replaced == 1 && omitted_count > 0 {
-                        Some((excerpt::OMITTED_NOTE.to_string(), note_quarters))
+                        Some((
+                            excerpt::omitted_note(POLICY_VERSION).to_string(),
+                            note_quarters,
+                        ))
                     } else if next_replaced <= omitted_count {
                         continue;
                     } else if let Unit::Group(group) = unit {
-                        Some((group.excerpt_text(), quarters))
+                        Some((group.excerpt_text(POLICY_VERSION), quarters))
                     } else {
                         None
                     }
@@ -890,6 +914,7 @@ impl Planner {
             estimated_tokens: tokens_after,
             uncalibrated_tokens,
             report,
+            compaction: None,
         })
     }
 }

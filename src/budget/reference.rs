@@ -427,6 +427,7 @@ pub(super) fn plan(
             estimated_tokens: fixed,
             uncalibrated_tokens: uncalibrated_fixed(estimator, system, tools),
             report: None,
+            compaction: None,
         });
     };
     // (a) Excerpt the oldest groups of the newest exchange, never its latest two, until it fits.
@@ -451,10 +452,15 @@ pub(super) fn plan(
         let Unit::Group(group) = &newest_units[position] else {
             continue;
         };
-        let replacement = Unit::Excerpt(excerpt::group_text(group.text, &group.calls, |out, a| {
-            excerpt::push_call_head(out, a.call.name, a.call.id, a.call.arguments);
-            excerpt::push_call_result(out, &a.content, a.is_error, a.status);
-        }));
+        let replacement = Unit::Excerpt(excerpt::group_text(
+            super::POLICY_VERSION,
+            group.text,
+            &group.calls,
+            |out, a| {
+                excerpt::push_call_head(out, a.call.name, a.call.id, a.call.arguments);
+                excerpt::push_call_result(out, &a.content, a.is_error, a.status);
+            },
+        ));
         let replacement_tokens = unit_tokens(&replacement, estimator);
         // A group already smaller than its excerpt is kept whole: replacing it saves nothing.
         if replacement_tokens >= newest_costs[position] {
@@ -470,7 +476,7 @@ pub(super) fn plan(
     // failing a turn whose latest groups and prompt fit.
     let mut omitted: Vec<String> = Vec::new();
     if newest_total > available && !replaced.is_empty() {
-        let note = Unit::Excerpt(excerpt::OMITTED_NOTE.to_string());
+        let note = Unit::Excerpt(excerpt::omitted_note(super::POLICY_VERSION).to_string());
         let note_tokens = unit_tokens(&note, estimator);
         let mut total = newest_total + note_tokens;
         let mut count = 0;
@@ -562,6 +568,7 @@ pub(super) fn plan(
         estimated_tokens: tokens_after,
         uncalibrated_tokens,
         report,
+        compaction: None,
     })
 }
 

@@ -640,7 +640,7 @@ proptest! {
                     Some(report) => {
                         prop_assert!(report.omitted.iter().all(|id| report.excerpted.contains(id)));
                         let noted = plan.messages.iter().any(|m| matches!(m,
-                            Message::Assistant { text, .. } if text.contains(excerpt::OMITTED_NOTE)));
+                            Message::Assistant { text, .. } if text.contains(excerpt::omitted_note(3))));
                         prop_assert_eq!(noted, !report.omitted.is_empty());
                         prop_assert_eq!(report.tokens_after, tokens);
                         prop_assert!(report.tokens_before > max_input_tokens);

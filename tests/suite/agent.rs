@@ -505,6 +505,10 @@ fn a_session_an_oversized_result_made_unusable_is_recovered() {
     let reply = || Reply::Stream(openai_frames(&["Back in business."], &[], usage()));
     fake.push([reply()]);
     let mut d = daemon_in(&fake, "openai", data, root);
+    // Policy 3, whose compaction follows the budget request by request (policy 4 would keep
+    // the exchange out under the larger window below, and nothing would be rejected).
+    d.client
+        .request("pen/setConfig", json!({"budget_policy": 3}));
     // The default window (128,000 tokens) cannot hold the result: the prompt budget leaves the
     // old exchange out before anything is sent, and says so.
     let answer = d.prompt(&session, "what now?");
@@ -700,7 +704,7 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
         }
         d.client.request(
             "pen/setConfig",
-            json!({"context_window_tokens": 16_000, "max_output_tokens": 1_000, "budget_margin_tokens": 500}),
+            json!({"context_window_tokens": 16_000, "max_output_tokens": 1_000, "budget_margin_tokens": 500, "budget_policy": 3}),
         );
         let session = d.new_session();
         let answer = d.prompt(&session, "Read every file under src, one at a time.");

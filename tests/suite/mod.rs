@@ -3,6 +3,8 @@
 mod acp;
 mod agent;
 mod bedrock;
+mod cache;
+mod cache_figures;
 mod cli;
 mod common;
 mod confinement;
