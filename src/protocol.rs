@@ -359,13 +359,37 @@ impl From<providers::FinishReason> for FinishReason {
     }
 }
 
-/// Token usage as the provider reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Token usage as the provider reported it, normalised (see [`providers::Usage`]):
+/// `inputTokens` is the whole prompt, of which `cacheReadTokens` came from the provider's cache
+/// and `cacheWriteTokens` were written to it; each optional count is absent when the provider
+/// did not report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub cache_read_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub cache_write_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl From<providers::Usage> for Usage {
+    fn from(usage: providers::Usage) -> Usage {
+        Usage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+        }
+    }
 }
 
 impl From<transcript::Record> for TranscriptRecord {
@@ -396,10 +420,7 @@ impl From<transcript::Item> for EntryBody {
                     })
                     .collect(),
                 finish_reason: m.finish_reason.map(FinishReason::from),
-                usage: m.usage.map(|u| Usage {
-                    input_tokens: u.input_tokens,
-                    output_tokens: u.output_tokens,
-                }),
+                usage: m.usage.map(Usage::from),
                 model: m.model,
                 estimated_input_tokens: m.estimated_input_tokens,
             },

@@ -639,8 +639,11 @@ mod tests {
             }],
             finish_reason: Some(FinishReason::ToolUse),
             usage: Some(Usage {
-                input_tokens: 3,
+                input_tokens: 30,
                 output_tokens: 4,
+                cache_read_tokens: Some(20),
+                cache_write_tokens: Some(7),
+                reasoning_tokens: Some(2),
             }),
             model: Some("m".into()),
             estimated_input_tokens: Some(9),
@@ -726,7 +729,8 @@ mod tests {
             panic!("not an answer")
         };
         assert_eq!(m.tool_calls[0].id, "c");
-        assert_eq!(m.usage.map(|u| u.input_tokens), Some(1));
+        // Usage before the cache counts: they read as unknown, not as 0.
+        assert_eq!(m.usage, Some(Usage::new(1, 2)));
         assert_eq!(m.estimated_input_tokens, Some(7));
         // Recovery's results have no name.
         let recovered = Item::from_stored(

@@ -842,10 +842,7 @@ fn budget_config(budget: u64) -> Config {
 }
 
 fn with_usage(mut response: ModelResponse, input_tokens: u64) -> ModelResponse {
-    response.usage = Some(crate::providers::Usage {
-        input_tokens,
-        output_tokens: 1,
-    });
+    response.usage = Some(crate::providers::Usage::new(input_tokens, 1));
     response
 }
 

@@ -543,10 +543,7 @@ impl StreamedAnswer {
             "metadata" => {
                 let metadata: converse::Metadata =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
-                self.usage = metadata.usage.map(|usage| Usage {
-                    input_tokens: usage.input_tokens,
-                    output_tokens: usage.output_tokens,
-                });
+                self.usage = metadata.usage.map(|usage| usage.normalised());
                 self.metadata = true;
             }
             // messageStart, contentBlockStop, and events of later API versions carry nothing
@@ -866,8 +863,29 @@ mod converse {
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct TokenUsage {
+        /// The prompt tokens neither read from nor written to the cache.
         pub input_tokens: u64,
         pub output_tokens: u64,
+        pub cache_read_input_tokens: Option<u64>,
+        pub cache_write_input_tokens: Option<u64>,
+    }
+
+    impl TokenUsage {
+        /// The neutral usage: Converse's `inputTokens` leaves out the cached prompt tokens
+        /// (its `totalTokens` is input + output + cache read + cache write), so the prompt in
+        /// total is their sum.
+        pub fn normalised(&self) -> crate::providers::Usage {
+            crate::providers::Usage {
+                input_tokens: self
+                    .input_tokens
+                    .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
+                    .saturating_add(self.cache_write_input_tokens.unwrap_or(0)),
+                output_tokens: self.output_tokens,
+                cache_read_tokens: self.cache_read_input_tokens,
+                cache_write_tokens: self.cache_write_input_tokens,
+                reasoning_tokens: None,
+            }
+        }
     }
 }
 

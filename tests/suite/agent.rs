@@ -19,10 +19,7 @@ fn call(id: &str, name: &str, args: Value) -> ToolCall {
 }
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    }
+    Usage::new(100, 10)
 }
 
 struct Daemon {
@@ -665,10 +662,7 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
     use super::fake_provider::BODY_TOKENS;
     const READS: usize = 32;
     const WINDOW_BYTES: usize = 64_000;
-    let honest = Usage {
-        input_tokens: BODY_TOKENS,
-        output_tokens: 10,
-    };
+    let honest = Usage::new(BODY_TOKENS, 10);
     for api in ["openai", "anthropic"] {
         let fake = FakeProvider::start();
         let frames = |text: &[&str], calls: &[ToolCall]| match api {

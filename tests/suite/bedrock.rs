@@ -223,10 +223,7 @@ async fn a_text_answer_streams_and_the_request_is_signed_converse() {
             tool_calls: vec![],
             reasoning: vec![],
             finish_reason: FinishReason::EndTurn,
-            usage: Some(Usage {
-                input_tokens: 25,
-                output_tokens: 4
-            }),
+            usage: Some(Usage::new(25, 4)),
         })
     );
     assert_eq!(streamed, "Hello, world.");
@@ -450,13 +447,7 @@ async fn an_answer_ends_at_its_last_event_even_if_the_connection_stays_open() {
         (response.text.as_str(), streamed.as_str()),
         ("Hello", "Hello")
     );
-    assert_eq!(
-        response.usage,
-        Some(Usage {
-            input_tokens: 9,
-            output_tokens: 2
-        })
-    );
+    assert_eq!(response.usage, Some(Usage::new(9, 2)));
 }
 
 #[tokio::test]

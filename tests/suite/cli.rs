@@ -233,10 +233,7 @@ fn pen_run_whose_reader_goes_away_stops_the_turn_cleanly() {
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
     std::fs::write(root.path().join("b.txt"), "beta\n").unwrap();
-    let usage = Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    };
+    let usage = Usage::new(100, 10);
     let call = |id: &str, path: &str| ToolCall {
         id: id.into(),
         name: "pen_read".into(),

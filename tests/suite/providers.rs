@@ -53,10 +53,7 @@ fn request() -> ModelRequest {
 }
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 42,
-        output_tokens: 7,
-    }
+    Usage::new(42, 7)
 }
 
 /// Sends `request` and returns the result with the text deltas `on_event` received, in order.

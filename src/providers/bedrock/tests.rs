@@ -284,10 +284,7 @@ fn a_streamed_tool_round_assembles_text_calls_stop_reason_and_usage() {
                 },
             ],
             finish_reason: FinishReason::ToolUse,
-            usage: Some(Usage {
-                input_tokens: 120,
-                output_tokens: 30,
-            }),
+            usage: Some(Usage::new(120, 30)),
             reasoning: vec![],
         })
     );
@@ -690,4 +687,59 @@ fn a_base_url_that_is_not_http_is_refused_before_any_request() {
         Duration::from_secs(5),
     );
     assert_eq!(refused.err().map(|e| e.kind), Some(ErrorKind::Config));
+}
+
+/// The `metadata` event of a Converse stream that read a cached prefix (the shape of the
+/// Bedrock prompt-caching guide's example: `totalTokens` is input + output + cache read +
+/// cache write, so `inputTokens` leaves the cached tokens out).
+#[test]
+fn usage_from_metadata_counts_the_cached_prompt_in_the_total() {
+    let stream = |usage: serde_json::Value| {
+        assemble(&[
+            event("messageStart", json!({"role": "assistant"})),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "ok"}}),
+            ),
+            event("messageStop", json!({"stopReason": "end_turn"})),
+            event(
+                "metadata",
+                json!({"usage": usage, "metrics": {"latencyMs": 1234}}),
+            ),
+        ])
+        .0
+        .unwrap()
+        .usage
+    };
+    assert_eq!(
+        stream(
+            json!({"inputTokens": 9, "outputTokens": 187, "totalTokens": 4336,
+                      "cacheReadInputTokens": 4140, "cacheWriteInputTokens": 0})
+        ),
+        Some(Usage {
+            input_tokens: 4149,
+            output_tokens: 187,
+            cache_read_tokens: Some(4140),
+            cache_write_tokens: Some(0),
+            reasoning_tokens: None,
+        })
+    );
+    assert_eq!(
+        stream(
+            json!({"inputTokens": 12, "outputTokens": 5, "totalTokens": 2065,
+                      "cacheReadInputTokens": 0, "cacheWriteInputTokens": 2048})
+        ),
+        Some(Usage {
+            input_tokens: 2060,
+            output_tokens: 5,
+            cache_read_tokens: Some(0),
+            cache_write_tokens: Some(2048),
+            reasoning_tokens: None,
+        })
+    );
+    // A model without prompt caching reports no cache fields: they stay unknown.
+    assert_eq!(
+        stream(json!({"inputTokens": 120, "outputTokens": 30, "totalTokens": 150})),
+        Some(Usage::new(120, 30))
+    );
 }
