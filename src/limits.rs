@@ -403,6 +403,15 @@ pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
 
 // End of the issue 13, item 7 block.
 
+// Issue 14 item 2 (prompt-cache breakpoints).
+
+/// Cache breakpoints one request may carry, 4: the most Anthropic's Messages API accepts
+/// (`cache_control` on at most four blocks) and Bedrock's Converse (`cachePoint` blocks),
+/// https://platform.claude.com/docs/en/build-with-claude/prompt-caching.
+pub const PROMPT_CACHE_BREAKPOINTS_MAX: usize = 4;
+
+// End of the issue 14 item 2 block.
+
 #[cfg(test)]
 mod tests {
     use super::*;

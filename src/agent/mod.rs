@@ -40,8 +40,8 @@ pub use system_prompt::SYSTEM_PROMPT;
 use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
 use crate::providers::{
-    ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent, ToolCall,
-    ToolDefinition,
+    CacheHints, ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent,
+    ToolCall, ToolDefinition,
 };
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::registry::{Execution, Preview, ToolSpec};
@@ -324,18 +324,33 @@ impl Turn {
     ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
-            let (planned, report) = self.plan_request(definitions, rejection.as_ref())?;
+            let (planned, report, estimator) =
+                self.plan_request(definitions, rejection.as_ref())?;
             if let Some(report) = report {
                 self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
                     .await?;
                 self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report)));
             }
+            // The cache hints: the session's id, where the previous request ended while it is
+            // still a prefix of this one, and the estimate the planner used.
+            let cache = {
+                let mut guard = self.lock_history();
+                let previous_end =
+                    CacheHints::previous_end(guard.last_request(), &planned.messages);
+                guard.set_last_request(planned.messages.clone());
+                CacheHints {
+                    key: Some(self.session_id.clone()),
+                    previous_end,
+                    estimator: Some(estimator),
+                }
+            };
             let request = ModelRequest {
                 model: self.model.clone(),
                 system: SYSTEM_PROMPT.to_string(),
                 messages: planned.messages,
                 tools: definitions.to_vec(),
                 max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
+                cache,
             };
             let on_event = |event: StreamEvent| match event {
                 StreamEvent::TextDelta(text) => self.emit(seq, TurnEvent::TextDelta { text }),
@@ -395,12 +410,19 @@ impl Turn {
     }
 
     /// Plans the next request from the session's history under the prompt budget (SPEC §6),
-    /// with the report to record when it cuts something new.
+    /// with the report to record when it cuts something new and the estimator it planned with.
     fn plan_request(
         &self,
         definitions: &[ToolDefinition],
         rejection: Option<&ProviderError>,
-    ) -> Result<(budget::Plan, Option<budget::TrimReport>), TurnError> {
+    ) -> Result<
+        (
+            budget::Plan,
+            Option<budget::TrimReport>,
+            budget::TokenEstimator,
+        ),
+        TurnError,
+    > {
         let guard = self.lock_history();
         let history = guard.planned();
         let family = provider_family(&self.config);
@@ -430,7 +452,7 @@ impl Turn {
             .as_ref()
             .filter(|report| history.is_new_trim(report))
             .cloned();
-        Ok((plan, report))
+        Ok((plan, report, estimator))
     }
 
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call

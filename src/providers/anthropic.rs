@@ -13,10 +13,11 @@
 //! later request: the API refuses a tool-use loop whose last assistant message lost them or
 //! their signatures.
 
+use super::cache::{self, Breakpoints};
 use super::wire::{self, StreamDecoder};
 use super::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
+    ProviderKind, ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -122,12 +123,29 @@ impl Provider for AnthropicProvider {
 ///
 /// Reasoning blocks go back only while thinking is on, and only those the API can check (signed
 /// or redacted): a block another server produced without a signature would be refused.
+///
+/// Prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`) go where
+/// [`Breakpoints::plan`] puts them for the model's minimum cacheable length: on the system
+/// prompt (which is then sent as one text block; on the last tool without one) and on the last
+/// block of the user-side messages it names.
 fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
+    let breakpoints = Breakpoints::plan(
+        request,
+        ProviderKind::Anthropic,
+        cache::anthropic_min_cacheable_tokens(&request.model),
+    );
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     let mut user_blocks: Vec<Value> = Vec::new();
-    for message in &request.messages {
+    for (index, message) in request.messages.iter().enumerate() {
+        let marked = breakpoints.messages.contains(&index);
         match message {
-            Message::User { text } => user_blocks.push(json!({"type": "text", "text": text})),
+            Message::User { text } => {
+                let mut block = json!({"type": "text", "text": text});
+                if marked {
+                    block["cache_control"] = ephemeral();
+                }
+                user_blocks.push(block);
+            }
             Message::ToolResult {
                 call_id,
                 content,
@@ -140,6 +158,9 @@ fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
                 });
                 if *is_error {
                     block["is_error"] = json!(true);
+                }
+                if marked {
+                    block["cache_control"] = ephemeral();
                 }
                 user_blocks.push(block);
             }
@@ -203,23 +224,38 @@ fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget_tokens});
     }
     if !request.system.is_empty() {
-        body["system"] = json!(request.system);
+        body["system"] = if breakpoints.head {
+            json!([{"type": "text", "text": request.system, "cache_control": ephemeral()}])
+        } else {
+            json!(request.system)
+        };
     }
     body["messages"] = Value::Array(messages);
     if !request.tools.is_empty() {
+        let last = request.tools.len() - 1;
         body["tools"] = request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
+            .enumerate()
+            .map(|(index, tool)| {
+                let mut definition = json!({
                     "name": tool.name,
                     "description": tool.description,
                     "input_schema": tool.input_schema,
-                })
+                });
+                if breakpoints.head && request.system.is_empty() && index == last {
+                    definition["cache_control"] = ephemeral();
+                }
+                definition
             })
             .collect();
     }
     body
+}
+
+/// A prompt-cache breakpoint with the default lifetime (five minutes, renewed by every hit).
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
 }
 
 /// A reasoning block as the API returned it: `redacted_thinking` with its `data`, or `thinking`
@@ -243,10 +279,11 @@ fn is_reasoning(block: &Value) -> bool {
     )
 }
 
-/// A user message; a lone text block is sent as plain content, the common short form.
+/// A user message; a lone text block is sent as plain content, the common short form, unless
+/// it carries a cache breakpoint.
 fn user_message(mut blocks: Vec<Value>) -> Value {
     if let [block] = blocks.as_mut_slice() {
-        if block["type"] == "text" {
+        if block["type"] == "text" && block.get("cache_control").is_none() {
             return json!({"role": "user", "content": block["text"].take()});
         }
     }
@@ -520,7 +557,7 @@ pub fn classify_error(status: Option<u16>, body: &str) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{ProviderKind, ToolDefinition};
+    use crate::providers::ToolDefinition;
 
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
         ToolCall {
@@ -572,6 +609,7 @@ mod tests {
                 input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
             }],
             max_output_tokens: 4096,
+            cache: Default::default(),
         };
         assert_eq!(
             request_body(&request, None),
@@ -628,6 +666,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 16,
+            cache: Default::default(),
         };
         assert_eq!(
             request_body(&request, None)["messages"],
@@ -671,6 +710,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 100,
+            cache: Default::default(),
         };
         let body = request_body(&request, None);
         assert!(body.get("system").is_none());
@@ -973,6 +1013,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 4096,
+            cache: Default::default(),
         };
         let body = request_body(&request, Some(2048));
         assert_eq!(
@@ -1002,6 +1043,7 @@ mod tests {
             messages: vec![Message::User { text: "go".into() }],
             tools: vec![],
             max_output_tokens: 2048,
+            cache: Default::default(),
         };
         assert_eq!(wire::thinking_budget(0, &request), Ok(None));
         let error = wire::thinking_budget(2048, &request).unwrap_err();

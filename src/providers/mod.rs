@@ -9,6 +9,7 @@
 
 pub mod bedrock;
 
+pub use cache::CacheHints;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod cache;
 pub mod choice;
 pub mod openai;
 pub mod retry;
@@ -86,6 +88,8 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
     pub max_output_tokens: u32,
+    /// What the backend may use to make the provider's prompt cache hit.
+    pub cache: cache::CacheHints,
 }
 
 /// Why the model stopped.
@@ -285,6 +289,9 @@ pub struct ProviderSettings {
     /// off. Thinking tokens count against the request's `max_output_tokens`, which must exceed
     /// it. OpenAI-compatible servers ignore it.
     pub reasoning_budget_tokens: u32,
+    /// Whether an OpenAI-compatible request carries `prompt_cache_key`: `None` for
+    /// api.openai.com only (the config's `prompt_cache_key = "auto"`).
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl ProviderSettings {
@@ -299,6 +306,7 @@ impl ProviderSettings {
             request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
             max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
             reasoning_budget_tokens: 0,
+            prompt_cache_key: None,
         }
     }
 }
@@ -313,6 +321,7 @@ impl fmt::Debug for ProviderSettings {
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("reasoning_budget_tokens", &self.reasoning_budget_tokens)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .finish()
     }
 }

@@ -42,6 +42,8 @@ pub struct OpenAiProvider {
     label: String,
     /// The request field that carries the output limit (see [`OpenAiProvider::new`]).
     output_limit_field: &'static str,
+    /// Whether requests carry `prompt_cache_key` (see [`OpenAiProvider::new`]).
+    prompt_cache_key: bool,
 }
 
 impl OpenAiProvider {
@@ -53,6 +55,12 @@ impl OpenAiProvider {
     /// OpenAI's own API takes the output limit as `max_completion_tokens` (its reasoning models
     /// refuse the deprecated `max_tokens`); the local servers read `max_tokens`, so that is what
     /// every other base URL gets.
+    ///
+    /// OpenAI caches prompts by prefix on its own, routing by a hash of the prefix;
+    /// `prompt_cache_key` (the session id) keeps one session's requests on the same cache. It
+    /// goes to OpenAI itself, or anywhere `settings.prompt_cache_key` says: other servers may
+    /// refuse a field they do not know. (llama-server's `cache_prompt` is not sent: it is on by
+    /// default there, and Ollama and vLLM reuse their KV cache without being asked.)
     pub fn new(
         client: reqwest::Client,
         settings: &ProviderSettings,
@@ -94,6 +102,7 @@ impl OpenAiProvider {
             } else {
                 "max_tokens"
             },
+            prompt_cache_key: settings.prompt_cache_key.unwrap_or(is_openai),
         })
     }
 
@@ -103,7 +112,12 @@ impl OpenAiProvider {
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
-        let body = request_body(request, self.output_limit_field);
+        let mut body = request_body(request, self.output_limit_field);
+        if self.prompt_cache_key
+            && let Some(key) = &request.cache.key
+        {
+            body["prompt_cache_key"] = json!(key);
+        }
         let http = self
             .client
             .post(&self.url)
@@ -612,6 +626,7 @@ mod tests {
                 input_schema: json!({"type": "object"}),
             }],
             max_output_tokens: 1024,
+            cache: Default::default(),
         }
     }
 

@@ -160,8 +160,14 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
                 }
                 _ => {
                     assert_eq!(inline_system, 0, "{api}");
+                    // pen's tools and system prompt pass the minimum cacheable length, so the
+                    // system prompt is one text block with the head's cache breakpoint.
+                    assert_eq!(
+                        request.body["system"][0]["cache_control"],
+                        json!({"type": "ephemeral"})
+                    );
                     assert!(
-                        request.body["system"]
+                        request.body["system"][0]["text"]
                             .as_str()
                             .unwrap()
                             .contains("You are pen")

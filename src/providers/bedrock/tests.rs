@@ -16,6 +16,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: 1024,
+        cache: Default::default(),
     }
 }
 
@@ -55,7 +56,7 @@ fn body_has_the_system_prompt_once_tools_and_a_tool_round() {
         },
     ]);
     assert_eq!(
-        serde_json::to_value(converse_body(&request, None)).expect("serializable"),
+        serde_json::to_value(converse_body(&request, None, None)).expect("serializable"),
         json!({
             "system": [{"text": "You are pen."}],
             "messages": [
@@ -106,7 +107,8 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
     ]);
     without_tools.system = String::new();
     without_tools.tools = Vec::new();
-    let body = serde_json::to_value(converse_body(&without_tools, None)).expect("serializable");
+    let body =
+        serde_json::to_value(converse_body(&without_tools, None, None)).expect("serializable");
     assert_eq!(body.get("system"), None);
     assert_eq!(body.get("toolConfig"), None);
     assert_eq!(
@@ -596,7 +598,7 @@ fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
         result("t1", "a", false),
     ]);
     with_thinking.max_output_tokens = 4096;
-    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048))).expect("json");
+    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048), None)).expect("json");
     assert_eq!(
         body["additionalModelRequestFields"],
         json!({"thinking": {"type": "enabled", "budget_tokens": 2048}})
@@ -610,7 +612,7 @@ fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
             {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {"path": "a"}}},
         ])
     );
-    let off = serde_json::to_value(converse_body(&with_thinking, None)).expect("json");
+    let off = serde_json::to_value(converse_body(&with_thinking, None, None)).expect("json");
     assert_eq!(off.get("additionalModelRequestFields"), None);
     assert!(!off.to_string().contains("reasoning"), "{off}");
 }
@@ -666,7 +668,7 @@ fn an_excerpt_before_a_kept_call_shares_its_turn_with_the_reasoning_first() {
         },
         result("t1", "ok", false),
     ]);
-    let body = serde_json::to_value(converse_body(&request, Some(1024))).expect("json");
+    let body = serde_json::to_value(converse_body(&request, Some(1024), None)).expect("json");
     assert_eq!(
         body["messages"][1],
         json!({"role": "assistant", "content": [
