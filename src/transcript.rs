@@ -284,6 +284,11 @@ pub enum Event {
         stop_reason: StopReason,
         last_error: Option<String>,
         error_kind: Option<TurnErrorKind>,
+        /// The usage the turn's requests reported, summed; `None` when none reported any (and
+        /// in turns an older pen stored).
+        usage: Option<Usage>,
+        /// The session's usage so far, this turn included.
+        session_usage: Option<Usage>,
     },
     /// The provider rejected a request as over the context window; later requests of the
     /// session to `model` are planned under `estimated_tokens`.
@@ -509,6 +514,8 @@ impl Event {
                 else {
                     return other();
                 };
+                let usage_field =
+                    |key: &str| fields.get(key).and_then(|v| Usage::deserialize(v).ok());
                 Event::TurnEnded {
                     stop_reason,
                     last_error: opt_str_field(fields, "last_error"),
@@ -516,6 +523,8 @@ impl Event {
                         .get("error_kind")
                         .and_then(Value::as_str)
                         .and_then(TurnErrorKind::from_name),
+                    usage: usage_field("usage"),
+                    session_usage: usage_field("session_usage"),
                 }
             }
             Some(event_type::CONTEXT_WINDOW_REJECTED) => {
@@ -567,12 +576,24 @@ impl Event {
                 stop_reason,
                 last_error,
                 error_kind,
-            } => json!({
-                "type": event_type::TURN_ENDED,
-                "stop_reason": stop_reason.as_str(),
-                "last_error": last_error,
-                "error_kind": error_kind.map(TurnErrorKind::as_str),
-            }),
+                usage,
+                session_usage,
+            } => {
+                let mut payload = json!({
+                    "type": event_type::TURN_ENDED,
+                    "stop_reason": stop_reason.as_str(),
+                    "last_error": last_error,
+                    "error_kind": error_kind.map(TurnErrorKind::as_str),
+                });
+                // Absent rather than null, so a turn without usage is stored as before.
+                if let Some(usage) = usage {
+                    payload["usage"] = json!(usage);
+                }
+                if let Some(usage) = session_usage {
+                    payload["session_usage"] = json!(usage);
+                }
+                payload
+            }
             Event::ContextWindowRejected {
                 model,
                 estimated_tokens,
@@ -669,6 +690,18 @@ mod tests {
                     stop_reason,
                     last_error: Some("e".into()),
                     error_kind,
+                    usage: None,
+                    session_usage: None,
+                }));
+                round_trip(Item::Event(Event::TurnEnded {
+                    stop_reason,
+                    last_error: None,
+                    error_kind,
+                    usage: Some(Usage::new(5, 6)),
+                    session_usage: Some(Usage {
+                        cache_read_tokens: Some(3),
+                        ..Usage::new(50, 60)
+                    }),
                 }));
             }
         }

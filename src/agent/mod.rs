@@ -31,7 +31,7 @@ mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
-pub use events::{AgentEvent, EventKind, Trim, TurnEvent};
+pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
 pub use lease::TurnLease;
@@ -40,8 +40,8 @@ pub use system_prompt::SYSTEM_PROMPT;
 use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
 use crate::providers::{
-    CacheHints, ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent,
-    ToolCall, ToolDefinition,
+    CacheHints, ModelRequest, ModelResponse, PartSizes, Provider, ProviderError, ProviderKind,
+    StreamEvent, ToolCall, ToolDefinition, Usage,
 };
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::registry::{Execution, Preview, ToolSpec};
@@ -76,6 +76,10 @@ pub struct TurnOutcome {
     pub last_error: Option<String>,
     /// What kind of failure `last_error` is: clients act on it rather than on the wording.
     pub error_kind: Option<TurnErrorKind>,
+    /// The usage the turn's requests reported, summed; `None` when none reported any.
+    pub usage: Option<Usage>,
+    /// The session's usage so far, this turn included; `None` when nothing reported any.
+    pub session_usage: Option<Usage>,
 }
 
 /// The end of `last_error` for a history that cannot be repaired.
@@ -145,6 +149,8 @@ struct Turn {
     approver: Arc<dyn Approver>,
     /// The session's entries, in step with the store (write-through).
     history: Mutex<SessionHistory>,
+    /// The usage this turn's requests reported, summed.
+    usage: Mutex<Option<Usage>>,
     on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
     cancel: CancellationToken,
 }
@@ -196,16 +202,23 @@ pub fn provider_error_kind(err: &ProviderError) -> TurnErrorKind {
 impl Turn {
     async fn run_to_end(&self, prompt: &str) -> TurnOutcome {
         let seq = AtomicU64::new(0);
-        let outcome = match self.run_inner(prompt, &seq).await {
+        let ended = self.run_inner(prompt, &seq).await;
+        let usage = *self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let session_usage = self.lock_history().usage();
+        let outcome = match ended {
             Ok(reason) => TurnOutcome {
                 stop_reason: reason,
                 last_error: None,
                 error_kind: None,
+                usage,
+                session_usage,
             },
             Err(err) => TurnOutcome {
                 stop_reason: StopReason::Error,
                 error_kind: Some(err.kind()),
                 last_error: Some(err.to_string()),
+                usage,
+                session_usage,
             },
         };
         let _ = self
@@ -213,6 +226,8 @@ impl Turn {
                 stop_reason: outcome.stop_reason,
                 last_error: outcome.last_error.clone(),
                 error_kind: outcome.error_kind,
+                usage: outcome.usage,
+                session_usage: outcome.session_usage,
             }))
             .await;
         self.emit(&seq, TurnEvent::TurnEnded(outcome.clone()));
@@ -262,17 +277,21 @@ impl Turn {
             // The answer is kept even when Stop came while it was on its way. The model and the
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
             let calls = response.tool_calls.clone();
+            let usage = response.usage;
             self.append_item(Item::AssistantMessage(AssistantMessage {
                 text: response.text,
                 tool_calls: response.tool_calls,
                 reasoning: response.reasoning,
                 finish_reason: Some(response.finish_reason),
-                usage: response.usage,
+                usage,
                 model: Some(self.model.clone()),
                 estimated_input_tokens: Some(estimated),
                 malformed_calls: false,
             }))
             .await?;
+            if let Some(usage) = usage {
+                self.report_usage(usage, seq);
+            }
             if calls.is_empty() {
                 return Ok(if stopped {
                     StopReason::Cancelled
@@ -341,7 +360,14 @@ impl Turn {
                 CacheHints {
                     key: Some(self.session_id.clone()),
                     previous_end,
-                    estimator: Some(estimator),
+                    sizes: Some(PartSizes {
+                        head: estimator.text(SYSTEM_PROMPT) + estimator.tools(definitions),
+                        messages: planned
+                            .messages
+                            .iter()
+                            .map(|m| estimator.message(m))
+                            .collect(),
+                    }),
                 }
             };
             let request = ModelRequest {
@@ -732,6 +758,26 @@ impl Turn {
                 Err(err)
             }
         }
+    }
+
+    /// Adds one request's usage to the turn's and says so (after its answer is recorded, so the
+    /// session's total includes it).
+    fn report_usage(&self, usage: Usage, seq: &AtomicU64) {
+        let turn = {
+            let mut total = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            total.get_or_insert_with(Usage::default).add(&usage);
+            total.unwrap_or_default()
+        };
+        let session = self.lock_history().usage().unwrap_or_default();
+        self.emit(
+            seq,
+            TurnEvent::Usage(RequestUsage {
+                model: self.model.clone(),
+                request: usage,
+                turn,
+                session,
+            }),
+        );
     }
 
     fn emit(&self, seq: &AtomicU64, event: TurnEvent) {

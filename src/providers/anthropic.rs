@@ -17,7 +17,7 @@ use super::cache::{self, Breakpoints};
 use super::wire::{self, StreamDecoder};
 use super::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderKind, ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
+    ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -131,7 +131,6 @@ impl Provider for AnthropicProvider {
 fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
     let breakpoints = Breakpoints::plan(
         request,
-        ProviderKind::Anthropic,
         cache::anthropic_min_cacheable_tokens(&request.model),
     );
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
@@ -557,7 +556,7 @@ pub fn classify_error(status: Option<u16>, body: &str) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolDefinition;
+    use crate::providers::{ProviderKind, ToolDefinition};
 
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
         ToolCall {

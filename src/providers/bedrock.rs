@@ -32,7 +32,7 @@ use super::cache::{self, Breakpoints};
 use super::wire::{self, Progress};
 use crate::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
-    ProviderKind, ReasoningBlock, StreamEvent, ToolCall, Usage,
+    ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
@@ -365,7 +365,7 @@ fn converse_body(
     caching: Option<cache::BedrockCaching>,
 ) -> converse::ConverseRequest<'_> {
     let breakpoints = caching
-        .map(|caching| Breakpoints::plan(request, ProviderKind::Bedrock, caching.min_tokens))
+        .map(|caching| Breakpoints::plan(request, caching.min_tokens))
         .unwrap_or_default();
     let mut messages: Vec<converse::Message<'_>> = Vec::new();
     for (index, message) in request.messages.iter().enumerate() {

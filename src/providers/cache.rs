@@ -16,8 +16,7 @@
 //! Breakpoints go on user-side blocks only (a prompt, a tool result): a request always ends
 //! with one, and so does the previous request inside this one.
 
-use super::{Message, ModelRequest, ProviderKind};
-use crate::budget::TokenEstimator;
+use super::{Message, ModelRequest};
 use crate::limits::PROMPT_CACHE_BREAKPOINTS_MAX;
 
 /// What a backend may use to make the provider's prompt cache hit. None of it changes what
@@ -32,8 +31,52 @@ pub struct CacheHints {
     /// session, when that request is a prefix of this one (`None`: no previous request known,
     /// or the history changed under it, as a compaction does).
     pub previous_end: Option<usize>,
-    /// pen's calibrated token estimate, to size the prefixes; `None` estimates uncalibrated.
-    pub estimator: Option<TokenEstimator>,
+    /// pen's token estimate of the request's parts (the planner's, calibrated), to size the
+    /// prefixes; `None` (or sizes of another request) sizes them at four bytes a token.
+    pub sizes: Option<PartSizes>,
+}
+
+/// The estimated tokens of a request's parts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartSizes {
+    /// The system prompt and the tool definitions.
+    pub head: u64,
+    /// Each message, in order.
+    pub messages: Vec<u64>,
+}
+
+impl PartSizes {
+    /// Four bytes a token, without framing: the sizes of a request that came with none.
+    fn rough(request: &ModelRequest) -> PartSizes {
+        let tokens = |bytes: usize| (bytes as u64).div_ceil(4);
+        let tools: usize = request
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+            .sum();
+        PartSizes {
+            head: tokens(request.system.len() + tools),
+            messages: request
+                .messages
+                .iter()
+                .map(|message| match message {
+                    Message::User { text } => tokens(text.len()),
+                    Message::Assistant {
+                        text, tool_calls, ..
+                    } => tokens(
+                        text.len()
+                            + tool_calls
+                                .iter()
+                                .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                                .sum::<usize>(),
+                    ),
+                    Message::ToolResult {
+                        call_id, content, ..
+                    } => tokens(call_id.len() + content.len()),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl CacheHints {
@@ -61,13 +104,17 @@ impl Breakpoints {
     }
 
     /// Plans the breakpoints of `request` for a model that caches prefixes of at least
-    /// `min_tokens`, estimating lengths as `family` counts them.
-    pub fn plan(request: &ModelRequest, family: ProviderKind, min_tokens: u64) -> Breakpoints {
-        let estimator = request
-            .cache
-            .estimator
-            .unwrap_or_else(|| TokenEstimator::new(family, 1.0));
-        let head_tokens = estimator.text(&request.system) + estimator.tools(&request.tools);
+    /// `min_tokens`.
+    pub fn plan(request: &ModelRequest, min_tokens: u64) -> Breakpoints {
+        let rough;
+        let sizes = match &request.cache.sizes {
+            Some(sizes) if sizes.messages.len() == request.messages.len() => sizes,
+            _ => {
+                rough = PartSizes::rough(request);
+                &rough
+            }
+        };
+        let head_tokens = sizes.head;
         let has_head = !request.system.is_empty() || !request.tools.is_empty();
         let mut breakpoints = Breakpoints {
             head: has_head && head_tokens >= min_tokens,
@@ -82,8 +129,8 @@ impl Breakpoints {
         // The prefix up to the end of message `index`, inclusive.
         let mut prefix = Vec::with_capacity(request.messages.len());
         let mut tokens = head_tokens;
-        for message in &request.messages {
-            tokens += estimator.message(message);
+        for size in &sizes.messages {
+            tokens = tokens.saturating_add(*size);
             prefix.push(tokens);
         }
         let len = request.messages.len();
@@ -233,11 +280,7 @@ mod tests {
         messages.extend(round("b", 8000));
         // The head is ~500 tokens: under the 1,024 minimum, so not marked; the previous end
         // (after `a`'s result) and the end are.
-        let planned = Breakpoints::plan(
-            &request(messages.clone(), Some(3)),
-            ProviderKind::Anthropic,
-            1024,
-        );
+        let planned = Breakpoints::plan(&request(messages.clone(), Some(3)), 1024);
         assert_eq!(
             planned,
             Breakpoints {
@@ -245,29 +288,17 @@ mod tests {
                 messages: vec![2, 4]
             }
         );
-        let long_head = Breakpoints::plan(
-            &request(messages.clone(), Some(3)),
-            ProviderKind::Anthropic,
-            400,
-        );
+        let long_head = Breakpoints::plan(&request(messages.clone(), Some(3)), 400);
         assert_eq!(long_head.count(), 3);
         assert!(long_head.head);
         // Haiku 4.5's 4,096: only the whole request is long enough.
-        let haiku = Breakpoints::plan(
-            &request(messages.clone(), Some(3)),
-            ProviderKind::Anthropic,
-            4096,
-        );
+        let haiku = Breakpoints::plan(&request(messages.clone(), Some(3)), 4096);
         assert_eq!(haiku.messages, vec![4]);
         // No previous request known (or not a prefix any more): only the end.
-        let fresh = Breakpoints::plan(
-            &request(messages.clone(), None),
-            ProviderKind::Anthropic,
-            1024,
-        );
+        let fresh = Breakpoints::plan(&request(messages.clone(), None), 1024);
         assert_eq!(fresh.messages, vec![4]);
         // A previous end that is the whole request is the end itself, once.
-        let same = Breakpoints::plan(&request(messages, Some(5)), ProviderKind::Anthropic, 1024);
+        let same = Breakpoints::plan(&request(messages, Some(5)), 1024);
         assert_eq!(same.messages, vec![4]);
     }
 

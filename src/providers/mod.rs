@@ -9,7 +9,7 @@
 
 pub mod bedrock;
 
-pub use cache::CacheHints;
+pub use cache::{CacheHints, PartSizes};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -122,16 +122,31 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             [
                 "text_delta",
                 "text_delta",
+                "usage",
                 "tool_call_started",
                 "tool_call_finished",
                 "text_delta",
                 "text_delta",
+                "usage",
                 "turn_ended"
             ],
             "{api}"
         );
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=7).collect::<Vec<u64>>());
+        assert_eq!(seqs, (1..=9).collect::<Vec<u64>>());
+        // Each request's usage, and the totals of the turn and the session at the end.
+        let one =
+            json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
+        let two = json!({"inputTokens": 2 * usage().input_tokens, "outputTokens": 2 * usage().output_tokens});
+        assert_eq!(
+            events[7]["data"],
+            json!({"model": "fake-model", "request": one, "turn": two, "session": two}),
+            "{api}"
+        );
+        assert_eq!(events[8]["data"]["usage"], two, "{api}");
+        assert_eq!(events[8]["data"]["sessionUsage"], two, "{api}");
+        assert_eq!(answer["usage"], two, "{api}");
+        assert_eq!(answer["sessionUsage"], two, "{api}");
         assert!(
             events
                 .iter()

@@ -694,7 +694,7 @@ fn long_request(model: &str, messages: Vec<Message>, previous: &[Message]) -> Mo
         cache: pen::providers::CacheHints {
             key: Some("s_1".into()),
             previous_end: pen::providers::CacheHints::previous_end(previous, &messages),
-            estimator: None,
+            sizes: None,
         },
         ..request(messages)
     }

@@ -830,7 +830,7 @@ async fn anthropic_requests_carry_cache_breakpoints_on_the_head_the_previous_end
         cache: pen::providers::CacheHints {
             key: Some("s_1".into()),
             previous_end: pen::providers::CacheHints::previous_end(previous, &messages),
-            estimator: None,
+            sizes: None,
         },
         messages,
         ..request()
@@ -974,7 +974,7 @@ async fn two_requests_planned_from_the_same_history_are_byte_identical() {
             cache: pen::providers::CacheHints {
                 key: Some("s_1".into()),
                 previous_end: pen::providers::CacheHints::previous_end(&previous, &messages),
-                estimator: None,
+                sizes: None,
             },
             messages: messages.clone(),
             ..request()
