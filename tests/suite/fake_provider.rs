@@ -342,8 +342,9 @@ pub fn openai_frames(text: &[&str], calls: &[ToolCall], usage: Usage) -> Vec<Str
     frames
 }
 
-/// OpenAI's `usage` object for `usage`: `prompt_tokens` is the whole prompt, and the cached
-/// part (when there is one) is in `prompt_tokens_details.cached_tokens`.
+/// OpenAI's `usage` object for `usage`: `prompt_tokens` is the whole prompt, the cached part
+/// (when there is one) is in `prompt_tokens_details.cached_tokens`, and the reasoning part of
+/// the output in `completion_tokens_details.reasoning_tokens`.
 fn openai_usage(usage: Usage) -> Value {
     let mut wire = json!({
         "prompt_tokens": usage.input_tokens,
@@ -352,6 +353,9 @@ fn openai_usage(usage: Usage) -> Value {
     });
     if let Some(cached) = usage.cache_read_tokens {
         wire["prompt_tokens_details"] = json!({"cached_tokens": cached, "audio_tokens": 0});
+    }
+    if let Some(reasoning) = usage.reasoning_tokens {
+        wire["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
     }
     wire
 }
