@@ -851,13 +851,24 @@ async fn anthropic_requests_carry_cache_breakpoints_on_the_head_the_previous_end
     .await
     .0
     .expect("answer");
-    // A compaction rewrote the prompt's turn: the previous end is no longer a prefix.
+    // A compaction rewrote the prompt's turn: the previous request (three messages) is no
+    // longer a prefix, so its end (the first result) gets no breakpoint.
     let compacted = vec![
         Message::User {
             text: "Read a.txt (earlier steps excerpted)".into(),
         },
         call.clone(),
         result.clone(),
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![pen_read("toolu_2")],
+            reasoning: vec![],
+        },
+        Message::ToolResult {
+            call_id: "toolu_2".into(),
+            content: "beta".into(),
+            is_error: false,
+        },
     ];
     complete(&*provider, &ask("claude-sonnet-4-5", compacted, &second))
         .await
@@ -917,7 +928,13 @@ async fn anthropic_requests_carry_cache_breakpoints_on_the_head_the_previous_end
                 {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
             ]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "alpha",
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "alpha"},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_2", "name": "pen_read", "input": {"path": "a.txt"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "beta",
                  "cache_control": ephemeral},
             ]},
         ])
