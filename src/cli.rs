@@ -392,6 +392,12 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     if let Some(error) = &outcome.last_error {
         eprintln!("pen: {error}");
     }
+    for (of, usage) in [("turn", outcome.usage), ("session", outcome.session_usage)] {
+        match usage {
+            Some(usage) => eprintln!("pen: usage this {of}: {}", usage_line(&usage)),
+            None => eprintln!("pen: usage this {of}: none reported"),
+        }
+    }
     match outcome.stop_reason {
         StopReason::EndTurn => ExitCode::SUCCESS,
         StopReason::Cancelled => ExitCode::from(130),
@@ -403,6 +409,31 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Usage as `pen run` shows it at the end: the input in total, the share of it read from the
+/// provider's cache (when the provider reports cache reads), what was written to the cache,
+/// and the output.
+pub fn usage_line(usage: &crate::providers::Usage) -> String {
+    let mut line = format!("{} input tokens", usage.input_tokens);
+    if let Some(read) = usage.cache_read_tokens {
+        let percent = match usage.input_tokens {
+            0 => 0,
+            total => (u128::from(read) * 100 / u128::from(total)) as u64,
+        };
+        line.push_str(&format!(" ({percent}% cached"));
+        if let Some(written) = usage.cache_write_tokens.filter(|&w| w > 0) {
+            line.push_str(&format!(", {written} written to the cache"));
+        }
+        line.push(')');
+    } else if let Some(written) = usage.cache_write_tokens.filter(|&w| w > 0) {
+        line.push_str(&format!(" ({written} written to the cache)"));
+    }
+    line.push_str(&format!(", {} output tokens", usage.output_tokens));
+    if let Some(reasoning) = usage.reasoning_tokens.filter(|&r| r > 0) {
+        line.push_str(&format!(" ({reasoning} reasoning)"));
+    }
+    line
 }
 
 /// Approvals for `pen run`: asks on the terminal when there is one; otherwise denies, since
@@ -615,4 +646,44 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
             eprintln!("pen: cannot start the async runtime: {e}");
             ExitCode::FAILURE
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_line;
+    use crate::providers::Usage;
+
+    #[test]
+    fn usage_lines_show_the_input_the_cached_share_and_the_output() {
+        assert_eq!(
+            usage_line(&Usage {
+                input_tokens: 4100,
+                output_tokens: 30,
+                cache_read_tokens: Some(1900),
+                cache_write_tokens: Some(2050),
+                reasoning_tokens: None,
+            }),
+            "4100 input tokens (46% cached, 2050 written to the cache), 30 output tokens"
+        );
+        assert_eq!(
+            usage_line(&Usage {
+                cache_read_tokens: Some(1920),
+                reasoning_tokens: Some(12),
+                ..Usage::new(2006, 300)
+            }),
+            "2006 input tokens (95% cached), 300 output tokens (12 reasoning)"
+        );
+        // A provider that reports no cache counts: no share is made up.
+        assert_eq!(
+            usage_line(&Usage::new(120, 30)),
+            "120 input tokens, 30 output tokens"
+        );
+        assert_eq!(
+            usage_line(&Usage {
+                cache_read_tokens: Some(0),
+                ..Usage::new(0, 0)
+            }),
+            "0 input tokens (0% cached), 0 output tokens"
+        );
+    }
 }

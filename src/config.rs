@@ -66,6 +66,7 @@ pub const KEYS: &[&str] = &[
     "max_attempts",
     "max_turn_requests",
     "auto_approve",
+    "prompt_cache_key",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -143,6 +144,10 @@ pub struct Config {
     pub max_attempts: u64,
     pub max_turn_requests: u64,
     pub auto_approve: Vec<String>,
+    /// Whether OpenAI-compatible requests carry `prompt_cache_key` (the session id): `None`
+    /// (`"auto"`) sends it to api.openai.com only, since other servers may refuse an unknown
+    /// field; `Some(true)` (`"on"`) and `Some(false)` (`"off"`) decide for any server.
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl Default for Config {
@@ -163,6 +168,7 @@ impl Default for Config {
             max_attempts: MAX_ATTEMPTS.default,
             max_turn_requests: MAX_TURN_REQUESTS.default,
             auto_approve: Vec::new(),
+            prompt_cache_key: None,
         }
     }
 }
@@ -281,6 +287,14 @@ impl Config {
             "model" => self.model = text(key, value, MAX_MODEL_BYTES)?,
             "base_url" => self.base_url = text(key, value, MAX_BASE_URL_BYTES)?,
             "api_key_env" => self.api_key_env = text(key, value, MAX_API_KEY_ENV_BYTES)?,
+            "prompt_cache_key" => {
+                let choice = one_of(key, text(key, value, usize::MAX)?, &["auto", "on", "off"])?;
+                self.prompt_cache_key = match choice.as_deref() {
+                    Some("on") => Some(true),
+                    Some("off") => Some(false),
+                    _ => None,
+                };
+            }
             "auto_approve" => {
                 let items = value
                     .as_array()
@@ -360,6 +374,11 @@ impl Config {
             "max_attempts": self.max_attempts,
             "max_turn_requests": self.max_turn_requests,
             "auto_approve": self.auto_approve,
+            "prompt_cache_key": match self.prompt_cache_key {
+                None => "auto",
+                Some(true) => "on",
+                Some(false) => "off",
+            },
         })
     }
 

@@ -458,6 +458,15 @@ pub const ACP_RESULT_EXCERPT_BYTES: usize = 4 * 1024;
 
 // End of the issue 17 block.
 
+// Issue 14 item 2 (prompt-cache breakpoints).
+
+/// Cache breakpoints one request may carry, 4: the most Anthropic's Messages API accepts
+/// (`cache_control` on at most four blocks) and Bedrock's Converse (`cachePoint` blocks),
+/// https://platform.claude.com/docs/en/build-with-claude/prompt-caching.
+pub const PROMPT_CACHE_BREAKPOINTS_MAX: usize = 4;
+
+// End of the issue 14 item 2 block.
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -359,13 +359,37 @@ impl From<providers::FinishReason> for FinishReason {
     }
 }
 
-/// Token usage as the provider reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Token usage as the provider reported it, normalised (see [`providers::Usage`]):
+/// `inputTokens` is the whole prompt, of which `cacheReadTokens` came from the provider's cache
+/// and `cacheWriteTokens` were written to it; each optional count is absent when the provider
+/// did not report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub cache_read_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub cache_write_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl From<providers::Usage> for Usage {
+    fn from(usage: providers::Usage) -> Usage {
+        Usage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+        }
+    }
 }
 
 impl From<transcript::Record> for TranscriptRecord {
@@ -396,10 +420,7 @@ impl From<transcript::Item> for EntryBody {
                     })
                     .collect(),
                 finish_reason: m.finish_reason.map(FinishReason::from),
-                usage: m.usage.map(|u| Usage {
-                    input_tokens: u.input_tokens,
-                    output_tokens: u.output_tokens,
-                }),
+                usage: m.usage.map(Usage::from),
                 model: m.model,
                 estimated_input_tokens: m.estimated_input_tokens,
             },
@@ -423,10 +444,14 @@ impl From<transcript::Item> for EntryBody {
                 stop_reason,
                 last_error,
                 error_kind,
+                usage,
+                session_usage,
             }) => EntryBody::TurnEnded(TurnOutcome {
                 stop_reason,
                 last_error,
                 error_kind,
+                usage: usage.map(Usage::from),
+                session_usage: session_usage.map(Usage::from),
             }),
             Item::Event(Event::ContextTrimmed(report)) => {
                 EntryBody::ContextTrimmed(agent::Trim::Budget(report).into())
@@ -497,6 +522,14 @@ pub struct PromptResponse {
     /// `history_unrepairable`, the provider settings for `auth` …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<TurnErrorKind>,
+    /// The turn's usage: its requests' reported usage, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub usage: Option<Usage>,
+    /// The session's usage so far, this turn included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub session_usage: Option<Usage>,
 }
 
 impl PromptResponse {
@@ -507,11 +540,15 @@ impl PromptResponse {
             stop_reason: outcome.stop_reason,
             last_error: outcome.last_error,
             error_kind: outcome.error_kind,
+            usage: outcome.usage.map(Usage::from),
+            session_usage: outcome.session_usage.map(Usage::from),
         }
     }
 }
 
-/// How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it.
+/// How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it, with
+/// the turn's and the session's usage (absent when no request reported any, and in turns an
+/// older pen stored).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
@@ -519,6 +556,12 @@ pub struct TurnOutcome {
     pub stop_reason: StopReason,
     pub last_error: Option<String>,
     pub error_kind: Option<TurnErrorKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub session_usage: Option<Usage>,
 }
 
 impl From<agent::TurnOutcome> for TurnOutcome {
@@ -527,6 +570,32 @@ impl From<agent::TurnOutcome> for TurnOutcome {
             stop_reason: outcome.stop_reason,
             last_error: outcome.last_error,
             error_kind: outcome.error_kind,
+            usage: outcome.usage.map(Usage::from),
+            session_usage: outcome.session_usage.map(Usage::from),
+        }
+    }
+}
+
+/// `usage` data: one provider request's usage, with its turn's and its session's totals so
+/// far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct UsageData {
+    /// The model that answered.
+    pub model: String,
+    pub request: Usage,
+    pub turn: Usage,
+    pub session: Usage,
+}
+
+impl From<agent::RequestUsage> for UsageData {
+    fn from(usage: agent::RequestUsage) -> UsageData {
+        UsageData {
+            model: usage.model,
+            request: usage.request.into(),
+            turn: usage.turn.into(),
+            session: usage.session.into(),
         }
     }
 }
@@ -593,6 +662,8 @@ pub enum EventBody {
         excerpt: String,
     },
     ContextTrimmed(TrimmedData),
+    /// A provider request's usage, after its answer was recorded.
+    Usage(UsageData),
     TurnEnded(TurnOutcome),
 }
 
@@ -687,6 +758,7 @@ impl From<agent::TurnEvent> for EventBody {
                 excerpt,
             },
             E::ContextTrimmed(trim) => EventBody::ContextTrimmed(trim.into()),
+            E::Usage(usage) => EventBody::Usage(usage.into()),
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

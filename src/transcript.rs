@@ -305,6 +305,11 @@ pub enum Event {
         stop_reason: StopReason,
         last_error: Option<String>,
         error_kind: Option<TurnErrorKind>,
+        /// The usage the turn's requests reported, summed; `None` when none reported any (and
+        /// in turns an older pen stored).
+        usage: Option<Usage>,
+        /// The session's usage so far, this turn included.
+        session_usage: Option<Usage>,
     },
     /// The provider rejected a request as over the context window; later requests of the
     /// session to `model` are planned under `estimated_tokens`.
@@ -533,6 +538,8 @@ impl Event {
                 else {
                     return other();
                 };
+                let usage_field =
+                    |key: &str| fields.get(key).and_then(|v| Usage::deserialize(v).ok());
                 Event::TurnEnded {
                     stop_reason,
                     last_error: opt_str_field(fields, "last_error"),
@@ -540,6 +547,8 @@ impl Event {
                         .get("error_kind")
                         .and_then(Value::as_str)
                         .and_then(TurnErrorKind::from_name),
+                    usage: usage_field("usage"),
+                    session_usage: usage_field("session_usage"),
                 }
             }
             Some(event_type::CONTEXT_WINDOW_REJECTED) => {
@@ -607,12 +616,24 @@ impl Event {
                 stop_reason,
                 last_error,
                 error_kind,
-            } => json!({
-                "type": event_type::TURN_ENDED,
-                "stop_reason": stop_reason.as_str(),
-                "last_error": last_error,
-                "error_kind": error_kind.map(TurnErrorKind::as_str),
-            }),
+                usage,
+                session_usage,
+            } => {
+                let mut payload = json!({
+                    "type": event_type::TURN_ENDED,
+                    "stop_reason": stop_reason.as_str(),
+                    "last_error": last_error,
+                    "error_kind": error_kind.map(TurnErrorKind::as_str),
+                });
+                // Absent rather than null, so a turn without usage is stored as before.
+                if let Some(usage) = usage {
+                    payload["usage"] = json!(usage);
+                }
+                if let Some(usage) = session_usage {
+                    payload["session_usage"] = json!(usage);
+                }
+                payload
+            }
             Event::ContextWindowRejected {
                 model,
                 estimated_tokens,
@@ -688,8 +709,11 @@ mod tests {
             }],
             finish_reason: Some(FinishReason::ToolUse),
             usage: Some(Usage {
-                input_tokens: 3,
+                input_tokens: 30,
                 output_tokens: 4,
+                cache_read_tokens: Some(20),
+                cache_write_tokens: Some(7),
+                reasoning_tokens: Some(2),
             }),
             model: Some("m".into()),
             estimated_input_tokens: Some(9),
@@ -715,6 +739,18 @@ mod tests {
                     stop_reason,
                     last_error: Some("e".into()),
                     error_kind,
+                    usage: None,
+                    session_usage: None,
+                }));
+                round_trip(Item::Event(Event::TurnEnded {
+                    stop_reason,
+                    last_error: None,
+                    error_kind,
+                    usage: Some(Usage::new(5, 6)),
+                    session_usage: Some(Usage {
+                        cache_read_tokens: Some(3),
+                        ..Usage::new(50, 60)
+                    }),
                 }));
             }
         }
@@ -783,7 +819,8 @@ mod tests {
             panic!("not an answer")
         };
         assert_eq!(m.tool_calls[0].id, "c");
-        assert_eq!(m.usage.map(|u| u.input_tokens), Some(1));
+        // Usage before the cache counts: they read as unknown, not as 0.
+        assert_eq!(m.usage, Some(Usage::new(1, 2)));
         assert_eq!(m.estimated_input_tokens, Some(7));
         // Recovery's results have no name.
         let recovered = Item::from_stored(

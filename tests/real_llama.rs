@@ -320,3 +320,62 @@ async fn pen_run_against_llama_server() {
     );
     assert!(stderr.contains("start a new session"), "{stderr}");
 }
+
+/// pen's usage from the real llama-server: the same prompt sent twice through pen's own
+/// OpenAI-compatible backend, and the second reports the prompt tokens llama-server took from
+/// its KV cache (`timings.cache_n`) as cache reads, of the whole prompt in `inputTokens`. pen
+/// sends no `cache_prompt`: llama-server reuses its cache by default, which this checks. It also
+/// takes `prompt_cache_key` (the config's `prompt_cache_key = "on"`) without complaint.
+#[tokio::test]
+async fn llama_server_usage_reports_its_kv_cache_reuse() {
+    use pen::providers::{
+        CacheHints, Message, ModelRequest, ProviderKind, ProviderSettings, StreamEvent, build,
+    };
+    let Some((server_path, model)) = configured("llama_server_usage_reports_its_kv_cache_reuse")
+    else {
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTP client");
+    let mut server = LlamaServer::start(&server_path, &model, 2_048);
+    server.wait_until_healthy(&client).await;
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "smollm2");
+    settings.base_url = Some(format!("{}/v1", server.base_url));
+    settings.prompt_cache_key = Some(true);
+    let provider = build(&settings).expect("provider");
+    let request = ModelRequest {
+        model: "smollm2".into(),
+        system: "You are a terse assistant. ".repeat(40),
+        messages: vec![Message::User {
+            text: "Say hello.".into(),
+        }],
+        tools: vec![],
+        max_output_tokens: 8,
+        cache: CacheHints {
+            key: Some("s_llama".into()),
+            ..CacheHints::default()
+        },
+    };
+    let on_event = |_: StreamEvent| {};
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut usages = Vec::new();
+    for _ in 0..2 {
+        let answer = provider
+            .complete(&request, &on_event, &cancel)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
+        usages.push(answer.usage.expect("llama-server reports usage"));
+    }
+    let (first, second) = (usages[0], usages[1]);
+    assert!(first.input_tokens > 200, "{first:?}");
+    assert_eq!(second.input_tokens, first.input_tokens, "{usages:?}");
+    let read = second
+        .cache_read_tokens
+        .expect("llama-server reports its cached prompt tokens");
+    assert!(
+        read > 0 && read < second.input_tokens,
+        "the second request reuses the cached prefix: {usages:?}"
+    );
+}

@@ -643,7 +643,14 @@ impl AgentState {
                 .with_data(json!({"kind": kind})));
             }
         };
-        Ok(PromptResponse { stop_reason })
+        // ACP v1 has no usage field: pen's totals go in the answer's `_meta` (docs/acp.md).
+        let meta = (outcome.usage.is_some() || outcome.session_usage.is_some()).then(|| {
+            json!({"pen": {
+                "usage": outcome.usage.map(crate::protocol::Usage::from),
+                "sessionUsage": outcome.session_usage.map(crate::protocol::Usage::from),
+            }})
+        });
+        Ok(PromptResponse { stop_reason, meta })
     }
 }
 
@@ -813,8 +820,10 @@ fn live_update(
         },
         // The permission request carries the approval; a withdrawn one ends with the
         // call's result ("not executed"); the prompt's answer carries the end.
+        // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }
+        | TurnEvent::Usage(_)
         | TurnEvent::TurnEnded(_) => return None,
     })
 }

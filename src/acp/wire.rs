@@ -193,6 +193,10 @@ pub struct PromptParams {
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
     pub stop_reason: &'static str,
+    /// pen's extension: the turn's and the session's token usage (pen's `usage` shape, as in
+    /// `pen/prompt`'s answer), under `_meta.pen`; absent when the provider reported none.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

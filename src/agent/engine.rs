@@ -270,6 +270,7 @@ impl PendingTurn {
             tools: spec.tools,
             approver: spec.approver,
             history: Mutex::new(history),
+            usage: Mutex::new(None),
             on_event: spec.on_event,
             cancel: self.cancel.clone(),
         };
@@ -310,6 +311,8 @@ impl TurnOutcome {
             stop_reason: StopReason::Error,
             last_error: Some(message),
             error_kind: Some(kind),
+            usage: None,
+            session_usage: None,
         }
     }
 }

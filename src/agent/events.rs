@@ -2,6 +2,7 @@
 //! into `pen/event` notifications (and `pen run --json` lines); nothing here knows the wire.
 
 use super::{ApprovalRequest, TurnOutcome};
+use crate::providers::Usage;
 use crate::transcript::{CallOutcome, TrimReport};
 use serde_json::Value;
 
@@ -42,8 +43,20 @@ pub enum TurnEvent {
     },
     /// What the model is sent was cut.
     ContextTrimmed(Trim),
+    /// A provider request reported its usage (after its answer was recorded).
+    Usage(RequestUsage),
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
+}
+
+/// One request's usage, with the totals of its turn and its session so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestUsage {
+    /// The model that answered.
+    pub model: String,
+    pub request: Usage,
+    pub turn: Usage,
+    pub session: Usage,
 }
 
 /// Why the context was cut.
@@ -67,17 +80,19 @@ pub enum EventKind {
     ApprovalWithdrawn,
     ToolCallFinished,
     ContextTrimmed,
+    Usage,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
         EventKind::ApprovalWithdrawn,
         EventKind::ToolCallFinished,
         EventKind::ContextTrimmed,
+        EventKind::Usage,
         EventKind::TurnEnded,
     ];
 
@@ -90,6 +105,7 @@ impl EventKind {
             EventKind::ApprovalWithdrawn => "approval_withdrawn",
             EventKind::ToolCallFinished => "tool_call_finished",
             EventKind::ContextTrimmed => "context_trimmed",
+            EventKind::Usage => "usage",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -104,6 +120,7 @@ impl TurnEvent {
             TurnEvent::ApprovalWithdrawn { .. } => EventKind::ApprovalWithdrawn,
             TurnEvent::ToolCallFinished { .. } => EventKind::ToolCallFinished,
             TurnEvent::ContextTrimmed(_) => EventKind::ContextTrimmed,
+            TurnEvent::Usage(_) => EventKind::Usage,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

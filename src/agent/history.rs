@@ -25,12 +25,33 @@ pub struct SessionHistory {
     last_seq: u64,
     /// False once an append may have committed without reaching the history.
     in_step: bool,
+    /// The messages of the session's last provider request in this process: where the next
+    /// request keeps a cache breakpoint while they are still its prefix. Not stored; a new pen
+    /// starts without it (the next request then only loses that one breakpoint).
+    last_request: Vec<crate::providers::Message>,
+    /// The usage every answer of the session reported, summed.
+    usage: Option<crate::providers::Usage>,
 }
 
 impl SessionHistory {
     /// The seq of the last entry held (0 for none).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
+    }
+
+    /// The messages of the session's last provider request in this process.
+    pub fn last_request(&self) -> &[crate::providers::Message] {
+        &self.last_request
+    }
+
+    /// Remembers the messages of the request just sent.
+    pub fn set_last_request(&mut self, messages: Vec<crate::providers::Message>) {
+        self.last_request = messages;
+    }
+
+    /// The usage every answer of the session reported, summed; `None` when none reported any.
+    pub fn usage(&self) -> Option<crate::providers::Usage> {
+        self.usage
     }
 
     /// The planner's state of the session.
@@ -60,8 +81,18 @@ impl SessionHistory {
             self.in_step = false;
             return;
         }
-        if let Item::Event(Event::ToolAllowedForSession { tool }) = &record.item {
-            self.grants.insert(tool.clone());
+        match &record.item {
+            Item::Event(Event::ToolAllowedForSession { tool }) => {
+                self.grants.insert(tool.clone());
+            }
+            Item::AssistantMessage(message) => {
+                if let Some(usage) = &message.usage {
+                    self.usage
+                        .get_or_insert_with(crate::providers::Usage::default)
+                        .add(usage);
+                }
+            }
+            _ => {}
         }
         self.planned.push(record);
         self.last_seq = record.seq;

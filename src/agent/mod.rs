@@ -33,7 +33,7 @@ mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
-pub use events::{AgentEvent, EventKind, Trim, TurnEvent};
+pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::LocalTools;
 pub use lease::TurnLease;
@@ -42,8 +42,8 @@ pub use system_prompt::SYSTEM_PROMPT;
 use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
 use crate::providers::{
-    ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent, ToolCall,
-    ToolDefinition,
+    CacheHints, ModelRequest, ModelResponse, PartSizes, Provider, ProviderError, ProviderKind,
+    StreamEvent, ToolCall, ToolDefinition, Usage,
 };
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
 use crate::tools::registry::{Execution, Preview, ToolSpec};
@@ -78,6 +78,10 @@ pub struct TurnOutcome {
     pub last_error: Option<String>,
     /// What kind of failure `last_error` is: clients act on it rather than on the wording.
     pub error_kind: Option<TurnErrorKind>,
+    /// The usage the turn's requests reported, summed; `None` when none reported any.
+    pub usage: Option<Usage>,
+    /// The session's usage so far, this turn included; `None` when nothing reported any.
+    pub session_usage: Option<Usage>,
 }
 
 /// The end of `last_error` for a history that cannot be repaired.
@@ -147,6 +151,8 @@ struct Turn {
     approver: Arc<dyn Approver>,
     /// The session's entries, in step with the store (write-through).
     history: Mutex<SessionHistory>,
+    /// The usage this turn's requests reported, summed.
+    usage: Mutex<Option<Usage>>,
     on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
     cancel: CancellationToken,
 }
@@ -198,16 +204,23 @@ pub fn provider_error_kind(err: &ProviderError) -> TurnErrorKind {
 impl Turn {
     async fn run_to_end(&self, prompt: &str) -> TurnOutcome {
         let seq = AtomicU64::new(0);
-        let outcome = match self.run_inner(prompt, &seq).await {
+        let ended = self.run_inner(prompt, &seq).await;
+        let usage = *self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let session_usage = self.lock_history().usage();
+        let outcome = match ended {
             Ok(reason) => TurnOutcome {
                 stop_reason: reason,
                 last_error: None,
                 error_kind: None,
+                usage,
+                session_usage,
             },
             Err(err) => TurnOutcome {
                 stop_reason: StopReason::Error,
                 error_kind: Some(err.kind()),
                 last_error: Some(err.to_string()),
+                usage,
+                session_usage,
             },
         };
         let _ = self
@@ -215,6 +228,8 @@ impl Turn {
                 stop_reason: outcome.stop_reason,
                 last_error: outcome.last_error.clone(),
                 error_kind: outcome.error_kind,
+                usage: outcome.usage,
+                session_usage: outcome.session_usage,
             }))
             .await;
         self.emit(&seq, TurnEvent::TurnEnded(outcome.clone()));
@@ -264,17 +279,21 @@ impl Turn {
             // The answer is kept even when Stop came while it was on its way. The model and the
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
             let calls = response.tool_calls.clone();
+            let usage = response.usage;
             self.append_item(Item::AssistantMessage(AssistantMessage {
                 text: response.text,
                 tool_calls: response.tool_calls,
                 reasoning: response.reasoning,
                 finish_reason: Some(response.finish_reason),
-                usage: response.usage,
+                usage,
                 model: Some(self.model.clone()),
                 estimated_input_tokens: Some(estimated),
                 malformed_calls: false,
             }))
             .await?;
+            if let Some(usage) = usage {
+                self.report_usage(usage, seq);
+            }
             if calls.is_empty() {
                 return Ok(if stopped {
                     StopReason::Cancelled
@@ -326,24 +345,56 @@ impl Turn {
     ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
-            let (planned, report) = self.plan_request(definitions, rejection.as_ref())?;
+            let (planned, report, estimator) =
+                self.plan_request(definitions, rejection.as_ref())?;
             // Policy 4's compaction is recorded before the request goes out, so every later
             // request (and a resumed session) renders the same prefix.
             if let Some(compaction) = &planned.compaction {
                 self.append_item(Item::Event(Event::ContextCompacted(compaction.clone())))
                     .await?;
             }
+            // Whether this request was planned differently from the one before it (a
+            // compaction, a trim, a retry after a rejection): then no earlier end is a prefix.
+            let replanned = planned.compaction.is_some() || report.is_some() || rejection.is_some();
             if let Some(report) = report {
                 self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
                     .await?;
                 self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report)));
             }
+            // The cache hints: the session's id, where the previous request ended while it is
+            // still a prefix of this one, and the estimate the planner used.
+            let cache = {
+                let mut guard = self.lock_history();
+                let previous_end = if guard.last_request().is_empty() {
+                    // No request of this session was planned in this process (a resumed
+                    // session): the previous request ended where the answer to it begins, and
+                    // it is a prefix of this one unless this one was planned anew. So a resumed
+                    // daemon marks the same previous end the first daemon would have.
+                    CacheHints::previous_end_from_history(&planned.messages, replanned)
+                } else {
+                    CacheHints::previous_end(guard.last_request(), &planned.messages)
+                };
+                guard.set_last_request(planned.messages.clone());
+                CacheHints {
+                    key: Some(self.session_id.clone()),
+                    previous_end,
+                    sizes: Some(PartSizes {
+                        head: estimator.text(SYSTEM_PROMPT) + estimator.tools(definitions),
+                        messages: planned
+                            .messages
+                            .iter()
+                            .map(|m| estimator.message(m))
+                            .collect(),
+                    }),
+                }
+            };
             let request = ModelRequest {
                 model: self.model.clone(),
                 system: SYSTEM_PROMPT.to_string(),
                 messages: planned.messages,
                 tools: definitions.to_vec(),
                 max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
+                cache,
             };
             let on_event = |event: StreamEvent| match event {
                 StreamEvent::TextDelta(text) => self.emit(seq, TurnEvent::TextDelta { text }),
@@ -403,12 +454,19 @@ impl Turn {
     }
 
     /// Plans the next request from the session's history under the prompt budget (SPEC §6),
-    /// with the report to record when it cuts something new.
+    /// with the report to record when it cuts something new and the estimator it planned with.
     fn plan_request(
         &self,
         definitions: &[ToolDefinition],
         rejection: Option<&ProviderError>,
-    ) -> Result<(budget::Plan, Option<budget::TrimReport>), TurnError> {
+    ) -> Result<
+        (
+            budget::Plan,
+            Option<budget::TrimReport>,
+            budget::TokenEstimator,
+        ),
+        TurnError,
+    > {
         let guard = self.lock_history();
         let history = guard.planned();
         let family = provider_family(&self.config);
@@ -444,7 +502,7 @@ impl Turn {
             .as_ref()
             .filter(|report| history.is_new_trim(report))
             .cloned();
-        Ok((plan, report))
+        Ok((plan, report, estimator))
     }
 
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call
@@ -724,6 +782,26 @@ impl Turn {
                 Err(err)
             }
         }
+    }
+
+    /// Adds one request's usage to the turn's and says so (after its answer is recorded, so the
+    /// session's total includes it).
+    fn report_usage(&self, usage: Usage, seq: &AtomicU64) {
+        let turn = {
+            let mut total = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            total.get_or_insert_with(Usage::default).add(&usage);
+            total.unwrap_or_default()
+        };
+        let session = self.lock_history().usage().unwrap_or_default();
+        self.emit(
+            seq,
+            TurnEvent::Usage(RequestUsage {
+                model: self.model.clone(),
+                request: usage,
+                turn,
+                session,
+            }),
+        );
     }
 
     fn emit(&self, seq: &AtomicU64, event: TurnEvent) {

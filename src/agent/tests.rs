@@ -246,6 +246,8 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
             stop_reason: StopReason::EndTurn,
             last_error: None,
             error_kind: None,
+            usage: None,
+            session_usage: None,
         }
     );
     let kinds: Vec<EntryKind> = fx.entries().iter().map(|e| e.kind).collect();
@@ -741,6 +743,8 @@ async fn other_provider_errors_end_the_turn_with_their_message() {
             stop_reason: StopReason::Error,
             last_error: Some("max_tokens: 64000 > 8192".into()),
             error_kind: Some(TurnErrorKind::ProviderBadRequest),
+            usage: None,
+            session_usage: None,
         }
     );
 }
@@ -842,10 +846,7 @@ fn budget_config(budget: u64) -> Config {
 }
 
 fn with_usage(mut response: ModelResponse, input_tokens: u64) -> ModelResponse {
-    response.usage = Some(crate::providers::Usage {
-        input_tokens,
-        output_tokens: 1,
-    });
+    response.usage = Some(crate::providers::Usage::new(input_tokens, 1));
     response
 }
 
@@ -1644,4 +1645,85 @@ async fn stop_during_side_by_side_reads_records_them_and_skips_the_rest() {
     );
     assert!(!fx.root.path().join("b.txt").exists());
     assert!(crate::budget::transcript_messages(&fx.entries()).is_ok());
+}
+
+/// Every request's usage is an event with the turn's and the session's totals so far; the
+/// turn's outcome carries both totals, and they are stored with the turn's end.
+#[tokio::test]
+async fn each_request_reports_its_usage_and_the_turn_ends_with_the_totals() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root.path().join("a.txt"), "alpha\n").unwrap();
+    let cached = |input, read, write, output| crate::providers::Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cache_read_tokens: Some(read),
+        cache_write_tokens: Some(write),
+        reasoning_tokens: None,
+    };
+    let mut first = answer("Reading.", &[("c1", "pen_read", json!({"path": "a.txt"}))]);
+    first.usage = Some(cached(2000, 0, 1900, 20));
+    let mut second = answer("It says alpha.", &[]);
+    second.usage = Some(cached(2100, 1900, 150, 10));
+    // A request whose provider reported nothing adds nothing, and no event.
+    let mut third = answer("Again.", &[]);
+    third.usage = None;
+    let provider = Scripted::new(vec![Step::Answer(first), Step::Answer(second)]);
+    let outcome = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("what is in a.txt?")
+        .await;
+    let turn = cached(4100, 1900, 2050, 30);
+    assert_eq!(outcome.usage, Some(turn));
+    assert_eq!(outcome.session_usage, Some(turn));
+    let reports: Vec<RequestUsage> = fx
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.event {
+            TurnEvent::Usage(usage) => Some(usage.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reports,
+        [
+            RequestUsage {
+                model: "test-model".into(),
+                request: cached(2000, 0, 1900, 20),
+                turn: cached(2000, 0, 1900, 20),
+                session: cached(2000, 0, 1900, 20),
+            },
+            RequestUsage {
+                model: "test-model".into(),
+                request: cached(2100, 1900, 150, 10),
+                turn,
+                session: turn,
+            },
+        ]
+    );
+    // The next turn's totals start again; the session's go on.
+    let provider = Scripted::new(vec![Step::Answer(third)]);
+    let next = fx
+        .turn(Arc::clone(&provider), owner(vec![]), Config::default())
+        .run("again")
+        .await;
+    assert_eq!(next.usage, None);
+    assert_eq!(next.session_usage, Some(turn));
+    let ends: Vec<(
+        Option<crate::providers::Usage>,
+        Option<crate::providers::Usage>,
+    )> = fx
+        .entries()
+        .iter()
+        .filter_map(|entry| match entry.item() {
+            Item::Event(Event::TurnEnded {
+                usage,
+                session_usage,
+                ..
+            }) => Some((usage, session_usage)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, [(Some(turn), Some(turn)), (None, Some(turn))]);
 }

@@ -120,6 +120,7 @@ fn typescript() -> String {
     decl::<PromptParams>(&cfg, &mut out);
     decl::<PromptResponse>(&cfg, &mut out);
     decl::<TurnOutcome>(&cfg, &mut out);
+    decl::<UsageData>(&cfg, &mut out);
     decl::<StopParams>(&cfg, &mut out);
     decl::<StopResponse>(&cfg, &mut out);
     decl::<EventParams>(&cfg, &mut out);
@@ -233,6 +234,8 @@ fn listed_names_are_the_serialized_names() {
             stop_reason: StopReason::EndTurn,
             last_error: None,
             error_kind: None,
+            usage: None,
+            session_usage: None,
         }),
         EntryBody::ContextTrimmed(TrimmedData::ContextWindowExceeded {
             shrunk_call_ids: vec![],

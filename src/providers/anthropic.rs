@@ -13,6 +13,7 @@
 //! later request: the API refuses a tool-use loop whose last assistant message lost them or
 //! their signatures.
 
+use super::cache::{self, Breakpoints};
 use super::wire::{self, StreamDecoder};
 use super::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
@@ -122,12 +123,28 @@ impl Provider for AnthropicProvider {
 ///
 /// Reasoning blocks go back only while thinking is on, and only those the API can check (signed
 /// or redacted): a block another server produced without a signature would be refused.
+///
+/// Prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`) go where
+/// [`Breakpoints::plan`] puts them for the model's minimum cacheable length: on the system
+/// prompt (which is then sent as one text block; on the last tool without one) and on the last
+/// block of the user-side messages it names.
 fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
+    let breakpoints = Breakpoints::plan(
+        request,
+        cache::anthropic_min_cacheable_tokens(&request.model),
+    );
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     let mut user_blocks: Vec<Value> = Vec::new();
-    for message in &request.messages {
+    for (index, message) in request.messages.iter().enumerate() {
+        let marked = breakpoints.messages.contains(&index);
         match message {
-            Message::User { text } => user_blocks.push(json!({"type": "text", "text": text})),
+            Message::User { text } => {
+                let mut block = json!({"type": "text", "text": text});
+                if marked {
+                    block["cache_control"] = ephemeral();
+                }
+                user_blocks.push(block);
+            }
             Message::ToolResult {
                 call_id,
                 content,
@@ -140,6 +157,9 @@ fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
                 });
                 if *is_error {
                     block["is_error"] = json!(true);
+                }
+                if marked {
+                    block["cache_control"] = ephemeral();
                 }
                 user_blocks.push(block);
             }
@@ -203,23 +223,38 @@ fn request_body(request: &ModelRequest, thinking: Option<u32>) -> Value {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget_tokens});
     }
     if !request.system.is_empty() {
-        body["system"] = json!(request.system);
+        body["system"] = if breakpoints.head {
+            json!([{"type": "text", "text": request.system, "cache_control": ephemeral()}])
+        } else {
+            json!(request.system)
+        };
     }
     body["messages"] = Value::Array(messages);
     if !request.tools.is_empty() {
+        let last = request.tools.len() - 1;
         body["tools"] = request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
+            .enumerate()
+            .map(|(index, tool)| {
+                let mut definition = json!({
                     "name": tool.name,
                     "description": tool.description,
                     "input_schema": tool.input_schema,
-                })
+                });
+                if breakpoints.head && request.system.is_empty() && index == last {
+                    definition["cache_control"] = ephemeral();
+                }
+                definition
             })
             .collect();
     }
     body
+}
+
+/// A prompt-cache breakpoint with the default lifetime (five minutes, renewed by every hit).
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
 }
 
 /// A reasoning block as the API returned it: `redacted_thinking` with its `data`, or `thinking`
@@ -243,10 +278,11 @@ fn is_reasoning(block: &Value) -> bool {
     )
 }
 
-/// A user message; a lone text block is sent as plain content, the common short form.
+/// A user message; a lone text block is sent as plain content, the common short form, unless
+/// it carries a cache breakpoint.
 fn user_message(mut blocks: Vec<Value>) -> Value {
     if let [block] = blocks.as_mut_slice() {
-        if block["type"] == "text" {
+        if block["type"] == "text" && block.get("cache_control").is_none() {
             return json!({"role": "user", "content": block["text"].take()});
         }
     }
@@ -291,7 +327,32 @@ struct AnthropicStream {
     text: String,
     blocks: BTreeMap<u64, Block>,
     stop_reason: Option<String>,
-    usage: Option<Usage>,
+    usage: Option<UsageParts>,
+}
+
+/// The usage counts as the Messages API splits them.
+#[derive(Debug, Default)]
+struct UsageParts {
+    /// `input_tokens`: the prompt tokens after the last cache breakpoint hit or written.
+    uncached: u64,
+    read: Option<u64>,
+    written: Option<u64>,
+    output: u64,
+}
+
+impl UsageParts {
+    fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self
+                .uncached
+                .saturating_add(self.read.unwrap_or(0))
+                .saturating_add(self.written.unwrap_or(0)),
+            output_tokens: self.output,
+            cache_read_tokens: self.read,
+            cache_write_tokens: self.written,
+            reasoning_tokens: None,
+        }
+    }
 }
 
 impl StreamDecoder for AnthropicStream {
@@ -309,23 +370,7 @@ impl StreamDecoder for AnthropicStream {
         })?;
         let index = event["index"].as_u64().unwrap_or(0);
         match event["type"].as_str().unwrap_or("") {
-            "message_start" => {
-                let usage = &event["message"]["usage"];
-                // Cached prompt tokens are counted apart from `input_tokens`; the prompt's size
-                // (what the prompt budget calibrates against) is their sum.
-                let input = [
-                    "input_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                ]
-                .iter()
-                .filter_map(|key| usage[key].as_u64())
-                .sum::<u64>();
-                self.usage = Some(Usage {
-                    input_tokens: input,
-                    output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
-                });
-            }
+            "message_start" => self.read_usage(&event["message"]["usage"]),
             "content_block_start" => {
                 let block = &event["content_block"];
                 let text_of = |key: &str| block[key].as_str().unwrap_or("").to_string();
@@ -379,11 +424,7 @@ impl StreamDecoder for AnthropicStream {
                 if let Some(reason) = event["delta"]["stop_reason"].as_str() {
                     self.stop_reason = Some(reason.to_string());
                 }
-                // `message_delta` usage is cumulative: the last one counts the whole answer.
-                let usage = self.usage.get_or_insert_with(Usage::default);
-                if let Some(output) = event["usage"]["output_tokens"].as_u64() {
-                    usage.output_tokens = output;
-                }
+                self.read_usage(&event["usage"]);
             }
             "message_stop" => {
                 self.stopped = true;
@@ -432,12 +473,39 @@ impl StreamDecoder for AnthropicStream {
             tool_calls,
             reasoning,
             finish_reason,
-            usage: self.usage,
+            usage: self.usage.as_ref().map(UsageParts::usage),
         })
     }
 }
 
 impl AnthropicStream {
+    /// Reads the usage of `message_start` or `message_delta`. `message_delta`'s counts are
+    /// cumulative (the last counts the whole answer, and a newer API repeats the input counts
+    /// there), so a count present replaces the one before.
+    ///
+    /// The Messages API counts cached prompt tokens apart from `input_tokens`: the prompt's
+    /// size, what the prompt budget calibrates against, is the sum of `input_tokens`,
+    /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
+    fn read_usage(&mut self, usage: &Value) {
+        if !usage.is_object() {
+            return;
+        }
+        let parts = self.usage.get_or_insert_with(UsageParts::default);
+        let count = |key: &str| usage[key].as_u64();
+        if let Some(tokens) = count("input_tokens") {
+            parts.uncached = tokens;
+        }
+        if let Some(tokens) = count("cache_read_input_tokens") {
+            parts.read = Some(tokens);
+        }
+        if let Some(tokens) = count("cache_creation_input_tokens") {
+            parts.written = Some(tokens);
+        }
+        if let Some(tokens) = count("output_tokens") {
+            parts.output = tokens;
+        }
+    }
+
     fn push_text(&mut self, text: &str, on_event: &(dyn Fn(StreamEvent) + Send + Sync)) {
         if !text.is_empty() {
             self.text.push_str(text);
@@ -540,6 +608,7 @@ mod tests {
                 input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
             }],
             max_output_tokens: 4096,
+            cache: Default::default(),
         };
         assert_eq!(
             request_body(&request, None),
@@ -596,6 +665,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 16,
+            cache: Default::default(),
         };
         assert_eq!(
             request_body(&request, None)["messages"],
@@ -639,6 +709,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 100,
+            cache: Default::default(),
         };
         let body = request_body(&request, None);
         assert!(body.get("system").is_none());
@@ -727,12 +798,76 @@ mod tests {
                     finish_reason: FinishReason::EndTurn,
                     usage: Some(Usage {
                         input_tokens: 125,
-                        output_tokens: 15
+                        output_tokens: 15,
+                        cache_read_tokens: Some(100),
+                        cache_write_tokens: Some(0),
+                        reasoning_tokens: None,
                     }),
                     reasoning: vec![],
                 }
             );
         }
+    }
+
+    /// The usage of a streamed answer that wrote the cache, then of one that read it, as the
+    /// Messages API streams them: `message_start` has the input counts, `message_delta` the
+    /// cumulative output count (and, on the current API, the input counts again).
+    #[test]
+    fn usage_adds_cache_reads_and_writes_to_the_prompt_total() {
+        let answer = |start: Value, delta: Value| {
+            let body = sse(&[
+                json!({"type": "message_start", "message": {
+                    "id": "msg_01", "type": "message", "role": "assistant", "content": [],
+                    "model": "claude-sonnet-4-5", "stop_reason": null, "stop_sequence": null,
+                    "usage": start}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": delta}),
+                json!({"type": "message_stop"}),
+            ]);
+            decode(&body, 64).0.unwrap().usage.unwrap()
+        };
+        let written = answer(
+            json!({"input_tokens": 21, "cache_creation_input_tokens": 188086,
+                   "cache_read_input_tokens": 0, "output_tokens": 1,
+                   "service_tier": "standard"}),
+            json!({"output_tokens": 393}),
+        );
+        assert_eq!(
+            written,
+            Usage {
+                input_tokens: 188107,
+                output_tokens: 393,
+                cache_read_tokens: Some(0),
+                cache_write_tokens: Some(188086),
+                reasoning_tokens: None,
+            }
+        );
+        let read = answer(
+            json!({"input_tokens": 3, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 5242, "output_tokens": 1}),
+            json!({"input_tokens": 3, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 5242, "output_tokens": 503}),
+        );
+        assert_eq!(
+            read,
+            Usage {
+                input_tokens: 5245,
+                output_tokens: 503,
+                cache_read_tokens: Some(5242),
+                cache_write_tokens: Some(0),
+                reasoning_tokens: None,
+            }
+        );
+        // An older API version (or a proxy) without cache fields: the counts stay unknown.
+        assert_eq!(
+            answer(
+                json!({"input_tokens": 40, "output_tokens": 1}),
+                json!({"output_tokens": 7})
+            ),
+            Usage::new(40, 7)
+        );
     }
 
     #[test]
@@ -877,6 +1012,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 4096,
+            cache: Default::default(),
         };
         let body = request_body(&request, Some(2048));
         assert_eq!(
@@ -906,6 +1042,7 @@ mod tests {
             messages: vec![Message::User { text: "go".into() }],
             tools: vec![],
             max_output_tokens: 2048,
+            cache: Default::default(),
         };
         assert_eq!(wire::thinking_budget(0, &request), Ok(None));
         let error = wire::thinking_budget(2048, &request).unwrap_err();

@@ -28,6 +28,7 @@ pub mod event_stream;
 
 pub use credentials::{AwsCredentials, region_from_environment};
 
+use super::cache::{self, Breakpoints};
 use super::wire::{self, Progress};
 use crate::providers::{
     ErrorKind, FinishReason, Message, ModelRequest, ModelResponse, Provider, ProviderError,
@@ -36,6 +37,7 @@ use crate::providers::{
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -74,6 +76,10 @@ pub struct BedrockProvider {
     credentials: AwsCredentials,
     /// The extended-thinking budget; 0 is off.
     reasoning_budget_tokens: u32,
+    /// Set once Bedrock refused a request for its `cachePoint` blocks: later requests carry
+    /// none (the model's table entry, [`cache::bedrock_caching`], was wrong for this account or
+    /// region).
+    cache_points_refused: AtomicBool,
 }
 
 impl BedrockProvider {
@@ -107,6 +113,7 @@ impl BedrockProvider {
             endpoint,
             credentials,
             reasoning_budget_tokens: 0,
+            cache_points_refused: AtomicBool::new(false),
         })
     }
 
@@ -133,13 +140,9 @@ impl BedrockProvider {
         BedrockProvider::new(model, region, base_url, credentials, timeout)
     }
 
-    /// The request's model when it names one, else the provider's.
+    /// The converse-stream URL of the request's model.
     fn url(&self, request: &ModelRequest) -> String {
-        let model = if request.model.is_empty() {
-            &self.model
-        } else {
-            &request.model
-        };
+        let model = self.model_of(request);
         // Model ids hold `:` and ARNs `/`; both must be escaped to stay one path segment.
         format!(
             "{}/model/{}/converse-stream",
@@ -148,15 +151,56 @@ impl BedrockProvider {
         )
     }
 
+    /// One request, with `cachePoint` blocks when the model takes them. A request Bedrock
+    /// refuses for its cache points is sent again once without them, and later requests carry
+    /// none: caching is an optimisation, never a reason for a failed turn.
     async fn converse(
         &self,
         request: &ModelRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
+        let caching = cache::bedrock_caching(self.model_of(request))
+            .filter(|_| !self.cache_points_refused.load(Ordering::Relaxed));
+        let Some(caching) = caching else {
+            return self.converse_once(request, None, on_event, cancel).await;
+        };
+        match self
+            .converse_once(request, Some(caching), on_event, cancel)
+            .await
+        {
+            Err(error) if refuses_cache_points(&error) => {
+                tracing::warn!(
+                    model = %self.model_of(request),
+                    error = %error.message,
+                    "Bedrock refused the request's cachePoint blocks; sending it again without them, and no more for this model"
+                );
+                self.cache_points_refused.store(true, Ordering::Relaxed);
+                self.converse_once(request, None, on_event, cancel).await
+            }
+            other => other,
+        }
+    }
+
+    /// The request's model when it names one, else the provider's.
+    fn model_of<'a>(&'a self, request: &'a ModelRequest) -> &'a str {
+        if request.model.is_empty() {
+            &self.model
+        } else {
+            &request.model
+        }
+    }
+
+    async fn converse_once(
+        &self,
+        request: &ModelRequest,
+        caching: Option<cache::BedrockCaching>,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ProviderError> {
         let thinking = wire::thinking_budget(self.reasoning_budget_tokens, request)?;
         let url = self.url(request);
-        let body = serde_json::to_vec(&converse_body(request, thinking))
+        let body = serde_json::to_vec(&converse_body(request, thinking, caching))
             .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("request body: {e}")))?;
         let signed = sign(
             &self.credentials,
@@ -297,13 +341,35 @@ fn sign(
         .collect())
 }
 
+/// Whether Bedrock refused a request for its `cachePoint` blocks: a validation error naming
+/// them ("extraneous key [cachePoint] is not permitted"), or the refusal of a model without
+/// prompt caching ("You invoked an unsupported model or your request did not allow prompt
+/// caching").
+fn refuses_cache_points(error: &ProviderError) -> bool {
+    let message = error.message.to_ascii_lowercase();
+    matches!(error.kind, ErrorKind::BadRequest | ErrorKind::Auth)
+        && (message.contains("cachepoint") || message.contains("prompt caching"))
+}
+
 /// The Converse request body for `request`; `thinking` is Claude's extended-thinking budget,
 /// when on. An assistant message's reasoning blocks come first in it, and go back only while
 /// thinking is on and only when Bedrock can check them (signed or redacted).
-fn converse_body(request: &ModelRequest, thinking: Option<u32>) -> converse::ConverseRequest<'_> {
+///
+/// With `caching` (the model takes `cachePoint` blocks), checkpoints go where
+/// [`Breakpoints::plan`] puts them for its minimum: after the system prompt (after the tools
+/// when there is none and the model caches tools), and after the last block of each user-side
+/// message it names.
+fn converse_body(
+    request: &ModelRequest,
+    thinking: Option<u32>,
+    caching: Option<cache::BedrockCaching>,
+) -> converse::ConverseRequest<'_> {
+    let breakpoints = caching
+        .map(|caching| Breakpoints::plan(request, caching.min_tokens))
+        .unwrap_or_default();
     let mut messages: Vec<converse::Message<'_>> = Vec::new();
-    for message in &request.messages {
-        let (role, content) = match message {
+    for (index, message) in request.messages.iter().enumerate() {
+        let (role, mut content) = match message {
             Message::User { text } => (
                 converse::Role::User,
                 vec![converse::ContentBlock::Text(text)],
@@ -348,6 +414,11 @@ fn converse_body(request: &ModelRequest, thinking: Option<u32>) -> converse::Con
         if content.is_empty() {
             continue;
         }
+        if breakpoints.messages.contains(&index) {
+            content.push(converse::ContentBlock::CachePoint(
+                converse::CachePoint::DEFAULT,
+            ));
+        }
         // Converse wants roles to alternate: the results of one assistant turn, and a prompt
         // sent after them (as after a Stop), go together in one user message; consecutive
         // assistant messages share one, their reasoning first.
@@ -367,29 +438,39 @@ fn converse_body(request: &ModelRequest, thinking: Option<u32>) -> converse::Con
             _ => messages.push(converse::Message { role, content }),
         }
     }
+    let head_after_tools = breakpoints.head
+        && request.system.is_empty()
+        && caching.is_some_and(|caching| caching.tools);
     let tool_config = (!request.tools.is_empty()).then(|| converse::ToolConfig {
         tools: request
             .tools
             .iter()
-            .map(|tool| converse::Tool {
-                tool_spec: converse::ToolSpec {
+            .map(|tool| {
+                converse::Tool::ToolSpec(converse::ToolSpec {
                     name: &tool.name,
                     description: &tool.description,
                     input_schema: converse::InputSchema {
                         json: &tool.input_schema,
                     },
-                },
+                })
             })
+            .chain(
+                head_after_tools
+                    .then_some(converse::Tool::CachePoint(converse::CachePoint::DEFAULT)),
+            )
             .collect(),
     });
+    let mut system = Vec::with_capacity(2);
+    if !request.system.is_empty() {
+        system.push(converse::SystemBlock::Text(&request.system));
+        if breakpoints.head {
+            system.push(converse::SystemBlock::CachePoint(
+                converse::CachePoint::DEFAULT,
+            ));
+        }
+    }
     converse::ConverseRequest {
-        system: if request.system.is_empty() {
-            Vec::new()
-        } else {
-            vec![converse::SystemBlock {
-                text: &request.system,
-            }]
-        },
+        system,
         messages,
         tool_config,
         inference_config: converse::InferenceConfig {
@@ -543,10 +624,7 @@ impl StreamedAnswer {
             "metadata" => {
                 let metadata: converse::Metadata =
                     serde_json::from_slice(&message.payload).map_err(parse_error)?;
-                self.usage = metadata.usage.map(|usage| Usage {
-                    input_tokens: usage.input_tokens,
-                    output_tokens: usage.output_tokens,
-                });
+                self.usage = metadata.usage.map(|usage| usage.normalised());
                 self.metadata = true;
             }
             // messageStart, contentBlockStop, and events of later API versions carry nothing
@@ -708,8 +786,21 @@ mod converse {
     }
 
     #[derive(Debug, Serialize)]
-    pub struct SystemBlock<'a> {
-        pub text: &'a str,
+    #[serde(rename_all = "camelCase")]
+    pub enum SystemBlock<'a> {
+        Text(&'a str),
+        CachePoint(CachePoint),
+    }
+
+    /// A prompt-cache checkpoint: `{"cachePoint": {"type": "default"}}` where it stands.
+    #[derive(Debug, Serialize)]
+    pub struct CachePoint {
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+    }
+
+    impl CachePoint {
+        pub const DEFAULT: CachePoint = CachePoint { kind: "default" };
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -732,6 +823,7 @@ mod converse {
         ToolUse(ToolUse<'a>),
         ToolResult(ToolResult<'a>),
         ReasoningContent(ReasoningContent<'a>),
+        CachePoint(CachePoint),
     }
 
     /// A reasoning block sent back: its text and signature, or the redacted payload (base64, as
@@ -778,8 +870,9 @@ mod converse {
 
     #[derive(Debug, Serialize)]
     #[serde(rename_all = "camelCase")]
-    pub struct Tool<'a> {
-        pub tool_spec: ToolSpec<'a>,
+    pub enum Tool<'a> {
+        ToolSpec(ToolSpec<'a>),
+        CachePoint(CachePoint),
     }
 
     #[derive(Debug, Serialize)]
@@ -866,8 +959,29 @@ mod converse {
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct TokenUsage {
+        /// The prompt tokens neither read from nor written to the cache.
         pub input_tokens: u64,
         pub output_tokens: u64,
+        pub cache_read_input_tokens: Option<u64>,
+        pub cache_write_input_tokens: Option<u64>,
+    }
+
+    impl TokenUsage {
+        /// The neutral usage: Converse's `inputTokens` leaves out the cached prompt tokens
+        /// (its `totalTokens` is input + output + cache read + cache write), so the prompt in
+        /// total is their sum.
+        pub fn normalised(&self) -> crate::providers::Usage {
+            crate::providers::Usage {
+                input_tokens: self
+                    .input_tokens
+                    .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
+                    .saturating_add(self.cache_write_input_tokens.unwrap_or(0)),
+                output_tokens: self.output_tokens,
+                cache_read_tokens: self.cache_read_input_tokens,
+                cache_write_tokens: self.cache_write_input_tokens,
+                reasoning_tokens: None,
+            }
+        }
     }
 }
 

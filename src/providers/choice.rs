@@ -160,6 +160,7 @@ fn settings(
     settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
     settings.reasoning_budget_tokens =
         u32::try_from(config.reasoning_budget_tokens).unwrap_or(u32::MAX);
+    settings.prompt_cache_key = config.prompt_cache_key;
     // Thinking counts against the output limit: a budget that leaves no room for the answer is
     // refused here, before any request, naming both keys (the backends check it again).
     if config.reasoning_budget_tokens > 0

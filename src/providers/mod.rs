@@ -9,6 +9,7 @@
 
 pub mod bedrock;
 
+pub use cache::{CacheHints, PartSizes};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod cache;
 pub mod choice;
 pub mod openai;
 pub mod retry;
@@ -86,6 +88,8 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
     pub max_output_tokens: u32,
+    /// What the backend may use to make the provider's prompt cache hit.
+    pub cache: cache::CacheHints,
 }
 
 /// Why the model stopped.
@@ -102,11 +106,56 @@ pub enum FinishReason {
     Other,
 }
 
-/// Token usage as the provider reported it.
+/// Token usage as the provider reported it, normalised: every backend fills the same fields
+/// from its own (see each backend's `usage` reading and its fixtures).
+///
+/// `input_tokens` is the prompt in total, cached tokens included, whatever the provider counts
+/// apart: calibration compares it with the estimate of the whole request. The cache and
+/// reasoning counts are `None` when the provider did not report them (and in usage an older pen
+/// stored), never a guessed 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Prompt tokens in total: uncached, read from the cache and written to it.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    /// Of `input_tokens`, those written to the prompt cache (Anthropic and Bedrock bill them
+    /// apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
+    /// Of `output_tokens`, the model's reasoning, where the provider reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Usage with only the two counts every provider reports.
+    pub const fn new(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            cache_read_tokens: None,
+            cache_write_tokens: None,
+            reasoning_tokens: None,
+        }
+    }
+
+    /// Adds `other` to these totals (saturating); a count either side reported is kept.
+    pub fn add(&mut self, other: &Usage) {
+        fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+            }
+        }
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = sum(self.cache_read_tokens, other.cache_read_tokens);
+        self.cache_write_tokens = sum(self.cache_write_tokens, other.cache_write_tokens);
+        self.reasoning_tokens = sum(self.reasoning_tokens, other.reasoning_tokens);
+    }
 }
 
 /// A complete assistant turn.
@@ -240,6 +289,9 @@ pub struct ProviderSettings {
     /// off. Thinking tokens count against the request's `max_output_tokens`, which must exceed
     /// it. OpenAI-compatible servers ignore it.
     pub reasoning_budget_tokens: u32,
+    /// Whether an OpenAI-compatible request carries `prompt_cache_key`: `None` for
+    /// api.openai.com only (the config's `prompt_cache_key = "auto"`).
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl ProviderSettings {
@@ -254,6 +306,7 @@ impl ProviderSettings {
             request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
             max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
             reasoning_budget_tokens: 0,
+            prompt_cache_key: None,
         }
     }
 }
@@ -268,6 +321,7 @@ impl fmt::Debug for ProviderSettings {
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("reasoning_budget_tokens", &self.reasoning_budget_tokens)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .finish()
     }
 }

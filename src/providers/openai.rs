@@ -42,6 +42,8 @@ pub struct OpenAiProvider {
     label: String,
     /// The request field that carries the output limit (see [`OpenAiProvider::new`]).
     output_limit_field: &'static str,
+    /// Whether requests carry `prompt_cache_key` (see [`OpenAiProvider::new`]).
+    prompt_cache_key: bool,
 }
 
 impl OpenAiProvider {
@@ -53,6 +55,12 @@ impl OpenAiProvider {
     /// OpenAI's own API takes the output limit as `max_completion_tokens` (its reasoning models
     /// refuse the deprecated `max_tokens`); the local servers read `max_tokens`, so that is what
     /// every other base URL gets.
+    ///
+    /// OpenAI caches prompts by prefix on its own, routing by a hash of the prefix;
+    /// `prompt_cache_key` (the session id) keeps one session's requests on the same cache. It
+    /// goes to OpenAI itself, or anywhere `settings.prompt_cache_key` says: other servers may
+    /// refuse a field they do not know. (llama-server's `cache_prompt` is not sent: it is on by
+    /// default there, and Ollama and vLLM reuse their KV cache without being asked.)
     pub fn new(
         client: reqwest::Client,
         settings: &ProviderSettings,
@@ -94,6 +102,7 @@ impl OpenAiProvider {
             } else {
                 "max_tokens"
             },
+            prompt_cache_key: settings.prompt_cache_key.unwrap_or(is_openai),
         })
     }
 
@@ -103,7 +112,12 @@ impl OpenAiProvider {
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
-        let body = request_body(request, self.output_limit_field);
+        let mut body = request_body(request, self.output_limit_field);
+        if self.prompt_cache_key
+            && let Some(key) = &request.cache.key
+        {
+            body["prompt_cache_key"] = json!(key);
+        }
         let http = self
             .client
             .post(&self.url)
@@ -229,6 +243,15 @@ struct Chunk {
     #[serde(default)]
     choices: Vec<ChunkChoice>,
     usage: Option<WireUsage>,
+    /// llama-server's timings of the request, in the last chunk: `cache_n` prompt tokens came
+    /// from its KV cache, `prompt_n` were processed.
+    timings: Option<Timings>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Timings {
+    cache_n: Option<u64>,
+    prompt_n: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,10 +287,59 @@ struct FunctionDelta {
 
 #[derive(Debug, Deserialize)]
 struct WireUsage {
+    /// The whole prompt, cached tokens included (OpenAI's `cached_tokens` are a part of it).
     #[serde(default)]
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionDetails {
+    reasoning_tokens: Option<u64>,
+}
+
+/// The normalised usage of a chunk's `usage` and (llama-server) `timings`.
+///
+/// OpenAI counts the cached part of the prompt in `prompt_tokens_details.cached_tokens`, of
+/// `prompt_tokens`, and has no cache writes to bill. llama-server reports its KV-cache reuse in
+/// `timings.cache_n` (and, since 2025, `prompt_tokens_details.cached_tokens` too); when it sends
+/// timings without usage, the prompt is `cache_n + prompt_n`.
+fn normalised_usage(usage: Option<&WireUsage>, timings: Option<&Timings>) -> Option<Usage> {
+    let cache_n = timings.and_then(|t| t.cache_n);
+    match usage {
+        Some(usage) => Some(Usage {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cache_read_tokens: usage
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .or(cache_n),
+            cache_write_tokens: None,
+            reasoning_tokens: usage
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens),
+        }),
+        None => {
+            let timings = timings?;
+            let processed = timings.prompt_n?;
+            Some(Usage {
+                input_tokens: processed.saturating_add(cache_n.unwrap_or(0)),
+                output_tokens: 0,
+                cache_read_tokens: cache_n,
+                ..Usage::default()
+            })
+        }
+    }
 }
 
 /// A tool call being assembled from its chunks.
@@ -322,11 +394,13 @@ impl StreamDecoder for OpenAiStream {
             )
         })?;
         self.chunks += 1;
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(Usage {
-                input_tokens: usage.prompt_tokens,
-                output_tokens: usage.completion_tokens,
-            });
+        if let Some(usage) = normalised_usage(chunk.usage.as_ref(), chunk.timings.as_ref()) {
+            // A usage chunk wins over timings alone (which carry no output count).
+            if chunk.usage.is_some() || self.usage.is_none() {
+                self.usage = Some(usage);
+            } else if let Some(known) = self.usage.as_mut() {
+                known.cache_read_tokens = known.cache_read_tokens.or(usage.cache_read_tokens);
+            }
         }
         // pen asks for one choice; a server that sends more gets the others ignored.
         for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
@@ -552,6 +626,7 @@ mod tests {
                 input_schema: json!({"type": "object"}),
             }],
             max_output_tokens: 1024,
+            cache: Default::default(),
         }
     }
 
@@ -689,14 +764,93 @@ mod tests {
                     text: "Hello, wörld".into(),
                     tool_calls: vec![],
                     finish_reason: FinishReason::EndTurn,
-                    usage: Some(Usage {
-                        input_tokens: 12,
-                        output_tokens: 3
-                    }),
+                    usage: Some(Usage::new(12, 3)),
                     reasoning: vec![],
                 }
             );
         }
+    }
+
+    /// The last chunks of real streams: OpenAI's with `include_usage` (a cached prompt and a
+    /// reasoning model), and llama-server's, whose final chunk carries `timings`.
+    #[test]
+    fn usage_reads_cached_and_reasoning_tokens_and_llama_server_timings() {
+        let usage_of = |last: Value| {
+            let body = sse(&[
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": null}], "usage": null}),
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": null}),
+                last,
+            ]);
+            decode(&body, 64).0.unwrap().usage
+        };
+        assert_eq!(
+            usage_of(
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o-2024-08-06", "choices": [],
+                "usage": {"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+                          "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+                          "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                              "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}})
+            ),
+            Some(Usage {
+                input_tokens: 2006,
+                output_tokens: 300,
+                cache_read_tokens: Some(1920),
+                cache_write_tokens: None,
+                reasoning_tokens: Some(0),
+            })
+        );
+        assert_eq!(
+            usage_of(
+                json!({"id": "chatcmpl-2", "object": "chat.completion.chunk", "model": "o4-mini", "choices": [],
+                "usage": {"prompt_tokens": 1117, "completion_tokens": 1426, "total_tokens": 2543,
+                          "prompt_tokens_details": {"cached_tokens": 0},
+                          "completion_tokens_details": {"reasoning_tokens": 1344}}})
+            ),
+            Some(Usage {
+                input_tokens: 1117,
+                output_tokens: 1426,
+                cache_read_tokens: Some(0),
+                cache_write_tokens: None,
+                reasoning_tokens: Some(1344),
+            })
+        );
+        // llama-server: `prompt_tokens` is the whole prompt; `timings.cache_n` of it came from
+        // the KV cache and `prompt_n` was processed.
+        assert_eq!(
+            usage_of(
+                json!({"choices": [], "created": 1733000000, "id": "chatcmpl-x", "model": "smollm2",
+                "system_fingerprint": "b6490-abc", "object": "chat.completion.chunk",
+                "usage": {"completion_tokens": 12, "prompt_tokens": 845, "total_tokens": 857},
+                "timings": {"cache_n": 832, "prompt_n": 13, "prompt_ms": 95.1, "prompt_per_token_ms": 7.3,
+                            "prompt_per_second": 136.7, "predicted_n": 12, "predicted_ms": 140.2,
+                            "predicted_per_token_ms": 11.7, "predicted_per_second": 85.6}})
+            ),
+            Some(Usage {
+                input_tokens: 845,
+                output_tokens: 12,
+                cache_read_tokens: Some(832),
+                cache_write_tokens: None,
+                reasoning_tokens: None,
+            })
+        );
+        // Timings without usage (a server that ignores include_usage): the prompt is both.
+        assert_eq!(
+            usage_of(json!({"choices": [], "object": "chat.completion.chunk",
+                "timings": {"cache_n": 100, "prompt_n": 20, "predicted_n": 4}})),
+            Some(Usage {
+                input_tokens: 120,
+                output_tokens: 0,
+                cache_read_tokens: Some(100),
+                ..Usage::default()
+            })
+        );
+        // Ollama and older servers: plain usage, no cache counts.
+        assert_eq!(
+            usage_of(
+                json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}})
+            ),
+            Some(Usage::new(12, 3))
+        );
     }
 
     #[test]

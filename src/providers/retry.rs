@@ -191,6 +191,7 @@ mod tests {
             messages: vec![],
             tools: vec![],
             max_output_tokens: 1,
+            cache: Default::default(),
         }
     }
 

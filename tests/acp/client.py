@@ -135,12 +135,16 @@ async def stream(workspace):
     context, conn = await connect(client, workspace)
     session = await conn.new_session(cwd=workspace, mcp_servers=[])
     assert [m.id for m in session.modes.available_modes] == ["ask", "allow_edits"], session
-    stop = await prompt(conn, session.session_id, "say hello")
-    assert stop == "end_turn", stop
+    response = await asyncio.wait_for(
+        conn.prompt(session_id=session.session_id, prompt=[acp.text_block("say hello")]),
+        WAIT_SECONDS,
+    )
+    assert response.stop_reason == "end_turn", response
     await client.until(lambda: client.text() == "Hello, world", "the streamed text")
     assert len(client.of_kind("agent_message_chunk")) >= 2, client.updates
     await context.__aexit__(None, None, None)
-    return {"session_id": session.session_id}
+    # pen's usage extension, as the SDK hands it over (`_meta`).
+    return {"session_id": session.session_id, "meta": getattr(response, "field_meta", None)}
 
 
 async def tools(workspace):

@@ -20,10 +20,7 @@ use std::time::Duration;
 const CLIENT_DEADLINE: Duration = Duration::from_secs(120);
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    }
+    Usage::new(100, 10)
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
@@ -226,6 +223,10 @@ fn python_sdk_streams_a_prompt_in_a_pen_session() {
     setup.fake.push([text(&["Hello", ", world"])]);
     let seen = setup.python(&python, "stream", &[]);
     let id = seen["session_id"].as_str().unwrap();
+    // The turn's and the session's usage reach the client under `_meta.pen`.
+    let pen = &seen["meta"]["pen"];
+    assert!(pen["usage"]["inputTokens"].is_u64(), "{seen}");
+    assert!(pen["sessionUsage"]["outputTokens"].is_u64(), "{seen}");
     let listed = setup.sessions();
     assert!(listed.iter().any(|s| s["sessionId"] == id), "{listed:?}");
     assert_eq!(turn_ends(&setup.transcript(id)), ["end_turn"]);

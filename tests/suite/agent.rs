@@ -19,10 +19,7 @@ fn call(id: &str, name: &str, args: Value) -> ToolCall {
 }
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    }
+    Usage::new(100, 10)
 }
 
 struct Daemon {
@@ -125,16 +122,31 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             [
                 "text_delta",
                 "text_delta",
+                "usage",
                 "tool_call_started",
                 "tool_call_finished",
                 "text_delta",
                 "text_delta",
+                "usage",
                 "turn_ended"
             ],
             "{api}"
         );
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=7).collect::<Vec<u64>>());
+        assert_eq!(seqs, (1..=9).collect::<Vec<u64>>());
+        // Each request's usage, and the totals of the turn and the session at the end.
+        let one =
+            json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
+        let two = json!({"inputTokens": 2 * usage().input_tokens, "outputTokens": 2 * usage().output_tokens});
+        assert_eq!(
+            events[7]["data"],
+            json!({"model": "fake-model", "request": one, "turn": two, "session": two}),
+            "{api}"
+        );
+        assert_eq!(events[8]["data"]["usage"], two, "{api}");
+        assert_eq!(events[8]["data"]["sessionUsage"], two, "{api}");
+        assert_eq!(answer["usage"], two, "{api}");
+        assert_eq!(answer["sessionUsage"], two, "{api}");
         assert!(
             events
                 .iter()
@@ -163,8 +175,14 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
                 }
                 _ => {
                     assert_eq!(inline_system, 0, "{api}");
+                    // pen's tools and system prompt pass the minimum cacheable length, so the
+                    // system prompt is one text block with the head's cache breakpoint.
+                    assert_eq!(
+                        request.body["system"][0]["cache_control"],
+                        json!({"type": "ephemeral"})
+                    );
                     assert!(
-                        request.body["system"]
+                        request.body["system"][0]["text"]
                             .as_str()
                             .unwrap()
                             .contains("You are pen")
@@ -669,10 +687,7 @@ fn a_long_tool_turn_fits_a_small_window_by_compaction_for_each_api() {
     use super::fake_provider::BODY_TOKENS;
     const READS: usize = 32;
     const WINDOW_BYTES: usize = 64_000;
-    let honest = Usage {
-        input_tokens: BODY_TOKENS,
-        output_tokens: 10,
-    };
+    let honest = Usage::new(BODY_TOKENS, 10);
     for api in ["openai", "anthropic"] {
         let fake = FakeProvider::start();
         let frames = |text: &[&str], calls: &[ToolCall]| match api {

@@ -172,6 +172,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: 512,
+        cache: Default::default(),
     }
 }
 
@@ -223,10 +224,7 @@ async fn a_text_answer_streams_and_the_request_is_signed_converse() {
             tool_calls: vec![],
             reasoning: vec![],
             finish_reason: FinishReason::EndTurn,
-            usage: Some(Usage {
-                input_tokens: 25,
-                output_tokens: 4
-            }),
+            usage: Some(Usage::new(25, 4)),
         })
     );
     assert_eq!(streamed, "Hello, world.");
@@ -450,13 +448,7 @@ async fn an_answer_ends_at_its_last_event_even_if_the_connection_stays_open() {
         (response.text.as_str(), streamed.as_str()),
         ("Hello", "Hello")
     );
-    assert_eq!(
-        response.usage,
-        Some(Usage {
-            input_tokens: 9,
-            output_tokens: 2
-        })
-    );
+    assert_eq!(response.usage, Some(Usage::new(9, 2)));
 }
 
 #[tokio::test]
@@ -684,5 +676,168 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
             .filter(|e| e.kind == pen::session::EntryKind::ToolResult)
             .count(),
         1
+    );
+}
+
+/// A Claude model Bedrock caches prompts for (1,024 tokens a checkpoint).
+const CACHING_MODEL: &str = "anthropic.claude-3-7-sonnet-20250219-v1:0";
+
+fn cache_points_in(body: &Value) -> usize {
+    body.to_string().matches("\"cachePoint\"").count()
+}
+
+/// A request with a system prompt of about 1,300 tokens, over the model's minimum.
+fn long_request(model: &str, messages: Vec<Message>, previous: &[Message]) -> ModelRequest {
+    ModelRequest {
+        model: model.into(),
+        system: format!("You are pen. {}", "Keep the prefix stable. ".repeat(220)),
+        cache: pen::providers::CacheHints {
+            key: Some("s_1".into()),
+            previous_end: pen::providers::CacheHints::previous_end(previous, &messages),
+            sizes: None,
+        },
+        ..request(messages)
+    }
+}
+
+/// Whole Converse bodies: `cachePoint` blocks after the system prompt, after the previous
+/// request's end while it is a prefix, and at the end; none for a model without prompt
+/// caching.
+#[tokio::test]
+async fn converse_bodies_carry_cache_points_for_models_that_cache() {
+    let (fake, url) = FakeBedrock::start(vec![
+        Reply::events(&hello_events(true)),
+        Reply::events(&hello_events(true)),
+        Reply::events(&hello_events(true)),
+    ])
+    .await;
+    let provider = provider(&url);
+    let prompt = Message::User {
+        text: "Read a".into(),
+    };
+    let first = vec![prompt.clone()];
+    let second = vec![
+        prompt.clone(),
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "tooluse_1".into(),
+                name: "pen_read".into(),
+                arguments: r#"{"path":"a"}"#.into(),
+            }],
+            reasoning: vec![],
+        },
+        Message::ToolResult {
+            call_id: "tooluse_1".into(),
+            content: "alpha".into(),
+            is_error: false,
+        },
+    ];
+    for request in [
+        long_request(CACHING_MODEL, first.clone(), &[]),
+        long_request(CACHING_MODEL, second.clone(), &first),
+        long_request("meta.llama3-70b-instruct-v1:0", second.clone(), &first),
+    ] {
+        complete(&provider, &request).await.0.expect("answer");
+    }
+    let requests = fake.requests();
+    let point = json!({"cachePoint": {"type": "default"}});
+    let system = long_request(CACHING_MODEL, vec![], &[]).system;
+    let tools = json!({"tools": [{"toolSpec": {
+        "name": "pen_read",
+        "description": "Read a file.",
+        "inputSchema": {"json": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    }}]});
+    assert_eq!(
+        requests[0].body,
+        json!({
+            "system": [{"text": system}, point],
+            "messages": [{"role": "user", "content": [{"text": "Read a"}, point]}],
+            "toolConfig": tools,
+            "inferenceConfig": {"maxTokens": 512},
+        })
+    );
+    assert_eq!(
+        requests[1].body,
+        json!({
+            "system": [{"text": system}, point],
+            "messages": [
+                {"role": "user", "content": [{"text": "Read a"}, point]},
+                {"role": "assistant", "content": [
+                    {"toolUse": {"toolUseId": "tooluse_1", "name": "pen_read", "input": {"path": "a"}}},
+                ]},
+                {"role": "user", "content": [
+                    {"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "alpha"}]}},
+                    point,
+                ]},
+            ],
+            "toolConfig": tools,
+            "inferenceConfig": {"maxTokens": 512},
+        })
+    );
+    assert_eq!(
+        cache_points_in(&requests[2].body),
+        0,
+        "{}",
+        requests[2].body
+    );
+    assert!(requests.iter().all(|r| cache_points_in(&r.body) <= 4));
+}
+
+/// A model Bedrock refuses `cachePoint` for (an account or region where the table is wrong):
+/// the request goes again once without them, the turn gets its answer, and later requests
+/// carry none.
+#[tokio::test]
+async fn a_request_refused_for_its_cache_points_is_sent_again_without_them() {
+    let (fake, url) = FakeBedrock::start(vec![
+        Reply::error(
+            400,
+            "ValidationException",
+            "Malformed input request: #/system/1: extraneous key [cachePoint] is not permitted, please reformat your input and try again.",
+        ),
+        Reply::events(&hello_events(true)),
+        Reply::events(&hello_events(true)),
+    ])
+    .await;
+    let provider = provider(&url);
+    let messages = vec![Message::User {
+        text: "Read a".into(),
+    }];
+    let request = long_request(CACHING_MODEL, messages, &[]);
+    let (first, _) = complete(&provider, &request).await;
+    assert_eq!(first.expect("an answer, not a failed turn").text, "Hello");
+    let (second, _) = complete(&provider, &request).await;
+    assert_eq!(second.expect("answer").text, "Hello");
+    let requests = fake.requests();
+    let points: Vec<usize> = requests.iter().map(|r| cache_points_in(&r.body)).collect();
+    assert_eq!(points, [2, 0, 0]);
+}
+
+/// Converse's `metadata` usage of a cached request, normalised: the total counts the cached
+/// tokens Converse leaves out of `inputTokens`.
+#[tokio::test]
+async fn cached_usage_from_the_stream_metadata_is_normalised() {
+    let mut events = hello_events(false);
+    events.push((
+        "metadata",
+        json!({"usage": {"inputTokens": 9, "outputTokens": 2, "totalTokens": 4151,
+                         "cacheReadInputTokens": 4140, "cacheWriteInputTokens": 0},
+               "metrics": {"latencyMs": 310}}),
+    ));
+    let (_fake, url) = FakeBedrock::start(vec![Reply::events(&events)]).await;
+    let (answer, _) = complete(
+        &provider(&url),
+        &request(vec![Message::User { text: "hi".into() }]),
+    )
+    .await;
+    assert_eq!(
+        answer.expect("answer").usage,
+        Some(Usage {
+            input_tokens: 4149,
+            output_tokens: 2,
+            cache_read_tokens: Some(4140),
+            cache_write_tokens: Some(0),
+            reasoning_tokens: None,
+        })
     );
 }

@@ -4,7 +4,7 @@
 //! requests the first daemon would have sent, from the compactions recorded in the session.
 
 use super::cache_figures::{self, figures};
-use super::fake_provider::{FakeProvider, Reply, openai_error};
+use super::fake_provider::{FakeProvider, Reply, anthropic_frames, openai_error};
 use super::lsp_client::LspClient;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -25,7 +25,7 @@ fn too_long() -> Reply {
 /// a 16k window, edits approved, and turns long enough for the script.
 fn daemon(fake: &FakeProvider, data: &Path, root: &Path) -> LspClient {
     let base = format!("{}/v1", fake.url());
-    let mut client = LspClient::spawn(
+    daemon_with(
         data,
         root,
         &[
@@ -33,7 +33,26 @@ fn daemon(fake: &FakeProvider, data: &Path, root: &Path) -> LspClient {
             ("PEN_BASE_URL", &base),
             ("PEN_MODEL", "fake-model"),
         ],
-    );
+    )
+}
+
+/// [`daemon`] with the fake speaking Anthropic's Messages API (whose bodies carry
+/// `cache_control` breakpoints).
+fn anthropic_daemon(fake: &FakeProvider, data: &Path, root: &Path) -> LspClient {
+    daemon_with(
+        data,
+        root,
+        &[
+            ("PEN_PROVIDER", "anthropic"),
+            ("PEN_BASE_URL", fake.url()),
+            ("PEN_MODEL", "claude-sonnet-4-5"),
+            ("ANTHROPIC_API_KEY", "test-key"),
+        ],
+    )
+}
+
+fn daemon_with(data: &Path, root: &Path, env: &[(&str, &str)]) -> LspClient {
+    let mut client = LspClient::spawn(data, root, env);
     client.on_request(|method, _| match method {
         "window/workDoneProgress/create" => Value::Null,
         _ => json!({"decision": "deny"}),
@@ -192,4 +211,66 @@ fn comparable(body: &Value) -> String {
         fields.remove("prompt_cache_key");
     }
     body.to_string()
+}
+
+/// The Anthropic bodies of a session resumed by a new daemon are byte-identical to those one
+/// daemon sends, `cache_control` breakpoints included: the previous request's end is marked
+/// from the history when the new process has not sent that request itself.
+#[test]
+fn a_resumed_anthropic_session_sends_the_same_breakpoints() {
+    const FIRST: usize = 30;
+    const SECOND: usize = 20;
+    let fresh_root = || {
+        let root = tempfile::tempdir().unwrap();
+        cache_figures::workspace(root.path());
+        root
+    };
+    let script = |fake: &FakeProvider| {
+        fake.push(cache_figures::turn_in(anthropic_frames, 0..FIRST));
+        fake.push(cache_figures::turn_in(
+            anthropic_frames,
+            FIRST..FIRST + SECOND,
+        ));
+    };
+    let whole = FakeProvider::start();
+    script(&whole);
+    let whole_data = tempfile::tempdir().unwrap();
+    let whole_root = fresh_root();
+    let mut d = anthropic_daemon(&whole, whole_data.path(), whole_root.path());
+    let session = d.new_session();
+    assert_eq!(d.prompt(&session, "First pass.")["stopReason"], "end_turn");
+    assert_eq!(d.prompt(&session, "Second pass.")["stopReason"], "end_turn");
+    assert!(d.close().is_some());
+
+    let split = FakeProvider::start();
+    script(&split);
+    let split_data = tempfile::tempdir().unwrap();
+    let split_root = fresh_root();
+    let mut first = anthropic_daemon(&split, split_data.path(), split_root.path());
+    let split_session = first.new_session();
+    assert_eq!(
+        first.prompt(&split_session, "First pass.")["stopReason"],
+        "end_turn"
+    );
+    assert!(first.close().is_some());
+    let mut second = anthropic_daemon(&split, split_data.path(), split_root.path());
+    assert_eq!(
+        second.prompt(&split_session, "Second pass.")["stopReason"],
+        "end_turn"
+    );
+
+    let (whole_bodies, split_bodies) = (bodies(&whole), bodies(&split));
+    assert_eq!(whole_bodies.len(), FIRST + SECOND + 2);
+    assert_eq!(split_bodies.len(), whole_bodies.len());
+    for (i, (a, b)) in whole_bodies.iter().zip(&split_bodies).enumerate() {
+        assert_eq!(a, b, "request {i} differs after the resume");
+    }
+    // The first request after the resume marks the head, the previous request's end and its
+    // own end.
+    let resumed = &split_bodies[FIRST + 1];
+    assert_eq!(
+        resumed.to_string().matches("\"cache_control\"").count(),
+        3,
+        "{resumed}"
+    );
 }

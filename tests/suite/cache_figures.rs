@@ -82,14 +82,18 @@ pub fn honest_usage() -> Usage {
 /// A scripted turn in OpenAI's format: one answer with one call for each of `calls` (see
 /// [`call`]), then a final answer.
 pub fn turn(calls: std::ops::Range<usize>) -> Vec<Reply> {
+    turn_in(openai_frames, calls)
+}
+
+/// [`turn`] in the wire format `frames` writes (`openai_frames`, `anthropic_frames`).
+pub fn turn_in(
+    frames: fn(&[&str], &[ToolCall], Usage) -> Vec<String>,
+    calls: std::ops::Range<usize>,
+) -> Vec<Reply> {
     let mut replies: Vec<Reply> = calls
-        .map(|i| Reply::Stream(openai_frames(&["Next."], &[call(i)], honest_usage())))
+        .map(|i| Reply::Stream(frames(&["Next."], &[call(i)], honest_usage())))
         .collect();
-    replies.push(Reply::Stream(openai_frames(
-        &["Done."],
-        &[],
-        honest_usage(),
-    )));
+    replies.push(Reply::Stream(frames(&["Done."], &[], honest_usage())));
     replies
 }
 

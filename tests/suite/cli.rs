@@ -233,10 +233,7 @@ fn pen_run_whose_reader_goes_away_stops_the_turn_cleanly() {
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
     std::fs::write(root.path().join("b.txt"), "beta\n").unwrap();
-    let usage = Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    };
+    let usage = Usage::new(100, 10);
     let call = |id: &str, path: &str| ToolCall {
         id: id.into(),
         name: "pen_read".into(),
@@ -476,4 +473,92 @@ fn a_huge_config_string_is_refused_naming_the_key() {
         "{stderr}"
     );
     assert!(stderr.len() < 2_000, "{} bytes of warnings", stderr.len());
+}
+
+/// `pen run` prints the turn's and the session's usage on stderr at the end; with `--json`
+/// every request's usage is a `usage` event line and the last line carries the totals.
+#[test]
+fn pen_run_prints_the_usage_totals_and_emits_them_as_events_with_json() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    use pen::providers::Usage;
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cached = Usage {
+        cache_read_tokens: Some(1920),
+        reasoning_tokens: Some(12),
+        ..Usage::new(2006, 300)
+    };
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Stream(openai_frames(&["Hello."], &[], cached)),
+        Reply::Stream(openai_frames(&["Again."], &[], cached)),
+    ]);
+    let run = |json: bool, session: Option<&str>| {
+        let mut command = pen_command(data.path());
+        command.arg("run");
+        if json {
+            command.arg("--json");
+        }
+        if let Some(session) = session {
+            command.args(["--session", session]);
+        }
+        command
+            .args([
+                "hi",
+                "--provider",
+                "openai",
+                "--model",
+                "fake-model",
+                "--base-url",
+            ])
+            .arg(format!("{}/v1", fake.url()))
+            .current_dir(root.path())
+            .output()
+            .unwrap()
+    };
+    let output = run(false, None);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let line = "2006 input tokens (95% cached), 300 output tokens (12 reasoning)";
+    assert!(
+        stderr.contains(&format!("pen: usage this turn: {line}\n")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("pen: usage this session: {line}\n")),
+        "{stderr}"
+    );
+    let session = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("pen: session "))
+        .expect("the session id on stderr")
+        .to_string();
+
+    // The same session again, as JSON lines: the usage event, then the session's totals.
+    let output = run(true, Some(&session));
+    assert_eq!(output.status.code(), Some(0));
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let one = json!({"inputTokens": 2006, "outputTokens": 300, "cacheReadTokens": 1920, "reasoningTokens": 12});
+    let two = json!({"inputTokens": 4012, "outputTokens": 600, "cacheReadTokens": 3840, "reasoningTokens": 24});
+    let usage = lines
+        .iter()
+        .find(|line| line["kind"] == "usage")
+        .expect("a usage event");
+    assert_eq!(
+        usage["data"],
+        json!({"model": "fake-model", "request": one, "turn": one, "session": two})
+    );
+    let ended = lines
+        .iter()
+        .find(|line| line["kind"] == "turn_ended")
+        .expect("turn_ended");
+    assert_eq!(ended["data"]["usage"], one);
+    assert_eq!(ended["data"]["sessionUsage"], two);
+    let last = lines.last().unwrap();
+    assert_eq!(last["usage"], one, "{last}");
+    assert_eq!(last["sessionUsage"], two, "{last}");
 }

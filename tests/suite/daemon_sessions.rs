@@ -208,10 +208,7 @@ fn agent_daemon(data: &Path, root: &Path, fake: &FakeProvider) -> LspClient {
 }
 
 fn reply(text: &str, calls: &[ToolCall]) -> Reply {
-    let usage = Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    };
+    let usage = Usage::new(100, 10);
     Reply::Stream(openai_frames(&[text], calls, usage))
 }
 

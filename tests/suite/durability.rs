@@ -34,10 +34,7 @@ fn call(id: &str, name: &str, args: Value) -> ToolCall {
 }
 
 fn frames(text: &str, calls: &[ToolCall]) -> Reply {
-    let usage = Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    };
+    let usage = Usage::new(100, 10);
     Reply::Stream(openai_frames(&[text], calls, usage))
 }
 

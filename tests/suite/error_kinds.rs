@@ -86,10 +86,7 @@ impl Daemon {
 }
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 100,
-        output_tokens: 10,
-    }
+    Usage::new(100, 10)
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub struct RecordedRequest {
     pub headers: HeaderMap,
     /// The body as JSON; `Value::Null` when it was not JSON.
     pub body: Value,
+    /// The body's bytes as sent, for byte-for-byte comparisons.
+    pub raw_body: Vec<u8>,
 }
 
 impl RecordedRequest {
@@ -238,6 +240,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             path: parts.uri.path().to_string(),
             headers: parts.headers,
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            raw_body: bytes.to_vec(),
         });
         requests.len()
     };
@@ -332,15 +335,45 @@ pub fn openai_frames(text: &[&str], calls: &[ToolCall], usage: Usage) -> Vec<Str
             "created": 1_700_000_000,
             "model": "fake-model",
             "choices": [],
-            "usage": {
-                "prompt_tokens": usage.input_tokens,
-                "completion_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-            },
+            "usage": openai_usage(usage),
         }),
     ));
     frames.push("data: [DONE]\n\n".to_string());
     frames
+}
+
+/// OpenAI's `usage` object for `usage`: `prompt_tokens` is the whole prompt, the cached part
+/// (when there is one) is in `prompt_tokens_details.cached_tokens`, and the reasoning part of
+/// the output in `completion_tokens_details.reasoning_tokens`.
+fn openai_usage(usage: Usage) -> Value {
+    let mut wire = json!({
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    });
+    if let Some(cached) = usage.cache_read_tokens {
+        wire["prompt_tokens_details"] = json!({"cached_tokens": cached, "audio_tokens": 0});
+    }
+    if let Some(reasoning) = usage.reasoning_tokens {
+        wire["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
+    }
+    wire
+}
+
+/// Anthropic's `message_start` usage for `usage`: `input_tokens` counts only the prompt after
+/// the cached parts, which come apart (when there are any).
+fn anthropic_usage(usage: Usage) -> Value {
+    let read = usage.cache_read_tokens.unwrap_or(0);
+    let written = usage.cache_write_tokens.unwrap_or(0);
+    let mut wire = json!({
+        "input_tokens": usage.input_tokens.saturating_sub(read + written),
+        "output_tokens": 1,
+    });
+    if usage.cache_read_tokens.is_some() || usage.cache_write_tokens.is_some() {
+        wire["cache_read_input_tokens"] = json!(read);
+        wire["cache_creation_input_tokens"] = json!(written);
+    }
+    wire
 }
 
 /// The frames of an Anthropic streamed answer: `message_start`, a text block with one delta per
@@ -354,7 +387,7 @@ pub fn anthropic_frames(text: &[&str], calls: &[ToolCall], usage: Usage) -> Vec<
     let mut frames = vec![event(json!({"type": "message_start", "message": {
         "id": "msg_fake", "type": "message", "role": "assistant", "content": [],
         "model": "fake-model", "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": usage.input_tokens, "output_tokens": 1},
+        "usage": anthropic_usage(usage),
     }}))];
     let mut index = 0;
     if !text.is_empty() {

@@ -73,10 +73,7 @@ fn the_old_session_is_resumed_and_continued() {
     fake.push([Reply::Stream(openai_frames(
         &["Still alpha."],
         &[],
-        Usage {
-            input_tokens: 50,
-            output_tokens: 3,
-        },
+        Usage::new(50, 3),
     ))]);
     let session = SESSION.trim();
     let output = Command::new(env!("CARGO_BIN_EXE_pen"))

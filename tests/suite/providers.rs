@@ -49,14 +49,12 @@ fn request() -> ModelRequest {
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: 256,
+        cache: Default::default(),
     }
 }
 
 fn usage() -> Usage {
-    Usage {
-        input_tokens: 42,
-        output_tokens: 7,
-    }
+    Usage::new(42, 7)
 }
 
 /// Sends `request` and returns the result with the text deltas `on_event` received, in order.
@@ -621,6 +619,7 @@ async fn anthropic_thinking_blocks_go_back_byte_for_byte_first_on_the_next_reque
     .expect("provider");
     let mut request = ModelRequest {
         max_output_tokens: 4096,
+        cache: Default::default(),
         ..request()
     };
 
@@ -775,4 +774,262 @@ fn pen_run_sends_anthropic_thinking_back_on_the_next_request_of_the_turn() {
         requests[1].body["messages"][1]["content"][1]["type"],
         "tool_use"
     );
+}
+
+/// A system prompt of about 1,300 tokens by pen's estimate: over the 1,024-token minimum of
+/// most Claude models, under Haiku 4.5's 4,096.
+fn long_system() -> String {
+    format!("You are pen. {}", "Keep the prefix stable. ".repeat(220))
+}
+
+fn pen_read(id: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: "pen_read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    }
+}
+
+fn breakpoints_in(body: &serde_json::Value) -> usize {
+    body.to_string().matches("\"cache_control\"").count()
+}
+
+/// Whole request bodies of one session as the fake server received them: the head breakpoint
+/// on the system prompt, the previous request's end kept while it is still a prefix, the end
+/// of the request; none of the earlier end once a compaction rewrote the prefix; none at all
+/// where the model's minimum is not reached.
+#[tokio::test]
+async fn anthropic_requests_carry_cache_breakpoints_on_the_head_the_previous_end_and_the_end() {
+    let fake = FakeProvider::start();
+    let answers = (0..4).map(|_| Reply::Stream(anthropic_frames(&["ok"], &[], usage())));
+    fake.push(answers);
+    let provider = provider(ProviderKind::Anthropic, &fake);
+    let ephemeral = json!({"type": "ephemeral"});
+    let system = long_system();
+    let prompt = Message::User {
+        text: "Read a.txt".into(),
+    };
+    let call = Message::Assistant {
+        text: String::new(),
+        tool_calls: vec![pen_read("toolu_1")],
+        reasoning: vec![],
+    };
+    let result = Message::ToolResult {
+        call_id: "toolu_1".into(),
+        content: "alpha".into(),
+        is_error: false,
+    };
+    let tools = json!([{
+        "name": "pen_read",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }]);
+    let ask = |model: &str, messages: Vec<Message>, previous: &[Message]| ModelRequest {
+        model: model.into(),
+        system: system.clone(),
+        cache: pen::providers::CacheHints {
+            key: Some("s_1".into()),
+            previous_end: pen::providers::CacheHints::previous_end(previous, &messages),
+            sizes: None,
+        },
+        messages,
+        ..request()
+    };
+
+    // The first request: the head and the end.
+    let first = vec![prompt.clone()];
+    complete(&*provider, &ask("claude-sonnet-4-5", first.clone(), &[]))
+        .await
+        .0
+        .expect("answer");
+    // The next step of the turn: the previous request (the prompt) is a prefix.
+    let second = vec![prompt.clone(), call.clone(), result.clone()];
+    complete(
+        &*provider,
+        &ask("claude-sonnet-4-5", second.clone(), &first),
+    )
+    .await
+    .0
+    .expect("answer");
+    // A compaction rewrote the prompt's turn: the previous request (three messages) is no
+    // longer a prefix, so its end (the first result) gets no breakpoint.
+    let compacted = vec![
+        Message::User {
+            text: "Read a.txt (earlier steps excerpted)".into(),
+        },
+        call.clone(),
+        result.clone(),
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![pen_read("toolu_2")],
+            reasoning: vec![],
+        },
+        Message::ToolResult {
+            call_id: "toolu_2".into(),
+            content: "beta".into(),
+            is_error: false,
+        },
+    ];
+    complete(&*provider, &ask("claude-sonnet-4-5", compacted, &second))
+        .await
+        .0
+        .expect("answer");
+    // Haiku 4.5 caches nothing under 4,096 tokens: no breakpoint at all.
+    complete(&*provider, &ask("claude-haiku-4-5", first.clone(), &[]))
+        .await
+        .0
+        .expect("answer");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    let system_block = json!([{"type": "text", "text": system, "cache_control": ephemeral}]);
+    assert_eq!(
+        requests[0].body,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 256,
+            "stream": true,
+            "system": system_block,
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Read a.txt", "cache_control": ephemeral},
+                ]},
+            ],
+            "tools": tools,
+        })
+    );
+    assert_eq!(
+        requests[1].body,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 256,
+            "stream": true,
+            "system": system_block,
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Read a.txt", "cache_control": ephemeral},
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "alpha",
+                     "cache_control": ephemeral},
+                ]},
+            ],
+            "tools": tools,
+        })
+    );
+    assert_eq!(
+        requests[2].body["messages"],
+        json!([
+            {"role": "user", "content": "Read a.txt (earlier steps excerpted)"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "pen_read", "input": {"path": "a.txt"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "alpha"},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_2", "name": "pen_read", "input": {"path": "a.txt"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "beta",
+                 "cache_control": ephemeral},
+            ]},
+        ])
+    );
+    assert_eq!(requests[2].body["system"], system_block);
+    assert_eq!(
+        requests[3].body,
+        json!({
+            "model": "claude-haiku-4-5",
+            "max_tokens": 256,
+            "stream": true,
+            "system": system,
+            "messages": [{"role": "user", "content": "Read a.txt"}],
+            "tools": tools,
+        })
+    );
+    let counts: Vec<usize> = requests.iter().map(|r| breakpoints_in(&r.body)).collect();
+    assert_eq!(counts, [2, 3, 2, 0]);
+    assert!(counts.iter().all(|&count| count <= 4));
+}
+
+/// Two requests planned from the same history (and the same previous request) are the same
+/// bytes on the wire, for every backend: nothing in a body varies per request.
+#[tokio::test]
+async fn two_requests_planned_from_the_same_history_are_byte_identical() {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let fake = FakeProvider::start();
+        let frames = || match kind {
+            ProviderKind::OpenAi => openai_frames(&["ok"], &[], usage()),
+            _ => anthropic_frames(&["ok"], &[], usage()),
+        };
+        fake.push([Reply::Stream(frames()), Reply::Stream(frames())]);
+        let mut settings = settings(kind, &fake, Some("sk-test-key"));
+        settings.prompt_cache_key = Some(true);
+        let provider = build(&settings).expect("provider");
+        let previous = vec![Message::User {
+            text: "Read a.txt".into(),
+        }];
+        let messages = vec![
+            previous[0].clone(),
+            Message::Assistant {
+                text: "Reading.".into(),
+                tool_calls: vec![pen_read("call_1")],
+                reasoning: vec![],
+            },
+            Message::ToolResult {
+                call_id: "call_1".into(),
+                content: "alpha".into(),
+                is_error: false,
+            },
+        ];
+        let planned = || ModelRequest {
+            system: long_system(),
+            cache: pen::providers::CacheHints {
+                key: Some("s_1".into()),
+                previous_end: pen::providers::CacheHints::previous_end(&previous, &messages),
+                sizes: None,
+            },
+            messages: messages.clone(),
+            ..request()
+        };
+        complete(&*provider, &planned()).await.0.expect("answer");
+        complete(&*provider, &planned()).await.0.expect("answer");
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[0].raw_body, requests[1].raw_body, "{kind}");
+        if kind == ProviderKind::OpenAi {
+            assert_eq!(requests[0].body["prompt_cache_key"], "s_1");
+        } else {
+            assert_eq!(breakpoints_in(&requests[0].body), 3);
+        }
+    }
+}
+
+/// OpenAI's own endpoint gets `prompt_cache_key` (the session id) by default; a local server
+/// gets it only when the config says `prompt_cache_key = "on"`.
+#[tokio::test]
+async fn prompt_cache_key_goes_only_where_it_is_accepted() {
+    for (setting, expected) in [(None, None), (Some(true), Some("s_9")), (Some(false), None)] {
+        let fake = FakeProvider::start();
+        fake.push([Reply::Stream(openai_frames(&["ok"], &[], usage()))]);
+        let mut settings = settings(ProviderKind::OpenAi, &fake, None);
+        settings.prompt_cache_key = setting;
+        let provider = build(&settings).expect("provider");
+        let mut asked = request();
+        asked.cache.key = Some("s_9".into());
+        complete(&*provider, &asked).await.0.expect("answer");
+        let requests = fake.requests();
+        assert_eq!(
+            requests[0]
+                .body
+                .get("prompt_cache_key")
+                .and_then(|v| v.as_str()),
+            expected,
+            "{setting:?}"
+        );
+    }
 }

@@ -364,10 +364,7 @@ fn tool_call(id: &str, name: &str, args: serde_json::Value) -> pen::providers::T
 }
 
 fn usage() -> pen::providers::Usage {
-    pen::providers::Usage {
-        input_tokens: 10,
-        output_tokens: 5,
-    }
+    pen::providers::Usage::new(10, 5)
 }
 
 fn finished_states(client: &LspClient) -> Vec<(String, String)> {

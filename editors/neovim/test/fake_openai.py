@@ -7,6 +7,7 @@ SCRIPT.json is a list of replies, used in order, one per POST /v1/chat/completio
   {"tool_calls": [{"id","name","arguments"}], "text"?: "..."}
   {"hang": true}                                   headers sent, then nothing until the client goes
   {"error": {"status": 400, "body": {...}}}        a JSON error answer (e.g. context_length_exceeded)
+A text or tool-call reply may add "usage": {...}: OpenAI's usage object, sent as the last chunk.
 Each request body is appended to SCRIPT.json + ".requests" (one JSON per line) for assertions,
 and its Authorization header to SCRIPT.json + ".authorization" (one per line).
 Python stdlib only.
@@ -88,6 +89,9 @@ class Handler(BaseHTTPRequestHandler):
             for part in (args[:half], args[half:]):
                 events.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": part}}]}))
         events.append(chunk({}, "tool_calls" if reply.get("tool_calls") else "stop"))
+        if "usage" in reply:
+            events.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                           "model": "fake", "choices": [], "usage": reply["usage"]})
         try:
             for e in events:
                 self.wfile.write(b"data: " + json.dumps(e).encode() + b"\n\n")

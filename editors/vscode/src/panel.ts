@@ -104,6 +104,7 @@ export class PanelView implements vscode.WebviewViewProvider {
 </header>
 <main id="log" role="log" aria-label="pen conversation" aria-live="polite"></main>
 <div id="status" role="status" aria-live="polite"></div>
+<div id="session-usage" aria-label="Session usage"></div>
 <form id="composer">
   <textarea id="prompt" rows="3" aria-label="Ask pen" placeholder="Ask pen (Enter to send, Shift+Enter for a new line)"></textarea>
   <div class="actions">

@@ -18,6 +18,7 @@ import type {
   TranscriptRecord,
   TrimmedData,
   TurnErrorKind,
+  Usage,
 } from './protocol.generated';
 
 /** The life of a tool call, as the card shows it: running, waiting, or how it ended. */
@@ -77,6 +78,8 @@ export interface TurnEndItem extends ItemBase {
   /** What the error's kind means for the owner, when the buttons alone do not say it. */
   hint: string | null;
   actions: TurnAction[];
+  /** The turn's usage in a line (input, cached share, output); null when none was reported. */
+  usage: string | null;
 }
 
 /** A note from the extension itself (the daemon restarted, a request failed). */
@@ -98,6 +101,9 @@ export interface PanelModel {
   status: string;
   /** The turns whose end is rendered: `turn_ended` and the `pen/prompt` answer both report it. */
   endedTurns: string[];
+  /** The session's usage so far in a line, from the last `usage` event or turn end; null
+   * until one reports it. */
+  sessionUsage: string | null;
   nextId: number;
 }
 
@@ -109,6 +115,7 @@ export function emptyModel(): PanelModel {
     running: false,
     status: '',
     endedTurns: [],
+    sessionUsage: null,
     nextId: 1,
   };
 }
@@ -183,6 +190,23 @@ function plural(n: number, one: string, many: string): string {
 
 function formatTokens(n: number): string {
   return n.toLocaleString('en-US');
+}
+
+/**
+ * Usage in a line: the input in total, the share of it read from the provider's cache (only
+ * when the provider reports cache reads), and the output. Anything that is not a usage object
+ * is `null`.
+ */
+export function usageLine(usage: Usage | null | undefined): string | null {
+  const u = asRecord(usage);
+  const input = asNumber(u.inputTokens);
+  const output = asNumber(u.outputTokens);
+  if (input === null || output === null) {
+    return null;
+  }
+  const read = asNumber(u.cacheReadTokens);
+  const cached = read === null ? '' : ` (${input > 0 ? Math.floor((read * 100) / input) : 0}% cached)`;
+  return `${formatTokens(input)} input tokens${cached}, ${formatTokens(output)} output tokens`;
 }
 
 /**
@@ -425,17 +449,21 @@ function turnEnded(
   stopReason: string,
   lastError: string | null,
   errorKind: TurnErrorKind | null = null,
+  usage: Usage | null = null,
+  sessionUsage: Usage | null = null,
 ): PanelModel {
   if (turnId !== null && model.endedTurns.includes(turnId)) {
     return model;
   }
-  const m = push(model, {
+  const pushed = push(model, {
     kind: 'turnEnd',
     turnId,
     stopReason,
     lastError: lastError === null ? null : forUser(lastError),
     ...actionsFor(stopReason, errorKind),
+    usage: usageLine(usage),
   } as TurnEndItem);
+  const m = { ...pushed, sessionUsage: usageLine(sessionUsage) ?? pushed.sessionUsage };
   // A turn that ends leaves no approval pending and nothing running.
   let out: PanelModel = {
     ...m,
@@ -483,6 +511,9 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
     }
     case 'context_trimmed':
       return push(model, { kind: 'trim', ...trimNotice(body.data) } as TrimItem);
+    case 'usage':
+      // One request's usage: the session's line follows it; the turn's shows at its end.
+      return { ...model, sessionUsage: usageLine(body.data.session) ?? model.sessionUsage };
     case 'turn_ended':
       return turnEnded(
         model,
@@ -490,6 +521,8 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
         asString(body.data.stopReason) ?? 'unknown',
         asString(body.data.lastError),
         body.data.errorKind ?? null,
+        body.data.usage ?? null,
+        body.data.sessionUsage ?? null,
       );
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
@@ -520,7 +553,15 @@ export function promptSent(model: PanelModel, text: string): PanelModel {
 export function promptAnswered(model: PanelModel, result: PromptResponse): PanelModel {
   let m = model;
   if (result.sessionId === model.sessionId) {
-    m = turnEnded(m, result.turnId, result.stopReason, result.lastError ?? null, result.errorKind ?? null);
+    m = turnEnded(
+      m,
+      result.turnId,
+      result.stopReason,
+      result.lastError ?? null,
+      result.errorKind ?? null,
+      result.usage ?? null,
+      result.sessionUsage ?? null,
+    );
   }
   return { ...m, running: false, status: '' };
 }

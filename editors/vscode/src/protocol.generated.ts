@@ -24,7 +24,7 @@ export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'networ
 
 export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
 
-export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'turn_ended'] as const;
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'turn_ended'] as const;
 
 export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
 
@@ -163,9 +163,12 @@ export type AssistantCall = { id: string, name: string,
 arguments: string, };
 
 /**
- * Token usage as the provider reported it.
+ * Token usage as the provider reported it, normalised (see [`providers::Usage`]):
+ * `inputTokens` is the whole prompt, of which `cacheReadTokens` came from the provider's cache
+ * and `cacheWriteTokens` were written to it; each optional count is absent when the provider
+ * did not report it.
  */
-export type Usage = { inputTokens: number, outputTokens: number, };
+export type Usage = { inputTokens: number, outputTokens: number, cacheReadTokens?: number, cacheWriteTokens?: number, reasoningTokens?: number, };
 
 /**
  * `pen/prompt` params: run one turn of the agent in a session.
@@ -180,12 +183,32 @@ export type PromptResponse = { sessionId: string, turnId: string, stopReason: St
  * What kind of failure ended the turn, for a client to act on (a new session for
  * `history_unrepairable`, the provider settings for `auth` …).
  */
-errorKind?: TurnErrorKind | null, };
+errorKind?: TurnErrorKind | null, 
+/**
+ * The turn's usage: its requests' reported usage, summed.
+ */
+usage?: Usage, 
+/**
+ * The session's usage so far, this turn included.
+ */
+sessionUsage?: Usage, };
 
 /**
- * How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it.
+ * How a turn ended, as the `turn_ended` event and `pen run --json`'s last line carry it, with
+ * the turn's and the session's usage (absent when no request reported any, and in turns an
+ * older pen stored).
  */
-export type TurnOutcome = { stopReason: StopReason, lastError: string | null, errorKind: TurnErrorKind | null, };
+export type TurnOutcome = { stopReason: StopReason, lastError: string | null, errorKind: TurnErrorKind | null, usage?: Usage, sessionUsage?: Usage, };
+
+/**
+ * `usage` data: one provider request's usage, with its turn's and its session's totals so
+ * far.
+ */
+export type UsageData = { 
+/**
+ * The model that answered.
+ */
+model: string, request: Usage, turn: Usage, session: Usage, };
 
 /**
  * `pen/stop` params.
@@ -204,7 +227,7 @@ export type EventParams = { sessionId: string, turnId: string, seq: number, } & 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -213,7 +236,7 @@ export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.

@@ -27,6 +27,7 @@ const markdown = new MarkdownIt({ html: false, linkify: true, breaks: false });
 
 const log = document.getElementById('log') as HTMLElement;
 const status = document.getElementById('status') as HTMLElement;
+const sessionUsage = document.getElementById('session-usage') as HTMLElement;
 const form = document.getElementById('composer') as HTMLFormElement;
 const prompt = document.getElementById('prompt') as HTMLTextAreaElement;
 const send = document.getElementById('send') as HTMLButtonElement;
@@ -184,6 +185,9 @@ function renderItem(item: Item, old: HTMLElement | undefined): HTMLElement {
     case 'turnEnd': {
       const div = el('div', `turn-end reason-${item.stopReason}`);
       div.append(el('div', 'label', stopReasonLabel(item.stopReason)));
+      if (item.usage !== null) {
+        div.append(el('div', 'usage', `This turn: ${item.usage}`));
+      }
       if (item.lastError !== null) {
         div.setAttribute('role', 'alert');
         div.append(el('div', 'last-error', item.lastError));
@@ -269,6 +273,7 @@ function render(m: PanelModel): void {
     log.scrollTop = log.scrollHeight;
   }
   status.textContent = m.running ? `pen: ${m.status || 'running'}` : '';
+  sessionUsage.textContent = m.sessionUsage === null ? '' : `Session: ${m.sessionUsage}`;
   prompt.disabled = m.running;
   send.disabled = m.running;
   stop.disabled = !m.running;

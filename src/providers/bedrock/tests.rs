@@ -16,6 +16,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: 1024,
+        cache: Default::default(),
     }
 }
 
@@ -55,7 +56,7 @@ fn body_has_the_system_prompt_once_tools_and_a_tool_round() {
         },
     ]);
     assert_eq!(
-        serde_json::to_value(converse_body(&request, None)).expect("serializable"),
+        serde_json::to_value(converse_body(&request, None, None)).expect("serializable"),
         json!({
             "system": [{"text": "You are pen."}],
             "messages": [
@@ -106,7 +107,8 @@ fn body_merges_a_prompt_after_results_and_skips_empty_parts() {
     ]);
     without_tools.system = String::new();
     without_tools.tools = Vec::new();
-    let body = serde_json::to_value(converse_body(&without_tools, None)).expect("serializable");
+    let body =
+        serde_json::to_value(converse_body(&without_tools, None, None)).expect("serializable");
     assert_eq!(body.get("system"), None);
     assert_eq!(body.get("toolConfig"), None);
     assert_eq!(
@@ -284,10 +286,7 @@ fn a_streamed_tool_round_assembles_text_calls_stop_reason_and_usage() {
                 },
             ],
             finish_reason: FinishReason::ToolUse,
-            usage: Some(Usage {
-                input_tokens: 120,
-                output_tokens: 30,
-            }),
+            usage: Some(Usage::new(120, 30)),
             reasoning: vec![],
         })
     );
@@ -599,7 +598,7 @@ fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
         result("t1", "a", false),
     ]);
     with_thinking.max_output_tokens = 4096;
-    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048))).expect("json");
+    let body = serde_json::to_value(converse_body(&with_thinking, Some(2048), None)).expect("json");
     assert_eq!(
         body["additionalModelRequestFields"],
         json!({"thinking": {"type": "enabled", "budget_tokens": 2048}})
@@ -613,7 +612,7 @@ fn reasoning_goes_back_first_as_reasoning_content_only_while_thinking_is_on() {
             {"toolUse": {"toolUseId": "t1", "name": "pen_read", "input": {"path": "a"}}},
         ])
     );
-    let off = serde_json::to_value(converse_body(&with_thinking, None)).expect("json");
+    let off = serde_json::to_value(converse_body(&with_thinking, None, None)).expect("json");
     assert_eq!(off.get("additionalModelRequestFields"), None);
     assert!(!off.to_string().contains("reasoning"), "{off}");
 }
@@ -669,7 +668,7 @@ fn an_excerpt_before_a_kept_call_shares_its_turn_with_the_reasoning_first() {
         },
         result("t1", "ok", false),
     ]);
-    let body = serde_json::to_value(converse_body(&request, Some(1024))).expect("json");
+    let body = serde_json::to_value(converse_body(&request, Some(1024), None)).expect("json");
     assert_eq!(
         body["messages"][1],
         json!({"role": "assistant", "content": [
@@ -690,4 +689,59 @@ fn a_base_url_that_is_not_http_is_refused_before_any_request() {
         Duration::from_secs(5),
     );
     assert_eq!(refused.err().map(|e| e.kind), Some(ErrorKind::Config));
+}
+
+/// The `metadata` event of a Converse stream that read a cached prefix (the shape of the
+/// Bedrock prompt-caching guide's example: `totalTokens` is input + output + cache read +
+/// cache write, so `inputTokens` leaves the cached tokens out).
+#[test]
+fn usage_from_metadata_counts_the_cached_prompt_in_the_total() {
+    let stream = |usage: serde_json::Value| {
+        assemble(&[
+            event("messageStart", json!({"role": "assistant"})),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "ok"}}),
+            ),
+            event("messageStop", json!({"stopReason": "end_turn"})),
+            event(
+                "metadata",
+                json!({"usage": usage, "metrics": {"latencyMs": 1234}}),
+            ),
+        ])
+        .0
+        .unwrap()
+        .usage
+    };
+    assert_eq!(
+        stream(
+            json!({"inputTokens": 9, "outputTokens": 187, "totalTokens": 4336,
+                      "cacheReadInputTokens": 4140, "cacheWriteInputTokens": 0})
+        ),
+        Some(Usage {
+            input_tokens: 4149,
+            output_tokens: 187,
+            cache_read_tokens: Some(4140),
+            cache_write_tokens: Some(0),
+            reasoning_tokens: None,
+        })
+    );
+    assert_eq!(
+        stream(
+            json!({"inputTokens": 12, "outputTokens": 5, "totalTokens": 2065,
+                      "cacheReadInputTokens": 0, "cacheWriteInputTokens": 2048})
+        ),
+        Some(Usage {
+            input_tokens: 2060,
+            output_tokens: 5,
+            cache_read_tokens: Some(0),
+            cache_write_tokens: Some(2048),
+            reasoning_tokens: None,
+        })
+    );
+    // A model without prompt caching reports no cache fields: they stay unknown.
+    assert_eq!(
+        stream(json!({"inputTokens": 120, "outputTokens": 30, "totalTokens": 150})),
+        Some(Usage::new(120, 30))
+    );
 }

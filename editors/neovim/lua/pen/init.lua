@@ -237,7 +237,8 @@ function M.prompt(text, range)
     else
       M.state.last_result[session] = result
       transcript.on_event({ sessionId = session, turnId = result.turnId, kind = P.event_kind.TURN_ENDED,
-        data = { stopReason = result.stopReason, lastError = result.lastError, errorKind = result.errorKind } })
+        data = { stopReason = result.stopReason, lastError = result.lastError, errorKind = result.errorKind,
+          usage = result.usage, sessionUsage = result.sessionUsage } })
       if result.stopReason == P.stop_reason.ERROR and result.lastError then
         local hint = transcript.ERROR_HINTS[result.errorKind]
         notify(tostring(result.lastError) .. (hint and ('\n' .. hint) or ''), vim.log.levels.ERROR)

@@ -54,6 +54,7 @@ M.event_kind = {
   APPROVAL_WITHDRAWN = 'approval_withdrawn',
   TOOL_CALL_FINISHED = 'tool_call_finished',
   CONTEXT_TRIMMED = 'context_trimmed',
+  USAGE = 'usage',
   TURN_ENDED = 'turn_ended',
 }
 

@@ -13,6 +13,22 @@ M.bufs = {}
 M.after_block = {}
 --- sessionId -> { turnId -> true } for the turns whose end its buffer already shows.
 M.ended_turns = {}
+--- sessionId -> the session's usage so far in a line (from the last `usage` event or turn end).
+M.session_usage = {}
+
+--- Usage in a line: the input in total, the share read from the provider's cache (only when
+--- the provider reports cache reads), and the output; nil for anything that is not usage.
+function M.usage_line(u)
+  if type(u) ~= 'table' or type(u.inputTokens) ~= 'number' or type(u.outputTokens) ~= 'number' then
+    return nil
+  end
+  local cached = ''
+  if type(u.cacheReadTokens) == 'number' then
+    local percent = u.inputTokens > 0 and math.floor(u.cacheReadTokens * 100 / u.inputTokens) or 0
+    cached = (' (%d%% cached)'):format(percent)
+  end
+  return ('%d input tokens%s, %d output tokens'):format(u.inputTokens, cached, u.outputTokens)
+end
 
 local function buf_name(session_id)
   -- The first transcript is plain `pen://transcript`; more sessions get their id appended,
@@ -229,6 +245,16 @@ function M.turn_ended(s, turn_id, d)
   if hint then
     table.insert(l, '> ' .. hint)
   end
+  -- The turn's usage and the session's so far (absent in turns an older pen stored).
+  local turn = M.usage_line(d.usage)
+  if turn then
+    table.insert(l, '> usage this turn: ' .. turn)
+  end
+  local session = M.usage_line(d.sessionUsage)
+  if session then
+    M.session_usage[s] = session
+    table.insert(l, '> usage this session: ' .. session)
+  end
   M.lines(s, l)
 end
 
@@ -267,6 +293,9 @@ function M.step(s, turn_id, kind, d)
       tostring(d.estimatedTokens)) })
   elseif kind == R.TOOL_ALLOWED_FOR_SESSION then
     M.lines(s, { ('> `%s` allowed for the rest of this session'):format(tostring(d.tool)) })
+  elseif kind == E.USAGE then
+    -- One request's usage: kept for the status line; the turn's end shows the totals.
+    M.session_usage[s] = M.usage_line(d.session) or M.session_usage[s]
   elseif kind == E.TURN_ENDED then
     M.turn_ended(s, turn_id, d)
   elseif kind == R.EVENT then

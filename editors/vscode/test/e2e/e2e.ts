@@ -39,8 +39,11 @@ const children: ChildProcess[] = [];
 // The provider's replies, one per request, in the order the scenarios below make them.
 const CRLF_TEXT = 'line one\r\nline two\r\nline three\r\n';
 const replies: unknown[] = [
-  // 1. A streamed answer.
-  { text: 'Hello from the **fake model**, streamed in pieces.\n\n```rust\nfn main() {}\n```\n\nRaw <img src=x onerror="document.title=1"> stays text.\n' },
+  // 1. A streamed answer, with the usage of a request that read most of its prompt from the cache.
+  {
+    text: 'Hello from the **fake model**, streamed in pieces.\n\n```rust\nfn main() {}\n```\n\nRaw <img src=x onerror="document.title=1"> stays text.\n',
+    usage: { prompt_tokens: 2006, completion_tokens: 300, total_tokens: 2306, prompt_tokens_details: { cached_tokens: 1920 } },
+  },
   // 2. An edit of the open, unsaved CRLF file, approved in the panel.
   { tool_calls: [{ id: 'call_read_a', name: 'pen_read', arguments: { path: 'a.txt' } }] },
   {
@@ -422,6 +425,13 @@ async function main(): Promise<void> {
       if ((await p.locator('.msg.answer img').count()) !== 0) {
         throw new Error('raw HTML from the model became an element');
       }
+      // The turn's usage at its end, and the session's under the log.
+      await p
+        .locator('.turn-end .usage', { hasText: 'This turn: 2,006 input tokens (95% cached), 300 output tokens' })
+        .waitFor({ timeout: UI_MS });
+      await p
+        .locator('#session-usage', { hasText: 'Session: 2,006 input tokens (95% cached), 300 output tokens' })
+        .waitFor({ timeout: UI_MS });
     });
 
     await step(page, 'crlf-file-unsaved', async () => {

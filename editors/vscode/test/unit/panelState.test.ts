@@ -18,6 +18,7 @@ import {
   promptSent,
   switchSession,
   trimNotice,
+  usageLine,
 } from '../../src/panelState';
 import { TURN_ERROR_KINDS } from '../../src/protocol.generated';
 import type { EventParams, TranscriptRecord, TurnErrorKind } from '../../src/protocol.generated';
@@ -61,7 +62,8 @@ function outline(m: PanelModel): string[] {
       case 'turnEnd':
         return `end ${item.stopReason}` + (item.lastError !== null ? `: ${item.lastError}` : '') +
           (item.actions.length > 0 ? ` [${item.actions.join(',')}]` : '') +
-          (item.hint !== null ? ` hint=${item.hint}` : '');
+          (item.hint !== null ? ` hint=${item.hint}` : '') +
+          (item.usage !== null ? ` usage=${item.usage}` : '');
       case 'note':
         return `note ${item.level}: ${item.text}`;
     }
@@ -427,5 +429,45 @@ describe('helpers', () => {
     approvalRequested(m, { sessionId: S, turnId: T, callId: 'c', tool: 't', arguments: {} });
     appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
+  });
+
+  test('usage: each turn ends with its figures and the session line follows every report', () => {
+    const request = { inputTokens: 2000, outputTokens: 20, cacheReadTokens: 0, cacheWriteTokens: 1900 };
+    const turn = { inputTokens: 4100, outputTokens: 30, cacheReadTokens: 1900, cacheWriteTokens: 2050 };
+    const earlier = { inputTokens: 12000, outputTokens: 500, cacheReadTokens: 9000 };
+    let m = promptSent(session(), 'read a');
+    m = applyEvent(m, ev('usage', { model: 'm', request, turn: request, session: request }));
+    assert.equal(m.sessionUsage, '2,000 input tokens (0% cached), 20 output tokens');
+    m = reduce(m, [
+      ev('usage', { model: 'm', request, turn, session: turn }),
+      ev('turn_ended', { stopReason: 'end_turn', lastError: null, errorKind: null, usage: turn, sessionUsage: turn }),
+    ]);
+    assert.deepEqual(outline(m).at(-1), 'end end_turn usage=4,100 input tokens (46% cached), 30 output tokens');
+    assert.equal(m.sessionUsage, '4,100 input tokens (46% cached), 30 output tokens');
+    // A stored session shows the same: per turn at its end, the session's from the last end.
+    const stored = appendEntries(session(), [
+      entry(1, 'turn_ended', { stopReason: 'end_turn', lastError: null, errorKind: null, usage: earlier, sessionUsage: earlier }, 't0'),
+      entry(2, 'turn_ended', { stopReason: 'end_turn', lastError: null, errorKind: null, usage: turn, sessionUsage: turn }, 't1'),
+    ]);
+    assert.deepEqual(outline(stored), [
+      'end end_turn usage=12,000 input tokens (75% cached), 500 output tokens',
+      'end end_turn usage=4,100 input tokens (46% cached), 30 output tokens',
+    ]);
+    assert.equal(stored.sessionUsage, '4,100 input tokens (46% cached), 30 output tokens');
+    // The pen/prompt answer carries the same totals when it comes first.
+    const answered = promptAnswered(promptSent(session(), 'go'), {
+      sessionId: S,
+      turnId: 't9',
+      stopReason: 'end_turn',
+      usage: turn,
+      sessionUsage: turn,
+    });
+    assert.equal(answered.sessionUsage, '4,100 input tokens (46% cached), 30 output tokens');
+    // An older pen's turn end has no usage: nothing is made up.
+    const old = appendEntries(session(), [entry(1, 'turn_ended', { stopReason: 'end_turn', lastError: null, errorKind: null })]);
+    assert.deepEqual(outline(old), ['end end_turn']);
+    assert.equal(old.sessionUsage, null);
+    assert.equal(usageLine({ inputTokens: 120, outputTokens: 3 }), '120 input tokens, 3 output tokens');
+    assert.equal(usageLine(undefined), null);
   });
 });
