@@ -12,6 +12,9 @@ use crate::limits::{
     MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
     REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
+pub mod mcp;
+
+pub use mcp::{McpServerConfig, McpTransport};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -44,6 +47,8 @@ pub enum ConfigError {
         min: u64,
         max: u64,
     },
+    #[error("config key `{key}` {why}")]
+    Invalid { key: String, why: String },
     #[error("cannot read {path}: {reason}")]
     File { path: PathBuf, reason: String },
 }
@@ -63,6 +68,7 @@ pub const KEYS: &[&str] = &[
     "max_attempts",
     "max_turn_requests",
     "auto_approve",
+    "mcp_servers",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -136,6 +142,8 @@ pub struct Config {
     pub max_attempts: u64,
     pub max_turn_requests: u64,
     pub auto_approve: Vec<String>,
+    /// The owner's MCP servers by name (SPEC §11).
+    pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
 }
 
 impl Default for Config {
@@ -154,6 +162,7 @@ impl Default for Config {
             max_attempts: MAX_ATTEMPTS.default,
             max_turn_requests: MAX_TURN_REQUESTS.default,
             auto_approve: Vec::new(),
+            mcp_servers: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -216,6 +225,19 @@ fn shown_value(text: &str) -> String {
     .into_owned()
 }
 
+/// Whether an `auto_approve` entry names MCP tools: `mcp__<server>__<tool>` or
+/// `mcp__<server>__*`, in the characters tool names are made of.
+fn is_mcp_pattern(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("mcp__") else {
+        return false;
+    };
+    let body = rest.strip_suffix('*').unwrap_or(rest);
+    rest.contains("__")
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 fn one_of(
     key: &str,
     value: Option<String>,
@@ -272,8 +294,20 @@ impl Config {
                     .as_array()
                     .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
                 let mut tools: Vec<String> = Vec::new();
+                if items.len() > crate::limits::MAX_MCP_ENTRIES + APPROVABLE_TOOLS.len() {
+                    return Err(ConfigError::Invalid {
+                        key: key.to_string(),
+                        why: format!("has {} items; name each tool once", items.len()),
+                    });
+                }
                 for item in items {
-                    let name = one_of(key, text(key, item, usize::MAX)?, &APPROVABLE_TOOLS)?;
+                    let name = text(key, item, crate::limits::MAX_MCP_TOOL_NAME_BYTES)?;
+                    // An MCP tool (`mcp__server__tool`) or a server's tools (`mcp__server__*`):
+                    // its tools are known only once the server runs, so the form is checked.
+                    let name = match name {
+                        Some(n) if is_mcp_pattern(&n) => Some(n),
+                        other => one_of(key, other, &APPROVABLE_TOOLS)?,
+                    };
                     // Each tool once, so the list is never longer than APPROVABLE_TOOLS.
                     if let Some(name) = name
                         && !tools.contains(&name)
@@ -283,6 +317,7 @@ impl Config {
                 }
                 self.auto_approve = tools;
             }
+            "mcp_servers" => self.mcp_servers = mcp::parse_servers(key, value)?,
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: shown_value(key),
@@ -344,6 +379,7 @@ impl Config {
             "max_attempts": self.max_attempts,
             "max_turn_requests": self.max_turn_requests,
             "auto_approve": self.auto_approve,
+            "mcp_servers": mcp::to_json(&self.mcp_servers),
         })
     }
 

@@ -42,6 +42,12 @@ pub enum TurnEvent {
     },
     /// What the model is sent was cut.
     ContextTrimmed(Trim),
+    /// An MCP server started, failed or died (`state` is its status name, `reason` why).
+    McpServer {
+        server: String,
+        state: String,
+        reason: Option<String>,
+    },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -67,17 +73,19 @@ pub enum EventKind {
     ApprovalWithdrawn,
     ToolCallFinished,
     ContextTrimmed,
+    McpServer,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
         EventKind::ApprovalWithdrawn,
         EventKind::ToolCallFinished,
         EventKind::ContextTrimmed,
+        EventKind::McpServer,
         EventKind::TurnEnded,
     ];
 
@@ -90,6 +98,7 @@ impl EventKind {
             EventKind::ApprovalWithdrawn => "approval_withdrawn",
             EventKind::ToolCallFinished => "tool_call_finished",
             EventKind::ContextTrimmed => "context_trimmed",
+            EventKind::McpServer => "mcp_server",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -104,6 +113,7 @@ impl TurnEvent {
             TurnEvent::ApprovalWithdrawn { .. } => EventKind::ApprovalWithdrawn,
             TurnEvent::ToolCallFinished { .. } => EventKind::ToolCallFinished,
             TurnEvent::ContextTrimmed(_) => EventKind::ContextTrimmed,
+            TurnEvent::McpServer { .. } => EventKind::McpServer,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }
