@@ -500,6 +500,10 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                     let line = serde_json::json!({
                         "server": status.name,
                         "status": status.state.as_str(),
+                        "protocolVersion": match &status.state {
+                            crate::mcp::ServerState::Running { protocol_version } => Some(protocol_version.as_str()),
+                            _ => None,
+                        },
                         "reason": status.reason,
                         "project": status.project,
                         "toolCount": status.tool_count,

@@ -195,6 +195,9 @@ struct Life {
     /// Failures in a row, and when the next start may be tried.
     failures: u32,
     next_try: Option<Instant>,
+    /// Counts starts: a failure seen on a connection that is no longer the current one (its
+    /// watcher and a call both noticing one death) is not counted twice.
+    generation: u64,
 }
 
 /// One configured server.
@@ -205,6 +208,8 @@ struct Server {
     life: Mutex<Life>,
     /// Held while the server starts, so one start runs at a time.
     starting: tokio::sync::Mutex<()>,
+    /// Held while the tool list is fetched again.
+    refreshing: tokio::sync::Mutex<()>,
     stale: Arc<AtomicBool>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     notices: Arc<Mutex<Vec<ServerNotice>>>,
@@ -222,8 +227,15 @@ impl Server {
         joined[crate::text::ceil_char_boundary(&joined, start)..].to_string()
     }
 
-    /// Records a failure (and tells the turn), closing what is left of the connection.
-    fn fail(&self, why: String) {
+    /// Records a failure of the connection of `generation` (and tells the turn), closing what
+    /// is left of it. A failure already recorded, or of an older connection, changes nothing.
+    fn fail(&self, generation: u64, why: String) {
+        {
+            let life = self.lock();
+            if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
+                return;
+            }
+        }
         let tail = self.stderr_tail();
         let why = if tail.trim().is_empty() {
             why
@@ -276,7 +288,9 @@ impl Server {
                 _ => {}
             }
             life.state = ServerState::Starting;
+            life.generation += 1;
         }
+        let generation = self.lock().generation;
         let secs = self.config.startup_timeout_secs;
         let started = tokio::time::timeout(Duration::from_secs(secs), self.start(root)).await;
         match started {
@@ -293,8 +307,9 @@ impl Server {
                 drop(life);
                 self.notice("running", None);
             }
-            Ok(Err(err)) => self.fail(err.to_string()),
+            Ok(Err(err)) => self.fail(generation, err.to_string()),
             Err(_) => self.fail(
+                generation,
                 McpError::StartTimeout {
                     server: self.name.clone(),
                     secs,
@@ -430,13 +445,14 @@ impl Server {
         // The connection lives in its own task: it ends when the server goes away (then the
         // server is marked failed) or when pen closes it.
         let watcher = Arc::downgrade(self);
+        let generation = self.lock().generation;
         let closing = close.clone();
         tokio::spawn(async move {
             let token = service.cancellation_token();
             tokio::select! {
                 quit = service.waiting() => {
                     if let Some(server) = watcher.upgrade() {
-                        server.fail(format!("the connection ended ({quit:?})"));
+                        server.fail(generation, format!("the connection ended ({quit:?})"));
                     }
                 }
                 _ = closing.cancelled() => token.cancel(),
@@ -445,21 +461,26 @@ impl Server {
         Ok((Connection { peer, close }, tools, version))
     }
 
-    /// Fetches the tool list again after `notifications/tools/list_changed`.
+    /// Fetches the tool list again after `notifications/tools/list_changed`. One fetch runs at
+    /// a time, so a request waits for one under way.
     async fn refresh(&self) {
+        let _one = self.refreshing.lock().await;
         if !self.stale.swap(false, Ordering::SeqCst) {
             return;
         }
-        let peer = match &self.lock().connection {
-            Some(connection) => connection.peer.clone(),
-            None => return,
+        let (peer, generation) = {
+            let life = self.lock();
+            match &life.connection {
+                Some(connection) => (connection.peer.clone(), life.generation),
+                None => return,
+            }
         };
         match list_tools(&self.name, &self.config, &peer).await {
             Ok(tools) => {
                 tracing::info!(server = %self.name, tools = tools.len(), "MCP tool list refreshed");
                 self.lock().tools = Arc::new(tools);
             }
-            Err(err) => self.fail(err.to_string()),
+            Err(err) => self.fail(generation, err.to_string()),
         }
     }
 
@@ -734,8 +755,10 @@ impl McpManager {
                                     tools: Arc::default(),
                                     failures: 0,
                                     next_try: None,
+                                    generation: 0,
                                 }),
                                 starting: tokio::sync::Mutex::new(()),
+                                refreshing: tokio::sync::Mutex::new(()),
                                 stale: Arc::default(),
                                 stderr: Arc::default(),
                                 notices: Arc::clone(&self.notices),
@@ -900,9 +923,15 @@ impl McpTools {
                     ));
                 }
             };
-            let peer = match &server.lock().connection {
-                Some(connection) => connection.peer.clone(),
-                None => return Err(down_error(&server)),
+            let (peer, generation) = {
+                let life = server.lock();
+                match &life.connection {
+                    Some(connection) => (connection.peer.clone(), life.generation),
+                    None => {
+                        drop(life);
+                        return Err(down_error(&server));
+                    }
+                }
             };
             let arguments = match arguments {
                 Value::Object(map) => map,
@@ -933,7 +962,10 @@ impl McpTools {
                     // The connection may have ended under the call: let the watcher mark it.
                     tokio::task::yield_now().await;
                     if peer.is_transport_closed() {
-                        server.fail(format!("the connection ended during a call ({err})"));
+                        server.fail(
+                            generation,
+                            format!("the connection ended during a call ({err})"),
+                        );
                         Err(down_error(&server))
                     } else {
                         Err(ToolError::new(

@@ -83,6 +83,8 @@ impl Backend {
             .mcp
             .prepare(&config.mcp_servers, &root, Some(&start))
             .await;
+        // It holds a sender of the turn's event queue, which must close when the turn ends.
+        drop(start);
         let spec = agent::TurnSpec {
             tools: Arc::new(agent::WithMcp { local, mcp }),
             config,

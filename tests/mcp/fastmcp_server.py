@@ -18,6 +18,7 @@ from typing import TypedDict
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 TOKEN = os.environ["PEN_TEST_MCP_TOKEN"]
 
@@ -38,7 +39,7 @@ def stats(values: list[float]) -> Stats:
 @server.tool()
 def fail(why: str) -> str:
     """Always fails, saying why."""
-    raise ValueError(f"failed on purpose: {why}")
+    raise ToolError(f"failed on purpose: {why}")
 
 
 def late_tool() -> str:
