@@ -64,10 +64,12 @@ pub fn render(result: &Value) -> (String, bool) {
         }
     }
     if let Some(structured) = result.get("structuredContent") {
-        // Servers often send the same JSON as text too: then it is shown once.
-        let repeated = texts
-            .iter()
-            .any(|text| serde_json::from_str::<Value>(text).ok().as_ref() == Some(structured));
+        // Servers often send the same JSON as text too, or (the Python SDK, for a tool that
+        // returns text) the text again as `{"result": text}`: then it is shown once.
+        let repeated = texts.iter().any(|text| {
+            serde_json::from_str::<Value>(text).ok().as_ref() == Some(structured)
+                || *structured == serde_json::json!({ "result": text })
+        });
         if !repeated {
             parts.push(format!("structured content: {structured}"));
         }
@@ -128,6 +130,15 @@ mod tests {
             render(&json!({"content": [], "structuredContent": {"sum": 3}, "isError": true}));
         assert!(is_error);
         assert_eq!(text, "structured content: {\"sum\":3}");
+    }
+
+    #[test]
+    fn text_repeated_as_structured_content_is_shown_once() {
+        let (text, _) = render(&json!({
+            "content": [{"type": "text", "text": "ran"}],
+            "structuredContent": {"result": "ran"},
+        }));
+        assert_eq!(text, "ran");
     }
 
     #[test]

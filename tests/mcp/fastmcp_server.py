@@ -51,6 +51,9 @@ def late_tool() -> str:
 async def add_tool(ctx: Context) -> str:
     """Adds the tool late_tool and tells the client its tool list changed."""
     server.add_tool(late_tool)
+    # 2026-07-28 on, change notifications travel on the client's subscriptions/listen stream;
+    # before it, on the session (the server speaks whichever the client negotiated).
+    await ctx.notify_tools_changed()
     await ctx.session.send_tool_list_changed()
     return "added late_tool"
 
