@@ -294,12 +294,6 @@ impl Config {
                     .as_array()
                     .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
                 let mut tools: Vec<String> = Vec::new();
-                if items.len() > crate::limits::MAX_MCP_ENTRIES + APPROVABLE_TOOLS.len() {
-                    return Err(ConfigError::Invalid {
-                        key: key.to_string(),
-                        why: format!("has {} items; name each tool once", items.len()),
-                    });
-                }
                 for item in items {
                     let name = text(key, item, crate::limits::MAX_MCP_TOOL_NAME_BYTES)?;
                     // An MCP tool (`mcp__server__tool`) or a server's tools (`mcp__server__*`):
@@ -314,6 +308,14 @@ impl Config {
                     {
                         tools.push(name);
                     }
+                }
+                // Distinct names are bounded: the native ones and MCP names or patterns.
+                let max = crate::limits::MAX_MCP_ENTRIES + APPROVABLE_TOOLS.len();
+                if tools.len() > max {
+                    return Err(ConfigError::Invalid {
+                        key: key.to_string(),
+                        why: format!("names {} tools; at most {max} are allowed", tools.len()),
+                    });
                 }
                 self.auto_approve = tools;
             }

@@ -79,7 +79,7 @@ fn usage() -> Usage {
 
 struct Daemon {
     _data: tempfile::TempDir,
-    root: tempfile::TempDir,
+    _root: tempfile::TempDir,
     client: LspClient,
 }
 
@@ -106,11 +106,7 @@ fn daemon_in(
         ("PEN_MODEL", "fake-model"),
     ];
     vars.extend_from_slice(env);
-    let keep = std::env::var("PEN_MCP_TEST_DATA").ok();
-    let data_path = keep
-        .map(std::path::PathBuf::from)
-        .unwrap_or(data.path().to_path_buf());
-    let mut client = LspClient::spawn(&data_path, root.path(), &vars);
+    let mut client = LspClient::spawn(data.path(), root.path(), &vars);
     client.on_request(|method, _| match method {
         "window/workDoneProgress/create" => Value::Null,
         _ => json!({"decision": "deny"}),
@@ -123,7 +119,7 @@ fn daemon_in(
     assert!(set.get("mcp_servers").is_some(), "{set}");
     Daemon {
         _data: data,
-        root,
+        _root: root,
         client,
     }
 }
