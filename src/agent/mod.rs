@@ -462,10 +462,16 @@ impl Turn {
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
                     rejected.message
                 )),
-                (_, err @ BudgetError::TooLarge { .. }) => TurnError::TooLarge(match self.tools.budget_hint() {
-                    Some(hint) => format!("The request does not fit the prompt budget: {err}. {hint}"),
-                    None => format!("The request does not fit the prompt budget: {err}."),
-                }),
+                // The tool schemas alone do not fit: name the MCP server whose take most.
+                (_, err @ BudgetError::TooLarge { part: budget::Part::ToolSchemas, .. }) => {
+                    TurnError::TooLarge(match self.tools.budget_hint() {
+                        Some(hint) => format!("The request does not fit the prompt budget: {err}. {hint}."),
+                        None => format!("The request does not fit the prompt budget: {err}."),
+                    })
+                }
+                (_, err @ BudgetError::TooLarge { .. }) => {
+                    TurnError::TooLarge(format!("The request does not fit the prompt budget: {err}."))
+                }
                 (_, err @ BudgetError::InvalidHistory { .. }) => TurnError::Unrepairable(err),
             },
         )?;

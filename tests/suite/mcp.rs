@@ -633,3 +633,45 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
         "approved once"
     );
 }
+
+#[test]
+fn tool_schemas_that_do_not_fit_name_the_largest_server_and_exclude_tools() {
+    let Some(entry) = peer("PEN_MCP_EVERYTHING", "tool_schemas_that_do_not_fit") else {
+        return;
+    };
+    let fake = FakeProvider::start();
+    let mut d = daemon(
+        &fake,
+        &[],
+        json!({"everything": everything(&entry, json!({}))}),
+        &[],
+    );
+    let set = d.client.request(
+        "pen/setConfig",
+        json!({"context_window_tokens": WINDOW, "max_output_tokens": 16, "budget_margin_tokens": 0}),
+    );
+    assert_eq!(set["context_window_tokens"], WINDOW, "{set}");
+    let session = d.client.new_session();
+    let answer = d.client.prompt(&session, "hi");
+    assert_eq!(answer["stopReason"], "error", "{answer}");
+    let error = answer["lastError"].as_str().unwrap();
+    assert!(error.contains("server `everything`"), "{error}");
+    assert!(
+        error.contains("mcp_servers.everything.exclude_tools"),
+        "{error}"
+    );
+    assert!(fake.requests().is_empty(), "nothing is sent");
+    // Following the advice, the request fits.
+    let mut fewer = everything(&entry, json!({}));
+    fewer["include_tools"] = json!(["echo"]);
+    d.client.request("pen/setConfig", json!({"mcp_servers": {"everything": fewer}}));
+    fake.push([text("fits")]);
+    let answer = d.client.prompt(&session, "hi again");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let offered = offered(&fake.requests()[0].body);
+    let mcp: Vec<&String> = offered.iter().filter(|n| n.starts_with("mcp__")).collect();
+    assert_eq!(mcp, ["mcp__everything__echo"]);
+}
+
+/// A context window the native tools fit in and the everything server's tools do not.
+const WINDOW: u64 = 3_600;
