@@ -664,7 +664,10 @@ fn tool_schemas_that_do_not_fit_name_the_largest_server_and_exclude_tools() {
     // Following the advice, the request fits.
     let mut fewer = everything(&entry, json!({}));
     fewer["include_tools"] = json!(["echo"]);
-    d.client.request("pen/setConfig", json!({"mcp_servers": {"everything": fewer}}));
+    d.client.request(
+        "pen/setConfig",
+        json!({"mcp_servers": {"everything": fewer}}),
+    );
     fake.push([text("fits")]);
     let answer = d.client.prompt(&session, "hi again");
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
@@ -675,3 +678,69 @@ fn tool_schemas_that_do_not_fit_name_the_largest_server_and_exclude_tools() {
 
 /// A context window the native tools fit in and the everything server's tools do not.
 const WINDOW: u64 = 3_600;
+
+#[test]
+fn pen_mcp_list_and_call_read_config_toml_and_cap_as_the_model_sees_it() {
+    let Some(entry) = peer("PEN_MCP_EVERYTHING", "pen_mcp_list_and_call") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{entry:?}, \"stdio\"]\n\n\
+             [mcp_servers.off]\ncommand = \"false\"\nenabled = false\n"
+        ),
+    )
+    .unwrap();
+    let pen = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pen"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("PEN_CONFIG", &config)
+            .env("PEN_DATA_DIR", dir.path().join("data"))
+            .env("PEN_MAX_TOOL_RESULT_BYTES", "2048")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, listed, stderr) = pen(&["mcp", "list"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert_eq!(lines[0]["server"], "everything");
+    assert_eq!(lines[0]["status"], "running");
+    // server-everything speaks the initialize handshake: the negotiated version says so.
+    assert_eq!(lines[0]["protocolVersion"], "2025-11-25");
+    assert!(
+        lines[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("mcp__everything__echo"))
+    );
+    assert_eq!(lines[1]["server"], "off");
+    assert_eq!(lines[1]["status"], "disabled");
+
+    let (code, shown, _) = pen(&["mcp", "call", "everything", "echo", r#"{"message": "hi"}"#]);
+    assert_eq!((code, shown.as_str()), (Some(0), "Echo: hi\n"));
+    let big = json!({"message": "y".repeat(10_000)}).to_string();
+    let (code, shown, _) = pen(&["mcp", "call", "everything", "echo", &big]);
+    assert_eq!(code, Some(0));
+    let shown = shown.strip_suffix('\n').unwrap();
+    assert!(shown.len() <= 2048, "{}", shown.len());
+    assert!(
+        shown.ends_with("This tool cannot page: call it again asking for less]"),
+        "{shown}"
+    );
+    let (code, _, stderr) = pen(&["mcp", "call", "nowhere", "echo", "{}"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no MCP server named `nowhere`"), "{stderr}");
+}
