@@ -203,7 +203,7 @@ mod tests {
     #[tokio::test]
     async fn an_approval_is_remembered_per_command_line_and_a_denial_per_process() {
         let data = tempfile::tempdir().unwrap();
-        let root = Path::new("/work/project");
+        let root = Path::new("/srv/project");
         let asked = Arc::new(AtomicUsize::new(0));
         let yes = Answer(true, Arc::clone(&asked));
         let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
