@@ -46,6 +46,25 @@ pub enum Command {
         /// The session id (from `pen sessions`).
         session_id: String,
     },
+    /// The MCP servers of the config (and the current folder's `.mcp.json`), for debugging.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start every server and print each one's status and tools, one JSON object a line.
+    List,
+    /// Call one MCP tool; print the result exactly as the model would see it (capped).
+    Call {
+        /// The server's name (the NAME of `[mcp_servers.NAME]`).
+        server: String,
+        /// The tool, by the server's name for it or as `mcp__server__tool`.
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -368,15 +387,27 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         Err(e) => return fail(e.to_string()),
     };
     eprintln!("pen: session {session_id}");
+    let approver: std::sync::Arc<dyn crate::agent::Approver> =
+        std::sync::Arc::new(TerminalApprover);
+    let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
+    let start = crate::agent::StartThroughApprover {
+        approver: approver.clone(),
+        session_id: session_id.clone(),
+        turn_id: pending.turn_id().to_string(),
+    };
+    let mcp = mcp.prepare(&config.mcp_servers, &root, Some(&start)).await;
     let spec = crate::agent::TurnSpec {
-        tools: std::sync::Arc::new(LocalTools {
-            workspace,
-            limits: config.limits(),
-            ledger: std::sync::Arc::default(),
-            editor: None,
+        tools: std::sync::Arc::new(crate::agent::WithMcp {
+            local: LocalTools {
+                workspace,
+                limits: config.limits(),
+                ledger: std::sync::Arc::default(),
+                editor: None,
+            },
+            mcp,
         }),
         config,
-        approver: std::sync::Arc::new(TerminalApprover),
+        approver,
         on_event: std::sync::Arc::new(on_event),
     };
     let outcome = pending.run(&command.prompt, spec).await;
@@ -476,6 +507,83 @@ impl crate::agent::Approver for TerminalApprover {
             }
         })
     }
+}
+
+/// `pen mcp list` and `pen mcp call`. Project servers (`.mcp.json`) run only when approved
+/// before (by a turn); these commands never ask.
+pub fn run_mcp(command: McpCommand) -> ExitCode {
+    let config = boot_config();
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    runtime.block_on(async move {
+        let manager = crate::mcp::McpManager::new(session::default_data_dir().ok());
+        let mcp = manager.prepare(&config.mcp_servers, &root, None).await;
+        match command {
+            McpCommand::List => {
+                let catalog = mcp.catalog();
+                for status in mcp.status() {
+                    let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&status.name));
+                    let tools: Vec<&str> = catalog
+                        .iter()
+                        .map(|entry| entry.name.as_str())
+                        .filter(|name| name.starts_with(&prefix))
+                        .collect();
+                    let line = serde_json::json!({
+                        "server": status.name,
+                        "status": status.state.as_str(),
+                        "protocolVersion": match &status.state {
+                            crate::mcp::ServerState::Running { protocol_version } => Some(protocol_version.as_str()),
+                            _ => None,
+                        },
+                        "reason": status.reason,
+                        "project": status.project,
+                        "toolCount": status.tool_count,
+                        "schemaTokens": status.schema_tokens,
+                        "tools": tools,
+                    });
+                    if !print_line(&line.to_string()) {
+                        return ExitCode::from(EXIT_STDOUT_CLOSED);
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            McpCommand::Call {
+                server,
+                tool,
+                arguments,
+            } => {
+                let arguments: serde_json::Value = match serde_json::from_str(&arguments) {
+                    Ok(value) => value,
+                    Err(e) => return usage(&format!("the arguments are not valid JSON: {e}")),
+                };
+                if !mcp.status().iter().any(|s| s.name == server) {
+                    return usage(&crate::mcp::McpError::NoServer(server).to_string());
+                }
+                let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&server));
+                let name = if tool.starts_with(&prefix) {
+                    tool
+                } else {
+                    mcp.model_name(&server, &tool)
+                        .unwrap_or_else(|| format!("{prefix}{tool}"))
+                };
+                let result = mcp
+                    .call(&name, arguments, tokio_util::sync::CancellationToken::new())
+                    .await;
+                let shown = crate::mcp::observation(&result, config.limits().max_tool_result_bytes);
+                if !print_line(&shown) {
+                    return ExitCode::from(EXIT_STDOUT_CLOSED);
+                }
+                if result.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
+            }
+        }
+    })
 }
 
 /// How many rows the export commands fetch per store call.

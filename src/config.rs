@@ -13,6 +13,9 @@ use crate::limits::{
     MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REASONING_BUDGET_TOKENS,
     REQUEST_TIMEOUT_SECS,
 };
+pub mod mcp;
+
+pub use mcp::{McpServerConfig, McpTransport};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -45,6 +48,8 @@ pub enum ConfigError {
         min: u64,
         max: u64,
     },
+    #[error("config key `{key}` {why}")]
+    Invalid { key: String, why: String },
     #[error("cannot read {path}: {reason}")]
     File { path: PathBuf, reason: String },
 }
@@ -67,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "max_turn_requests",
     "auto_approve",
     "prompt_cache_key",
+    "mcp_servers",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -148,6 +154,8 @@ pub struct Config {
     /// (`"auto"`) sends it to api.openai.com only, since other servers may refuse an unknown
     /// field; `Some(true)` (`"on"`) and `Some(false)` (`"off"`) decide for any server.
     pub prompt_cache_key: Option<bool>,
+    /// The owner's MCP servers by name (SPEC §11).
+    pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
 }
 
 impl Default for Config {
@@ -169,6 +177,7 @@ impl Default for Config {
             max_turn_requests: MAX_TURN_REQUESTS.default,
             auto_approve: Vec::new(),
             prompt_cache_key: None,
+            mcp_servers: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -229,6 +238,19 @@ fn shown_value(text: &str) -> String {
         format_args!("… ({} bytes)", text.len()),
     )
     .into_owned()
+}
+
+/// Whether an `auto_approve` entry names MCP tools: `mcp__<server>__<tool>` or
+/// `mcp__<server>__*`, in the characters tool names are made of.
+fn is_mcp_pattern(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("mcp__") else {
+        return false;
+    };
+    let body = rest.strip_suffix('*').unwrap_or(rest);
+    rest.contains("__")
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn one_of(
@@ -301,7 +323,13 @@ impl Config {
                     .ok_or_else(|| wrong_type(key, "a list of tool names", value))?;
                 let mut tools: Vec<String> = Vec::new();
                 for item in items {
-                    let name = one_of(key, text(key, item, usize::MAX)?, &APPROVABLE_TOOLS)?;
+                    let name = text(key, item, crate::limits::MAX_MCP_TOOL_NAME_BYTES)?;
+                    // An MCP tool (`mcp__server__tool`) or a server's tools (`mcp__server__*`):
+                    // its tools are known only once the server runs, so the form is checked.
+                    let name = match name {
+                        Some(n) if is_mcp_pattern(&n) => Some(n),
+                        other => one_of(key, other, &APPROVABLE_TOOLS)?,
+                    };
                     // Each tool once, so the list is never longer than APPROVABLE_TOOLS.
                     if let Some(name) = name
                         && !tools.contains(&name)
@@ -309,8 +337,17 @@ impl Config {
                         tools.push(name);
                     }
                 }
+                // Distinct names are bounded: the native ones and MCP names or patterns.
+                let max = crate::limits::MAX_MCP_ENTRIES + APPROVABLE_TOOLS.len();
+                if tools.len() > max {
+                    return Err(ConfigError::Invalid {
+                        key: key.to_string(),
+                        why: format!("names {} tools; at most {max} are allowed", tools.len()),
+                    });
+                }
                 self.auto_approve = tools;
             }
+            "mcp_servers" => self.mcp_servers = mcp::parse_servers(key, value)?,
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: shown_value(key),
@@ -379,6 +416,7 @@ impl Config {
                 Some(true) => "on",
                 Some(false) => "off",
             },
+            "mcp_servers": mcp::to_json(&self.mcp_servers),
         })
     }
 

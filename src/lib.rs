@@ -38,6 +38,9 @@ pub mod session;
 /// The prompt budget: the messages of a request that fit the model's input budget.
 pub mod budget;
 
+/// The MCP client: the owner's MCP servers as tools (SPEC §11).
+pub mod mcp;
+
 /// The agent loop: turns, tool execution, approvals, Stop and context-window recovery.
 pub mod agent;
 

@@ -466,6 +466,76 @@ pub const ACP_RESULT_EXCERPT_BYTES: usize = 4 * 1024;
 pub const PROMPT_CACHE_BREAKPOINTS_MAX: usize = 4;
 
 // End of the issue 14 item 2 block.
+// MCP client (issue 16): the bounds on `[mcp_servers.NAME]`, on what a server may hand pen, and
+// on how long pen waits for one.
+
+/// MCP servers one configuration may name (config.toml, the editor's settings and a project's
+/// `.mcp.json` together), 32.
+pub const MAX_MCP_SERVERS: usize = 32;
+
+/// Bytes of an MCP server's name, 32: its tools are named `mcp__<server>__<tool>` in at most
+/// [`MAX_MCP_TOOL_NAME_BYTES`], so a long server name would leave no room for the tool's.
+pub const MAX_MCP_SERVER_NAME_BYTES: usize = 32;
+
+/// Bytes of a tool name as the model sees it (`mcp__<server>__<tool>`), 64: the most every
+/// provider accepts.
+pub const MAX_MCP_TOOL_NAME_BYTES: usize = 64;
+
+/// Arguments of a stdio server's command, 64.
+pub const MAX_MCP_ARGS: usize = 64;
+
+/// Environment variables, headers or tool names in one server's configuration, 64 each.
+pub const MAX_MCP_ENTRIES: usize = 64;
+
+/// Bytes of one command, argument, environment value, header, URL or path of a server's
+/// configuration, 4 KiB.
+pub const MAX_MCP_VALUE_BYTES: usize = 4 * 1024;
+
+/// Bytes of an MCP tool's description as the model is given it, 2 KiB (cut with a note).
+pub const MAX_MCP_DESCRIPTION_BYTES: usize = 2 * 1024;
+
+/// Bytes of an MCP tool's input schema, 16 KiB: a larger one is left out with a logged reason.
+pub const MAX_MCP_SCHEMA_BYTES: usize = 16 * 1024;
+
+/// Tools pen takes from one server, 128: the rest are left out with a logged reason.
+pub const MAX_MCP_TOOLS_PER_SERVER: usize = 128;
+
+/// The last lines of a server's stderr kept to say why it is down, 20…
+pub const MCP_STDERR_TAIL_LINES: usize = 20;
+
+/// …and at most 2 KiB of them.
+pub const MCP_STDERR_TAIL_BYTES: usize = 2 * 1024;
+
+/// The first wait before a failed server is started again, 1 s; it doubles with each failure
+/// in a row, up to [`MCP_RESTART_BACKOFF_MAX_SECS`].
+pub const MCP_RESTART_BACKOFF_SECS: u64 = 1;
+
+/// The longest wait before a failed server is started again, 60 s.
+pub const MCP_RESTART_BACKOFF_MAX_SECS: u64 = 60;
+
+/// Bytes of the text kept of one embedded resource in a result, 8 KiB (the whole result is
+/// capped too).
+pub const MAX_MCP_RESOURCE_TEXT_BYTES: usize = 8 * 1024;
+
+/// Bytes of a project's `.mcp.json`, 256 KiB.
+pub const MAX_MCP_JSON_BYTES: u64 = 256 * 1024;
+
+/// `startup_timeout_secs` of an MCP server: how long pen waits for it to start and list its
+/// tools.
+pub const MCP_STARTUP_TIMEOUT_SECS: Bounds = Bounds {
+    name: "startup_timeout_secs",
+    default: 30,
+    min: 1,
+    max: 600,
+};
+
+/// `tool_timeout_secs` of an MCP server: how long one call may take.
+pub const MCP_TOOL_TIMEOUT_SECS: Bounds = Bounds {
+    name: "tool_timeout_secs",
+    default: 120,
+    min: 1,
+    max: 3_600,
+};
 
 #[cfg(test)]
 mod tests {

@@ -15,5 +15,6 @@ fn main() -> ExitCode {
         Command::Run(command) => run_turn(command),
         Command::Sessions { all } => run_sessions(all),
         Command::Transcript { session_id } => run_transcript(&session_id),
+        Command::Mcp(command) => pen::cli::run_mcp(command),
     }
 }

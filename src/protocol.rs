@@ -26,13 +26,14 @@ pub mod methods {
     pub const GET_TRANSCRIPT: &str = "pen/getTranscript";
     pub const PROMPT: &str = "pen/prompt";
     pub const STOP: &str = "pen/stop";
+    pub const MCP_STATUS: &str = "pen/mcpStatus";
     /// pen → client notification.
     pub const EVENT: &str = "pen/event";
     /// pen → client request.
     pub const REQUEST_APPROVAL: &str = "pen/requestApproval";
 
     /// The requests the server registers, in the order `docs/protocol.md` documents them.
-    pub const REQUESTS: [&str; 9] = [
+    pub const REQUESTS: [&str; 10] = [
         CALL_TOOL,
         LIST_TOOLS,
         GET_CONFIG,
@@ -42,11 +43,12 @@ pub mod methods {
         GET_TRANSCRIPT,
         PROMPT,
         STOP,
+        MCP_STATUS,
     ];
 
     /// Every `pen/…` method of the protocol, with its constant's name (for the generated
     /// tables).
-    pub const ALL: [(&str, &str); 11] = [
+    pub const ALL: [(&str, &str); 12] = [
         ("CALL_TOOL", CALL_TOOL),
         ("LIST_TOOLS", LIST_TOOLS),
         ("GET_CONFIG", GET_CONFIG),
@@ -56,9 +58,49 @@ pub mod methods {
         ("GET_TRANSCRIPT", GET_TRANSCRIPT),
         ("PROMPT", PROMPT),
         ("STOP", STOP),
+        ("MCP_STATUS", MCP_STATUS),
         ("EVENT", EVENT),
         ("REQUEST_APPROVAL", REQUEST_APPROVAL),
     ];
+}
+
+/// `pen/mcpStatus` answer: each MCP server's status, for the panels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct McpStatusResponse {
+    pub servers: Vec<McpServerStatus>,
+}
+
+/// One MCP server's status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerStatus {
+    pub name: String,
+    /// `idle` (no turn started it yet), `starting`, `running`, `failed`, `not_approved`,
+    /// `denied` or `disabled`.
+    pub status: String,
+    /// Why it is not running (with the tail of its stderr), when it is not.
+    pub reason: Option<String>,
+    pub tool_count: u64,
+    /// About how many tokens its tools' schemas add to every request.
+    pub schema_tokens: u64,
+    /// Whether it comes from the workspace's `.mcp.json`.
+    pub project: bool,
+}
+
+impl From<crate::mcp::ServerStatus> for McpServerStatus {
+    fn from(status: crate::mcp::ServerStatus) -> McpServerStatus {
+        McpServerStatus {
+            status: status.state.as_str().to_string(),
+            name: status.name,
+            reason: status.reason,
+            tool_count: status.tool_count as u64,
+            schema_tokens: status.schema_tokens,
+            project: status.project,
+        }
+    }
 }
 
 /// `pen/callTool` params: one native tool, no model.
@@ -664,6 +706,12 @@ pub enum EventBody {
     ContextTrimmed(TrimmedData),
     /// A provider request's usage, after its answer was recorded.
     Usage(UsageData),
+    /// An MCP server started (`running`), failed or died (`failed`, with `reason`).
+    McpServer {
+        server: String,
+        state: String,
+        reason: Option<String>,
+    },
     TurnEnded(TurnOutcome),
 }
 
@@ -759,6 +807,15 @@ impl From<agent::TurnEvent> for EventBody {
             },
             E::ContextTrimmed(trim) => EventBody::ContextTrimmed(trim.into()),
             E::Usage(usage) => EventBody::Usage(usage.into()),
+            E::McpServer {
+                server,
+                state,
+                reason,
+            } => EventBody::McpServer {
+                server,
+                state,
+                reason,
+            },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }
@@ -780,6 +837,9 @@ impl From<agent::AgentEvent> for EventParams {
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalParams {
+    /// `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
+    /// `root`: a project's `.mcp.json` server asks once before it first runs).
+    pub kind: String,
     pub session_id: String,
     pub turn_id: String,
     pub call_id: String,
@@ -793,6 +853,12 @@ pub struct ApprovalParams {
 impl From<agent::ApprovalRequest> for ApprovalParams {
     fn from(request: agent::ApprovalRequest) -> ApprovalParams {
         ApprovalParams {
+            kind: if request.tool == agent::START_MCP_SERVER {
+                "start_mcp_server"
+            } else {
+                "tool_call"
+            }
+            .to_string(),
             session_id: request.session_id,
             turn_id: request.turn_id,
             call_id: request.call_id,

@@ -820,6 +820,19 @@ fn live_update(
         },
         // The permission request carries the approval; a withdrawn one ends with the
         // call's result ("not executed"); the prompt's answer carries the end.
+        // An MCP server that failed is said, as part of the answer (its tools now answer
+        // that it is down); one that started is not news.
+        TurnEvent::McpServer {
+            server,
+            state,
+            reason,
+        } if state != "running" => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!(
+                "\n\n[pen: MCP server {server} {state}{}]\n\n",
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            )),
+        },
+        TurnEvent::McpServer { .. } => return None,
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }

@@ -45,6 +45,12 @@ pub enum TurnEvent {
     ContextTrimmed(Trim),
     /// A provider request reported its usage (after its answer was recorded).
     Usage(RequestUsage),
+    /// An MCP server started, failed or died (`state` is its status name, `reason` why).
+    McpServer {
+        server: String,
+        state: String,
+        reason: Option<String>,
+    },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -81,11 +87,12 @@ pub enum EventKind {
     ToolCallFinished,
     ContextTrimmed,
     Usage,
+    McpServer,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -93,6 +100,7 @@ impl EventKind {
         EventKind::ToolCallFinished,
         EventKind::ContextTrimmed,
         EventKind::Usage,
+        EventKind::McpServer,
         EventKind::TurnEnded,
     ];
 
@@ -106,6 +114,7 @@ impl EventKind {
             EventKind::ToolCallFinished => "tool_call_finished",
             EventKind::ContextTrimmed => "context_trimmed",
             EventKind::Usage => "usage",
+            EventKind::McpServer => "mcp_server",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -121,6 +130,7 @@ impl TurnEvent {
             TurnEvent::ToolCallFinished { .. } => EventKind::ToolCallFinished,
             TurnEvent::ContextTrimmed(_) => EventKind::ContextTrimmed,
             TurnEvent::Usage(_) => EventKind::Usage,
+            TurnEvent::McpServer { .. } => EventKind::McpServer,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

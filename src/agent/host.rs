@@ -101,6 +101,124 @@ impl ToolHost for LocalTools {
     }
 }
 
+/// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
+pub struct WithMcp {
+    pub local: LocalTools,
+    pub mcp: Arc<crate::mcp::McpTools>,
+}
+
+impl ToolHost for WithMcp {
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        let mut catalog = self.local.catalog();
+        catalog.extend(self.mcp.catalog());
+        catalog
+    }
+
+    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+        self.local.call(name, arguments)
+    }
+
+    fn run_cancellable(
+        &self,
+        spec: &'static ToolSpec,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.local.run_cancellable(spec, arguments, cancel)
+    }
+
+    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+        self.local.plan_edit(arguments)
+    }
+
+    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
+        self.local.apply_edit(plan)
+    }
+
+    fn observation(&self, result: &Result<Value, ToolError>) -> String {
+        self.local.observation(result)
+    }
+
+    fn added(&self, name: &str) -> Option<crate::mcp::ToolInfo> {
+        self.mcp.tool(name).or_else(|| {
+            // A tool of a server that is down now: its call says so.
+            crate::mcp::McpTools::is_mcp_name(name).then_some(crate::mcp::ToolInfo {
+                read_only_hint: false,
+            })
+        })
+    }
+
+    fn run_added(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.mcp.call(name, arguments, cancel)
+    }
+
+    fn observe(&self, tool: &str, result: &Result<Value, ToolError>) -> String {
+        if crate::mcp::McpTools::is_mcp_name(tool) {
+            crate::mcp::observation(result, self.local.limits.max_tool_result_bytes)
+        } else {
+            self.local.observation(result)
+        }
+    }
+
+    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
+        Box::pin(async move {
+            self.mcp.refresh().await;
+            self.mcp.take_notices()
+        })
+    }
+
+    fn budget_hint(&self) -> Option<String> {
+        self.mcp.largest_server().map(|(server, tokens)| {
+            format!(
+                "MCP tool schemas count toward it; the largest are server `{server}`'s (about {tokens} tokens): leave tools out with mcp_servers.{server}.exclude_tools (or include_tools)"
+            )
+        })
+    }
+}
+
+/// Asks to start a project's MCP server through a turn's [`Approver`]: an approval request
+/// whose tool is [`super::START_MCP_SERVER`] and whose arguments name the server, its command
+/// line and the workspace.
+pub struct StartThroughApprover {
+    pub approver: Arc<dyn super::Approver>,
+    pub session_id: String,
+    pub turn_id: String,
+}
+
+impl crate::mcp::StartApproval for StartThroughApprover {
+    fn ask(
+        &self,
+        server: &str,
+        command_line: &str,
+        root: &std::path::Path,
+    ) -> BoxFuture<'static, Result<bool, String>> {
+        let request = super::ApprovalRequest {
+            session_id: self.session_id.clone(),
+            turn_id: self.turn_id.clone(),
+            call_id: format!("mcp_start_{server}"),
+            tool: super::START_MCP_SERVER.to_string(),
+            arguments: serde_json::json!({
+                "server": server,
+                "commandLine": command_line,
+                "root": root.display().to_string(),
+            }),
+            diff: None,
+        };
+        let answer = self.approver.ask(request);
+        Box::pin(async move {
+            match answer.await? {
+                (super::Decision::Allow | super::Decision::AllowForSession, _) => Ok(true),
+                (super::Decision::Deny, _) => Ok(false),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

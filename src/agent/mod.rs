@@ -35,7 +35,7 @@ pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
-pub use host::LocalTools;
+pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
 pub use system_prompt::SYSTEM_PROMPT;
 
@@ -136,7 +136,38 @@ pub trait ToolHost: Send + Sync {
     fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError>;
     /// Caps an observation as it is stored.
     fn observation(&self, result: &Result<Value, ToolError>) -> String;
+    /// A tool this host adds beyond the native ones (an MCP server's), and how it is approved.
+    fn added(&self, _name: &str) -> Option<crate::mcp::ToolInfo> {
+        None
+    }
+    /// Runs an added tool until it ends or `cancel` fires (then it fails `stopped`).
+    fn run_added(
+        &self,
+        name: &str,
+        _arguments: Value,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let error = tools::registry::unknown_tool(name, std::iter::empty());
+        Box::pin(async move { Err(error) })
+    }
+    /// The observation of a call of `tool`: an added tool's is capped with its own note.
+    fn observe(&self, _tool: &str, result: &Result<Value, ToolError>) -> String {
+        self.observation(result)
+    }
+    /// Brings the added tools up to date before a request; the server changes to report.
+    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
+        Box::pin(async { Vec::new() })
+    }
+    /// What to add to a "does not fit the prompt budget" failure (the MCP server whose tool
+    /// schemas are largest, and how to leave tools out).
+    fn budget_hint(&self) -> Option<String> {
+        None
+    }
 }
+
+/// The `tool` of an [`ApprovalRequest`] that asks to start a project's MCP server (never a
+/// tool's name: it has spaces).
+pub const START_MCP_SERVER: &str = "start MCP server";
 
 /// Everything one turn uses. Built by the [`Engine`], which holds the session (registry and
 /// lease) while it runs.
@@ -256,7 +287,6 @@ impl Turn {
             text: prompt.to_string(),
         })
         .await?;
-        let definitions = tool_definitions(&self.tools.catalog());
         let mut requests = 0u64;
         loop {
             if self.cancel.is_cancelled() {
@@ -266,6 +296,19 @@ impl Turn {
                 return Ok(StopReason::MaxTurnRequests);
             }
             requests += 1;
+            // MCP tools may have changed since the last request (list_changed, a server that
+            // died or came back): the tool list is taken anew, and stays fixed for this one.
+            for notice in self.tools.before_request().await {
+                self.emit(
+                    seq,
+                    TurnEvent::McpServer {
+                        server: notice.server,
+                        state: notice.state.to_string(),
+                        reason: notice.reason,
+                    },
+                );
+            }
+            let definitions = tool_definitions(&self.tools.catalog());
             let span = tracing::debug_span!("request", n = requests);
             let answer = self
                 .request_with_recovery(&definitions, seq)
@@ -491,6 +534,13 @@ impl Turn {
                     "The provider rejected the request as over the model's context window ({}); planned again under that size, {err}.",
                     rejected.message
                 )),
+                // The tool schemas alone do not fit: name the MCP server whose take most.
+                (_, err @ BudgetError::TooLarge { part: budget::Part::ToolSchemas, .. }) => {
+                    TurnError::TooLarge(match self.tools.budget_hint() {
+                        Some(hint) => format!("The request does not fit the prompt budget: {err}. {hint}."),
+                        None => format!("The request does not fit the prompt budget: {err}."),
+                    })
+                }
                 (_, err @ BudgetError::TooLarge { .. }) => {
                     TurnError::TooLarge(format!("The request does not fit the prompt budget: {err}."))
                 }
@@ -673,7 +723,13 @@ impl Turn {
             }
         }
         let approved_plan = plan.is_some();
+        let added = spec.is_none() && self.tools.added(&call.name).is_some();
         let result = match (plan, spec) {
+            (None, None) if added => {
+                self.tools
+                    .run_added(&call.name, arguments, self.cancel.clone())
+                    .await
+            }
             (None, Some(spec)) if spec.execution() == Execution::Cancellable => {
                 self.tools
                     .run_cancellable(spec, arguments, self.cancel.clone())
@@ -711,13 +767,30 @@ impl Turn {
                 true,
                 CallOutcome::StaleAuthority,
             ),
-            Err(_) => (self.tools.observation(&result), true, CallOutcome::Error),
-            Ok(_) => (self.tools.observation(&result), false, CallOutcome::Done),
+            Err(_) => (
+                self.tools.observe(&call.name, &result),
+                true,
+                CallOutcome::Error,
+            ),
+            Ok(_) => (
+                self.tools.observe(&call.name, &result),
+                false,
+                CallOutcome::Done,
+            ),
         };
         self.record_result(call, &text, is_error, state, seq).await
     }
 
     fn needs_approval(&self, tool: &str) -> bool {
+        // An MCP tool asks like pen_command unless `auto_approve` covers it (a server's
+        // `mcp__server__*` only for tools it says only read) or the session allowed it.
+        if tools::registry::get(tool).is_none()
+            && let Some(info) = self.tools.added(tool)
+        {
+            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, info)
+                || self.lock_history().allows(tool);
+            return !allowed;
+        }
         let asks = tools::registry::get(tool).is_some_and(ToolSpec::needs_approval);
         let allowed =
             self.config.auto_approve.iter().any(|t| t == tool) || self.lock_history().allows(tool);

@@ -122,7 +122,7 @@ fn transcript(ops: &[Op]) -> Vec<Entry> {
             _ => (true, None),
         };
         // Some results hold non-ASCII text, which the estimate counts double.
-        let content = if size % 7 == 0 {
+        let content = if size.is_multiple_of(7) {
             "é".repeat(size / 2)
         } else {
             "r".repeat(size)

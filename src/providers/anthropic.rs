@@ -281,10 +281,11 @@ fn is_reasoning(block: &Value) -> bool {
 /// A user message; a lone text block is sent as plain content, the common short form, unless
 /// it carries a cache breakpoint.
 fn user_message(mut blocks: Vec<Value>) -> Value {
-    if let [block] = blocks.as_mut_slice() {
-        if block["type"] == "text" && block.get("cache_control").is_none() {
-            return json!({"role": "user", "content": block["text"].take()});
-        }
+    if let [block] = blocks.as_mut_slice()
+        && block["type"] == "text"
+        && block.get("cache_control").is_none()
+    {
+        return json!({"role": "user", "content": block["text"].take()});
     }
     json!({"role": "user", "content": blocks})
 }

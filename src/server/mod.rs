@@ -70,6 +70,8 @@ pub struct State {
     engine: Result<Arc<agent::Engine>, String>,
     /// Used as the workspace when the client names none.
     fallback_root: PathBuf,
+    /// The MCP servers, started when a turn first needs them.
+    mcp: Arc<crate::mcp::McpManager>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -95,6 +97,7 @@ where
     O: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::current();
+    let mcp = crate::mcp::McpManager::new(options.data_dir.as_ref().ok().cloned());
     let sessions = options
         .data_dir
         .and_then(|dir| SessionStore::open(&dir))
@@ -117,6 +120,7 @@ where
             engine: sessions.clone().map(agent::Engine::new),
             sessions,
             fallback_root: options.fallback_root,
+            mcp,
             runtime,
         });
         Backend { client, state }
@@ -129,7 +133,8 @@ where
     .custom_method(methods::LIST_SESSIONS, Backend::list_sessions)
     .custom_method(methods::GET_TRANSCRIPT, Backend::get_transcript)
     .custom_method(methods::PROMPT, Backend::prompt)
-    .custom_method(methods::STOP, Backend::stop);
+    .custom_method(methods::STOP, Backend::stop)
+    .custom_method(methods::MCP_STATUS, Backend::mcp_status);
     // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
     #[cfg(feature = "test-hooks")]
     let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {
@@ -166,6 +171,14 @@ impl Backend {
         let limits = read(&self.state.config).limits();
         serde_json::to_value(tools::registry::catalog(&limits))
             .map_err(|e| internal(&e.to_string()))
+    }
+
+    async fn mcp_status(&self, _: Option<Value>) -> jsonrpc::Result<protocol::McpStatusResponse> {
+        let configured = read(&self.state.config).mcp_servers.clone();
+        let servers = self.state.mcp.status(&configured);
+        Ok(protocol::McpStatusResponse {
+            servers: servers.into_iter().map(Into::into).collect(),
+        })
     }
 
     async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {

@@ -61,17 +61,34 @@ impl Backend {
             turn_id.clone(),
         ));
         let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
+        let approver: Arc<dyn Approver> = Arc::new(ClientApprover {
+            outgoing: events_tx.clone(),
+        });
+        let local = LocalTools {
+            workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
+            limits: config.limits(),
+            ledger: Arc::clone(&self.state.ledger),
+            editor: Some(editor),
+        };
+        // The MCP servers start (or are found running) as the turn begins; a project server
+        // asks the owner first, through this turn's approvals.
+        let root = local.workspace.roots()[0].path.clone();
+        let start = agent::StartThroughApprover {
+            approver: Arc::clone(&approver),
+            session_id: session_id.clone(),
+            turn_id: turn_id.clone(),
+        };
+        let mcp = self
+            .state
+            .mcp
+            .prepare(&config.mcp_servers, &root, Some(&start))
+            .await;
+        // It holds a sender of the turn's event queue, which must close when the turn ends.
+        drop(start);
         let spec = agent::TurnSpec {
-            tools: Arc::new(LocalTools {
-                workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
-                limits: config.limits(),
-                ledger: Arc::clone(&self.state.ledger),
-                editor: Some(editor),
-            }),
+            tools: Arc::new(agent::WithMcp { local, mcp }),
             config,
-            approver: Arc::new(ClientApprover {
-                outgoing: events_tx.clone(),
-            }),
+            approver,
             on_event: Arc::new(move |event| {
                 let _ = events_tx.send(Outgoing::Event(event));
             }),

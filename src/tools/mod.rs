@@ -49,6 +49,10 @@ pub enum ErrorCode {
     /// A running tool was stopped by the owner; its outcome is unknown.
     Stopped,
     Io,
+    /// An MCP tool's server is not running (it failed to start or died).
+    ServerDown,
+    /// An MCP tool reported an error (`isError`), failed or timed out.
+    ToolFailed,
 }
 
 /// A tool failure as the model sees it: a stable code and a message that says what to do next.

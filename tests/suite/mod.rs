@@ -16,6 +16,7 @@ mod fake_provider;
 mod keys;
 mod list;
 mod lsp_client;
+mod mcp;
 mod old_sessions;
 mod providers;
 mod read;

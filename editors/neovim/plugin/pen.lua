@@ -18,4 +18,6 @@ vim.api.nvim_create_user_command('PenNew', function(o) pen().new_session(o.args)
   { nargs = '?', desc = 'Start a new pen session' })
 vim.api.nvim_create_user_command('PenSessions', function() pen().sessions() end,
   { desc = 'Pick a pen session and show its transcript' })
+vim.api.nvim_create_user_command('PenMcp', function() pen().mcp_status() end,
+  { desc = "Show each MCP server's status, tool count and schema tokens" })
 vim.api.nvim_create_user_command('PenLog', function() pen().log() end, { desc = "Open pen's daemon log" })

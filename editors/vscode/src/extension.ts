@@ -13,6 +13,16 @@ import { configChange, type PenSettings, toPenConfig } from './settings';
 
 const SECRET_KEY = 'pen.apiKey';
 
+/** One server of the `pen/mcpStatus` answer (docs/protocol.md). */
+interface McpServerStatus {
+  name: string;
+  status: string;
+  reason: string | null;
+  toolCount: number;
+  schemaTokens: number;
+  project: boolean;
+}
+
 function readSettings(): PenSettings {
   const c = vscode.workspace.getConfiguration('pen');
   return {
@@ -139,6 +149,27 @@ export function activate(context: vscode.ExtensionContext): void {
       await context.secrets.store(SECRET_KEY, key.trim());
     }),
     vscode.commands.registerCommand('pen.clearApiKey', () => context.secrets.delete(SECRET_KEY)),
+    vscode.commands.registerCommand('pen.mcpStatus', async () => {
+      const client = await daemon.ensure();
+      if (client === null) {
+        return;
+      }
+      const answer = await client.sendRequest<{ servers: McpServerStatus[] }>(METHODS.MCP_STATUS, {});
+      const lines = answer.servers.map(
+        (s) =>
+          `${s.name}: ${s.status}, ${s.toolCount} tools, ~${s.schemaTokens} schema tokens` +
+          `${s.project ? ' (.mcp.json)' : ''}${s.reason ? ` — ${s.reason}` : ''}`,
+      );
+      output.appendLine('MCP servers:');
+      for (const line of lines.length > 0 ? lines : ['none configured']) {
+        output.appendLine(`  ${line}`);
+      }
+      output.show(true);
+      const failed = answer.servers.filter((s) => s.status === 'failed').length;
+      void vscode.window.showInformationMessage(
+        `pen: ${answer.servers.length} MCP server(s)${failed > 0 ? `, ${failed} failed` : ''} (details in the output).`,
+      );
+    }),
     // pen reads the key from its environment at start: a new key needs a new daemon.
     context.secrets.onDidChange(async (e) => {
       if (e.key === SECRET_KEY && daemon.client !== null) {

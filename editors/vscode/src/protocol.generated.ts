@@ -14,6 +14,7 @@ export const METHODS = {
   GET_TRANSCRIPT: 'pen/getTranscript',
   PROMPT: 'pen/prompt',
   STOP: 'pen/stop',
+  MCP_STATUS: 'pen/mcpStatus',
   EVENT: 'pen/event',
   REQUEST_APPROVAL: 'pen/requestApproval',
 } as const;
@@ -24,7 +25,7 @@ export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'networ
 
 export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
 
-export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'turn_ended'] as const;
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'turn_ended'] as const;
 
 export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
 
@@ -227,7 +228,7 @@ export type EventParams = { sessionId: string, turnId: string, seq: number, } & 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -236,7 +237,7 @@ export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -255,7 +256,12 @@ providerMessage?: string, };
 /**
  * `pen/requestApproval` params: what the owner is asked to approve.
  */
-export type ApprovalParams = { sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
+export type ApprovalParams = { 
+/**
+ * `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
+ * `root`: a project's `.mcp.json` server asks once before it first runs).
+ */
+kind: string, sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */

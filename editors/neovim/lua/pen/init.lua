@@ -72,6 +72,10 @@ local function approval_handler(_, params)
   if params.arguments and params.arguments.command then
     prompt = prompt .. ': ' .. params.arguments.command
   end
+  if params.kind == 'start_mcp_server' then
+    prompt = ('pen wants to start the project MCP server %s (.mcp.json): %s'):format(
+      tostring(params.arguments.server), tostring(params.arguments.commandLine))
+  end
   M.state.status = 'pen: waiting for approval'
   vim.cmd('redrawstatus')
   local answered, choice = false, nil
@@ -378,6 +382,27 @@ function M.log()
   end
   table.sort(logs)
   vim.cmd('split ' .. vim.fn.fnameescape(logs[#logs]))
+end
+
+--- `:PenMcp`: one line per MCP server (status, tools, schema tokens, why it is down).
+function M.mcp_status()
+  local client = vim.lsp.get_clients({ name = 'pen' })[1]
+  if not client then
+    notify('pen is not running: MCP servers start with the first turn', vim.log.levels.INFO)
+    return
+  end
+  local res, err = request_sync(client, methods.MCP_STATUS, vim.empty_dict())
+  if not res then
+    notify('pen/mcpStatus: ' .. tostring(err), vim.log.levels.ERROR)
+    return
+  end
+  local lines = {}
+  for _, s in ipairs(res.servers or {}) do
+    lines[#lines + 1] = ('%s: %s, %d tools, ~%d schema tokens%s%s'):format(s.name, s.status,
+      s.toolCount, s.schemaTokens, s.project and ' (.mcp.json)' or '',
+      s.reason ~= vim.NIL and s.reason and (' — ' .. s.reason) or '')
+  end
+  notify(#lines > 0 and table.concat(lines, '\n') or 'no MCP servers configured', vim.log.levels.INFO)
 end
 
 --- Statusline component: '' when idle.

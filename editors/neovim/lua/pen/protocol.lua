@@ -13,6 +13,7 @@ M.methods = {
   GET_TRANSCRIPT = 'pen/getTranscript',
   PROMPT = 'pen/prompt',
   STOP = 'pen/stop',
+  MCP_STATUS = 'pen/mcpStatus',
   EVENT = 'pen/event',
   REQUEST_APPROVAL = 'pen/requestApproval',
 }
@@ -55,6 +56,7 @@ M.event_kind = {
   TOOL_CALL_FINISHED = 'tool_call_finished',
   CONTEXT_TRIMMED = 'context_trimmed',
   USAGE = 'usage',
+  MCP_SERVER = 'mcp_server',
   TURN_ENDED = 'turn_ended',
 }
 

@@ -1,0 +1,1035 @@
+//! The MCP client (SPEC §11): the owner's MCP servers, started when a session's first turn
+//! begins, their tools offered to the model as `mcp__<server>__<tool>`.
+//!
+//! Architecture invariants:
+//! - A server is started by [`McpManager::prepare`] (a turn beginning, or `pen mcp`), never at
+//!   daemon start; a project's `.mcp.json` server only after the owner approved its exact
+//!   command line ([`approvals`]).
+//! - The tools of a request are a snapshot, sorted by server then tool name (so the prompt
+//!   prefix is stable); `notifications/tools/list_changed` marks a server stale and its list is
+//!   fetched again before the next request ([`McpTools::refresh`]).
+//! - Every text a server hands pen is bounded: descriptions, schemas (a schema too large or not
+//!   an object schema leaves the tool out, logged), the tool count, its stderr tail, results
+//!   (the one result cap, with a note that the tool cannot page).
+//! - A server that fails to start or dies is reported (a notice the turn turns into a
+//!   `pen/event`, and [`McpManager::status`]); its tools answer an error naming the server as
+//!   down and why; it is started again on next use, the first time at once, then after a
+//!   doubling wait.
+//! - A call stopped by the owner drops the request, which sends `notifications/cancelled`;
+//!   the call is recorded "outcome unknown".
+
+pub mod approvals;
+mod names;
+mod result;
+
+use crate::config::{McpServerConfig, McpTransport};
+use crate::limits::{
+    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_SCHEMA_BYTES, MAX_MCP_TOOLS_PER_SERVER,
+    MCP_RESTART_BACKOFF_MAX_SECS, MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES,
+    MCP_STDERR_TAIL_LINES,
+};
+use crate::tools::{CatalogEntry, ErrorCode, ToolError};
+use futures::future::BoxFuture;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
+use rmcp::{ClientHandler, Peer, RoleClient};
+use serde_json::Value;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+pub use approvals::{ProjectApprovals, StartApproval};
+pub use result::observation;
+
+/// A server's name as its tools' names spell it (`mcp__<this>__tool`).
+pub fn names_prefix(server: &str) -> String {
+    names::sanitise(server)
+}
+
+/// Why an MCP operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    #[error("cannot start MCP server `{server}`: {why}")]
+    Start { server: String, why: String },
+    #[error("MCP server `{server}` did not start within {secs} s")]
+    StartTimeout { server: String, secs: u64 },
+    #[error("there is no MCP server named `{0}`")]
+    NoServer(String),
+}
+
+/// Where a server is in its life, as the panels and `pen mcp list` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// Configured, not started yet (no turn has begun).
+    Idle,
+    Starting,
+    Running {
+        protocol_version: String,
+    },
+    /// Failed to start or died: why, with the tail of its stderr.
+    Failed {
+        why: String,
+    },
+    /// A project server the owner has not approved (or denied).
+    NotApproved {
+        denied: bool,
+    },
+    /// `enabled = false`.
+    Disabled,
+}
+
+impl ServerState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServerState::Idle => "idle",
+            ServerState::Starting => "starting",
+            ServerState::Running { .. } => "running",
+            ServerState::Failed { .. } => "failed",
+            ServerState::NotApproved { denied: false } => "not_approved",
+            ServerState::NotApproved { denied: true } => "denied",
+            ServerState::Disabled => "disabled",
+        }
+    }
+}
+
+/// One server's status line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerStatus {
+    pub name: String,
+    pub state: ServerState,
+    /// Why it is not running, when it is not.
+    pub reason: Option<String>,
+    pub tool_count: usize,
+    /// The estimated tokens its tools' names, descriptions and schemas take in every request.
+    pub schema_tokens: u64,
+    /// Whether it comes from a project's `.mcp.json`.
+    pub project: bool,
+}
+
+/// A change of a server the turn reports (`pen/event` kind `mcp_server`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerNotice {
+    pub server: String,
+    pub state: &'static str,
+    pub reason: Option<String>,
+}
+
+/// One tool of a server, as pen offers it.
+#[derive(Debug, Clone)]
+struct McpTool {
+    /// The name the model calls (`mcp__server__tool`).
+    name: String,
+    /// The server's own name for it.
+    remote: String,
+    description: String,
+    schema: Value,
+    read_only_hint: bool,
+}
+
+/// What an added tool needs of the turn engine: how it is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolInfo {
+    /// The server says it only reads (`readOnlyHint`): `auto_approve`'s `mcp__server__*` may
+    /// then cover it.
+    pub read_only_hint: bool,
+}
+
+/// Whether `auto_approve` lets a call of the MCP tool `name` run without asking: its exact
+/// name, or — for a tool whose server says it only reads — a `mcp__server__*` pattern.
+pub fn auto_approved(auto_approve: &[String], name: &str, info: ToolInfo) -> bool {
+    auto_approve
+        .iter()
+        .any(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => info.read_only_hint && name.starts_with(prefix),
+            None => entry == name,
+        })
+}
+
+/// The client's side of a server connection: when the server's tools change, marks it stale
+/// and fetches the list again at once (the next request checks too).
+#[derive(Clone)]
+struct Handler {
+    server: std::sync::Weak<Server>,
+}
+
+impl Handler {
+    fn tools_changed(&self) {
+        if let Some(server) = self.server.upgrade() {
+            server.stale.store(true, Ordering::SeqCst);
+            tokio::spawn(async move { server.refresh().await });
+        }
+    }
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("pen", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// A started connection.
+struct Connection {
+    peer: Peer<RoleClient>,
+    /// Closes the connection (and ends a stdio server's process).
+    close: CancellationToken,
+}
+
+/// The mutable life of one server.
+struct Life {
+    state: ServerState,
+    connection: Option<Connection>,
+    tools: Arc<Vec<McpTool>>,
+    /// Failures in a row, and when the next start may be tried.
+    failures: u32,
+    next_try: Option<Instant>,
+    /// Counts starts: a failure seen on a connection that is no longer the current one (its
+    /// watcher and a call both noticing one death) is not counted twice.
+    generation: u64,
+}
+
+/// One configured server.
+struct Server {
+    name: String,
+    config: McpServerConfig,
+    project: bool,
+    life: Mutex<Life>,
+    /// Held while the server starts, so one start runs at a time.
+    starting: tokio::sync::Mutex<()>,
+    /// Held while the tool list is fetched again.
+    refreshing: tokio::sync::Mutex<()>,
+    stale: Arc<AtomicBool>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    notices: Arc<Mutex<Vec<ServerNotice>>>,
+}
+
+impl Server {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stderr_tail(&self) -> String {
+        let lines = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        let joined = lines.iter().cloned().collect::<Vec<_>>().join("\n");
+        let start = joined.len().saturating_sub(MCP_STDERR_TAIL_BYTES);
+        joined[crate::text::ceil_char_boundary(&joined, start)..].to_string()
+    }
+
+    /// Records a failure of the connection of `generation` (and tells the turn), closing what
+    /// is left of it. A failure already recorded, or of an older connection, changes nothing.
+    fn fail(&self, generation: u64, why: String) {
+        {
+            let life = self.lock();
+            if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
+                return;
+            }
+        }
+        let tail = self.stderr_tail();
+        let why = if tail.trim().is_empty() {
+            why
+        } else {
+            format!("{why}; the last lines of its stderr:\n{tail}")
+        };
+        tracing::warn!(server = %self.name, %why, "MCP server is down");
+        let mut life = self.lock();
+        if let Some(connection) = life.connection.take() {
+            connection.close.cancel();
+        }
+        let wait = if life.failures == 0 {
+            0
+        } else {
+            (MCP_RESTART_BACKOFF_SECS << (life.failures - 1).min(16))
+                .min(MCP_RESTART_BACKOFF_MAX_SECS)
+        };
+        life.failures = life.failures.saturating_add(1);
+        life.next_try = Some(Instant::now() + Duration::from_secs(wait));
+        life.state = ServerState::Failed { why: why.clone() };
+        life.tools = Arc::new(Vec::new());
+        drop(life);
+        self.notice("failed", Some(why));
+    }
+
+    fn notice(&self, state: &'static str, reason: Option<String>) {
+        self.notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ServerNotice {
+                server: self.name.clone(),
+                state,
+                reason,
+            });
+    }
+
+    /// Starts the server if it is not running and may be started now; waits at most its
+    /// startup timeout.
+    async fn ensure_started(self: &Arc<Self>, root: &Path) {
+        let _one = self.starting.lock().await;
+        {
+            let mut life = self.lock();
+            match &life.state {
+                ServerState::Running { .. } => return,
+                ServerState::Failed { .. }
+                    if life.next_try.is_some_and(|at| Instant::now() < at) =>
+                {
+                    return;
+                }
+                _ => {}
+            }
+            life.state = ServerState::Starting;
+            life.generation += 1;
+        }
+        let generation = self.lock().generation;
+        let secs = self.config.startup_timeout_secs;
+        let started = tokio::time::timeout(Duration::from_secs(secs), self.start(root)).await;
+        match started {
+            Ok(Ok((connection, tools, version))) => {
+                tracing::info!(server = %self.name, protocol_version = %version, tools = tools.len(), "MCP server started");
+                let mut life = self.lock();
+                life.state = ServerState::Running {
+                    protocol_version: version,
+                };
+                life.connection = Some(connection);
+                life.tools = Arc::new(tools);
+                life.failures = 0;
+                life.next_try = None;
+                drop(life);
+                self.notice("running", None);
+            }
+            Ok(Err(err)) => self.fail(generation, err.to_string()),
+            Err(_) => self.fail(
+                generation,
+                McpError::StartTimeout {
+                    server: self.name.clone(),
+                    secs,
+                }
+                .to_string(),
+            ),
+        }
+    }
+
+    /// Connects, negotiates the protocol (the 2026-07-28 flow without `initialize`, falling
+    /// back to the `initialize` handshake) and lists the tools.
+    async fn start(
+        self: &Arc<Self>,
+        root: &Path,
+    ) -> Result<(Connection, Vec<McpTool>, String), McpError> {
+        let start_err = |why: String| McpError::Start {
+            server: self.name.clone(),
+            why,
+        };
+        let handler = Handler {
+            server: Arc::downgrade(self),
+        };
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        };
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        let close = CancellationToken::new();
+        let service: RunningService<RoleClient, Handler> = match &self.config.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).envs(env);
+                cmd.current_dir(
+                    cwd.as_deref()
+                        .map_or_else(|| root.to_path_buf(), |cwd| root.join(cwd)),
+                );
+                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| start_err(format!("cannot run `{command}`: {e}")))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(keep_stderr(
+                        stderr,
+                        Arc::clone(&self.stderr),
+                        self.name.clone(),
+                    ));
+                }
+                handler
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|e| start_err(e.to_string()))?
+            }
+            McpTransport::Http {
+                url,
+                bearer_token_env,
+                headers,
+            } => {
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                // rmcp's reqwest is built without a crypto provider: pen's (ring) is installed
+                // once for the process. An error means one is installed already.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                if let Some(name) = bearer_token_env {
+                    let token = std::env::var(name).map_err(|_| {
+                        start_err(format!(
+                            "its bearer token is read from the environment variable {name}, which is not set"
+                        ))
+                    })?;
+                    config = config.auth_header(token);
+                }
+                let mut custom = std::collections::HashMap::new();
+                for (name, value) in headers {
+                    let name = http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| start_err(format!("header `{name}`: {e}")))?;
+                    let value = http::HeaderValue::from_str(value)
+                        .map_err(|e| start_err(format!("header `{name}`: {e}")))?;
+                    custom.insert(name, value);
+                }
+                config = config.custom_headers(custom);
+                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|e| start_err(e.to_string()))?
+            }
+        };
+        let negotiated = service
+            .peer()
+            .peer_info()
+            .map(|info| info.protocol_version.clone());
+        let version = negotiated
+            .as_ref()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let peer = service.peer().clone();
+        self.stale.store(false, Ordering::SeqCst);
+        let tools = list_tools(&self.name, &self.config, &peer).await?;
+        // Without the `initialize` handshake (2026-07-28 on), change notifications come only
+        // on a `subscriptions/listen` stream, which pen opens for tool list changes.
+        if negotiated.is_some_and(|v| !v.has_initialize()) {
+            let filter = rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build();
+            match peer.listen(filter).await {
+                Ok(mut subscription) => {
+                    let handler = Handler {
+                        server: Arc::downgrade(self),
+                    };
+                    tokio::spawn(async move {
+                        while let Ok(Some(notification)) = subscription.next().await {
+                            if matches!(
+                                notification,
+                                rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                            ) {
+                                handler.tools_changed();
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::info!(server = %self.name, "no subscription to tool list changes: {e}");
+                }
+            }
+        }
+        // The connection lives in its own task: it ends when the server goes away (then the
+        // server is marked failed) or when pen closes it.
+        let watcher = Arc::downgrade(self);
+        let generation = self.lock().generation;
+        let closing = close.clone();
+        tokio::spawn(async move {
+            let token = service.cancellation_token();
+            tokio::select! {
+                quit = service.waiting() => {
+                    if let Some(server) = watcher.upgrade() {
+                        server.fail(generation, format!("the connection ended ({quit:?})"));
+                    }
+                }
+                _ = closing.cancelled() => token.cancel(),
+            }
+        });
+        Ok((Connection { peer, close }, tools, version))
+    }
+
+    /// Fetches the tool list again after `notifications/tools/list_changed`. One fetch runs at
+    /// a time, so a request waits for one under way.
+    async fn refresh(&self) {
+        let _one = self.refreshing.lock().await;
+        if !self.stale.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let (peer, generation) = {
+            let life = self.lock();
+            match &life.connection {
+                Some(connection) => (connection.peer.clone(), life.generation),
+                None => return,
+            }
+        };
+        match list_tools(&self.name, &self.config, &peer).await {
+            Ok(tools) => {
+                tracing::info!(server = %self.name, tools = tools.len(), "MCP tool list refreshed");
+                self.lock().tools = Arc::new(tools);
+            }
+            Err(err) => self.fail(generation, err.to_string()),
+        }
+    }
+
+    fn status(&self) -> ServerStatus {
+        let life = self.lock();
+        let reason = match &life.state {
+            ServerState::Failed { why } => Some(why.clone()),
+            _ => None,
+        };
+        ServerStatus {
+            name: self.name.clone(),
+            state: life.state.clone(),
+            reason,
+            tool_count: life.tools.len(),
+            schema_tokens: schema_tokens(&life.tools),
+            project: self.project,
+        }
+    }
+}
+
+/// A rough token count of tool definitions: a quarter of their bytes (the budget's own
+/// estimate counts them exactly when a request is planned).
+fn schema_tokens(tools: &[McpTool]) -> u64 {
+    tools
+        .iter()
+        .map(|t| (t.name.len() + t.description.len() + t.schema.to_string().len()) as u64)
+        .sum::<u64>()
+        .div_ceil(4)
+}
+
+/// Keeps the last lines of a server's stderr, bounded, and logs them.
+async fn keep_stderr(
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    server: String,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(server = %server, "stderr: {}", crate::text::cut(&line, MCP_STDERR_TAIL_BYTES));
+        let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+        tail.push_back(crate::text::cut(&line, MCP_STDERR_TAIL_BYTES).to_string());
+        while tail.len() > MCP_STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+    }
+}
+
+/// Lists a server's tools, keeping those the config takes and whose schema a provider accepts.
+async fn list_tools(
+    server: &str,
+    config: &McpServerConfig,
+    peer: &Peer<RoleClient>,
+) -> Result<Vec<McpTool>, McpError> {
+    let listed = peer.list_all_tools().await.map_err(|e| McpError::Start {
+        server: server.to_string(),
+        why: format!("tools/list failed: {e}"),
+    })?;
+    let mut kept: Vec<(String, String, Value, bool)> = Vec::new();
+    for tool in listed {
+        let wire = serde_json::to_value(&tool).unwrap_or(Value::Null);
+        let remote = tool.name.to_string();
+        if !config.takes_tool(&remote) {
+            continue;
+        }
+        if kept.len() >= MAX_MCP_TOOLS_PER_SERVER {
+            tracing::warn!(server, tool = %remote, "left out: the server has more than {MAX_MCP_TOOLS_PER_SERVER} tools");
+            continue;
+        }
+        let schema = match checked_schema(wire.get("inputSchema")) {
+            Ok(schema) => schema,
+            Err(why) => {
+                tracing::warn!(server, tool = %remote, "left out: {why}");
+                continue;
+            }
+        };
+        let description = tool.description.as_deref().unwrap_or("").to_string();
+        let description = crate::text::cut_with_note(
+            &description,
+            MAX_MCP_DESCRIPTION_BYTES,
+            format_args!("…[description cut]"),
+        )
+        .into_owned();
+        let read_only = wire
+            .pointer("/annotations/readOnlyHint")
+            .and_then(Value::as_bool)
+            == Some(true);
+        kept.push((remote, description, schema, read_only));
+    }
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    let pairs: Vec<(String, String)> = kept
+        .iter()
+        .map(|(remote, ..)| (server.to_string(), remote.clone()))
+        .collect();
+    let names = names::assign(&pairs);
+    Ok(kept
+        .into_iter()
+        .zip(names)
+        .map(
+            |((remote, description, schema, read_only_hint), name)| McpTool {
+                name,
+                remote,
+                description,
+                schema,
+                read_only_hint,
+            },
+        )
+        .collect())
+}
+
+/// A tool's input schema as providers take it: a JSON object schema of bounded size. A
+/// missing `type` is set to `object`; anything else is refused with the reason.
+fn checked_schema(schema: Option<&Value>) -> Result<Value, String> {
+    let Some(Value::Object(schema)) = schema else {
+        return Err("its inputSchema is not a JSON object".into());
+    };
+    let mut schema = schema.clone();
+    match schema.get("type") {
+        None => {
+            schema.insert("type".into(), Value::String("object".into()));
+        }
+        Some(Value::String(t)) if t == "object" => {}
+        Some(other) => return Err(format!("its inputSchema has type {other}, not \"object\"")),
+    }
+    if !schema.get("properties").is_none_or(Value::is_object) {
+        return Err("its inputSchema's properties is not an object".into());
+    }
+    let schema = Value::Object(schema);
+    let size = schema.to_string().len();
+    if size > MAX_MCP_SCHEMA_BYTES {
+        return Err(format!(
+            "its inputSchema is {size} bytes; the limit is {MAX_MCP_SCHEMA_BYTES}"
+        ));
+    }
+    Ok(schema)
+}
+
+/// The MCP servers of this process: started on a turn's first use, kept across turns, restarted
+/// when their configuration changes.
+pub struct McpManager {
+    servers: Mutex<BTreeMap<String, Arc<Server>>>,
+    /// The project servers the last turn left off.
+    blocked: Mutex<Vec<ServerStatus>>,
+    notices: Arc<Mutex<Vec<ServerNotice>>>,
+    approvals: ProjectApprovals,
+}
+
+impl std::fmt::Debug for McpManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpManager").finish_non_exhaustive()
+    }
+}
+
+impl McpManager {
+    /// A manager remembering project approvals under `data_dir` (none remembered without one).
+    pub fn new(data_dir: Option<PathBuf>) -> Arc<McpManager> {
+        Arc::new(McpManager {
+            servers: Mutex::default(),
+            blocked: Mutex::default(),
+            notices: Arc::default(),
+            approvals: ProjectApprovals::new(data_dir),
+        })
+    }
+
+    /// Every server's status: those a turn prepared, the configured ones no turn started yet
+    /// (`idle`), and the project servers the last turn left off.
+    pub fn status(&self, configured: &BTreeMap<String, McpServerConfig>) -> Vec<ServerStatus> {
+        let mut all: Vec<ServerStatus> = self.servers().values().map(|s| s.status()).collect();
+        for (name, config) in configured {
+            if !all.iter().any(|s| &s.name == name) {
+                all.push(ServerStatus {
+                    name: name.clone(),
+                    state: if config.enabled {
+                        ServerState::Idle
+                    } else {
+                        ServerState::Disabled
+                    },
+                    reason: None,
+                    tool_count: 0,
+                    schema_tokens: 0,
+                    project: false,
+                });
+            }
+        }
+        all.extend(
+            self.blocked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    fn servers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Server>>> {
+        self.servers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The servers for a turn in `root`: the configured ones and the project's approved ones
+    /// (asking `approver` about a project server not decided yet), each started if it is not
+    /// running, waiting at most each one's startup timeout. A server whose configuration
+    /// changed is closed and started anew; one no longer configured is closed.
+    pub async fn prepare(
+        &self,
+        configured: &BTreeMap<String, McpServerConfig>,
+        root: &Path,
+        approver: Option<&dyn StartApproval>,
+    ) -> Arc<McpTools> {
+        let mut wanted: Vec<(String, McpServerConfig, bool)> = configured
+            .iter()
+            .map(|(name, config)| (name.clone(), config.clone(), false))
+            .collect();
+        let mut blocked: Vec<ServerStatus> = Vec::new();
+        for (name, config) in approvals::project_servers(root) {
+            if configured.contains_key(&name) || wanted.len() >= crate::limits::MAX_MCP_SERVERS {
+                continue;
+            }
+            let line = config.command_line();
+            match self.approvals.decide(root, &name, &line, approver).await {
+                approvals::Verdict::Approved => wanted.push((name, config, true)),
+                verdict => blocked.push(ServerStatus {
+                    name,
+                    state: ServerState::NotApproved {
+                        denied: verdict == approvals::Verdict::Denied,
+                    },
+                    reason: Some(format!(
+                        "a project server (.mcp.json) starts only once the owner approves `{line}`"
+                    )),
+                    tool_count: 0,
+                    schema_tokens: 0,
+                    project: true,
+                }),
+            }
+        }
+        let servers: Vec<Arc<Server>> = {
+            let mut servers = self.servers();
+            let names: Vec<&String> = wanted.iter().map(|(name, ..)| name).collect();
+            servers.retain(|name, server| {
+                let keep = names.contains(&name);
+                if !keep && let Some(c) = server.lock().connection.take() {
+                    c.close.cancel();
+                }
+                keep
+            });
+            wanted
+                .into_iter()
+                .map(|(name, config, project)| {
+                    let same = servers
+                        .get(&name)
+                        .is_some_and(|s| s.config == config && s.project == project);
+                    if !same {
+                        if let Some(old) = servers.get(&name)
+                            && let Some(c) = old.lock().connection.take()
+                        {
+                            c.close.cancel();
+                        }
+                        let state = if config.enabled {
+                            ServerState::Idle
+                        } else {
+                            ServerState::Disabled
+                        };
+                        servers.insert(
+                            name.clone(),
+                            Arc::new(Server {
+                                name: name.clone(),
+                                config,
+                                project,
+                                life: Mutex::new(Life {
+                                    state,
+                                    connection: None,
+                                    tools: Arc::default(),
+                                    failures: 0,
+                                    next_try: None,
+                                    generation: 0,
+                                }),
+                                starting: tokio::sync::Mutex::new(()),
+                                refreshing: tokio::sync::Mutex::new(()),
+                                stale: Arc::default(),
+                                stderr: Arc::default(),
+                                notices: Arc::clone(&self.notices),
+                            }),
+                        );
+                    }
+                    Arc::clone(&servers[&name])
+                })
+                .collect()
+        };
+        let starts = servers
+            .iter()
+            .filter(|server| server.config.enabled)
+            .map(|server| server.ensure_started(root));
+        futures::future::join_all(starts).await;
+        *self.blocked.lock().unwrap_or_else(|p| p.into_inner()) = blocked.clone();
+        Arc::new(McpTools {
+            servers,
+            blocked,
+            root: root.to_path_buf(),
+            notices: Arc::clone(&self.notices),
+        })
+    }
+}
+
+/// The MCP servers of one turn and their tools.
+pub struct McpTools {
+    servers: Vec<Arc<Server>>,
+    /// Project servers left off (not approved, or denied), for the status.
+    blocked: Vec<ServerStatus>,
+    root: PathBuf,
+    notices: Arc<Mutex<Vec<ServerNotice>>>,
+}
+
+impl std::fmt::Debug for McpTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTools").finish_non_exhaustive()
+    }
+}
+
+impl McpTools {
+    /// Every running server's tools, sorted by server name then tool name.
+    pub fn catalog(&self) -> Vec<CatalogEntry> {
+        self.servers
+            .iter()
+            .flat_map(|server| {
+                let tools = Arc::clone(&server.lock().tools);
+                tools
+                    .iter()
+                    .map(|tool| CatalogEntry {
+                        name: tool.name.clone(),
+                        description: tool.description.clone(),
+                        input_schema: tool.schema.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The MCP tool named `name`, if a server has it.
+    pub fn tool(&self, name: &str) -> Option<ToolInfo> {
+        self.find(name).map(|(_, tool)| ToolInfo {
+            read_only_hint: tool.read_only_hint,
+        })
+    }
+
+    /// The model's name for `server`'s tool `tool` (the server's name for it).
+    pub fn model_name(&self, server: &str, tool: &str) -> Option<String> {
+        let server = self.servers.iter().find(|s| s.name == server)?;
+        let tools = Arc::clone(&server.lock().tools);
+        tools
+            .iter()
+            .find(|t| t.remote == tool)
+            .map(|t| t.name.clone())
+    }
+
+    /// Whether `name` is an MCP tool name (one this turn's servers have, or had).
+    pub fn is_mcp_name(name: &str) -> bool {
+        name.starts_with(names::PREFIX)
+    }
+
+    fn find(&self, name: &str) -> Option<(Arc<Server>, McpTool)> {
+        self.servers.iter().find_map(|server| {
+            let tools = Arc::clone(&server.lock().tools);
+            tools
+                .iter()
+                .find(|tool| tool.name == name)
+                .map(|tool| (Arc::clone(server), tool.clone()))
+        })
+    }
+
+    /// Fetches again the tool lists of servers that said theirs changed, and starts again a
+    /// failed server whose wait is over.
+    pub async fn refresh(&self) {
+        for server in &self.servers {
+            let due = {
+                let life = server.lock();
+                matches!(life.state, ServerState::Failed { .. })
+                    && life.next_try.is_none_or(|at| Instant::now() >= at)
+            };
+            if due && server.config.enabled {
+                server.ensure_started(&self.root).await;
+            }
+            server.refresh().await;
+        }
+    }
+
+    /// The server changes since the last call, for the turn to report.
+    pub fn take_notices(&self) -> Vec<ServerNotice> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Every server's status, the project servers left off included.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        let mut all: Vec<ServerStatus> = self.servers.iter().map(|s| s.status()).collect();
+        all.extend(self.blocked.iter().cloned());
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// The name of the server whose tools' schemas are largest, if any has tools.
+    pub fn largest_server(&self) -> Option<(String, u64)> {
+        self.status()
+            .into_iter()
+            .filter(|s| s.schema_tokens > 0)
+            .max_by_key(|s| s.schema_tokens)
+            .map(|s| (s.name, s.schema_tokens))
+    }
+
+    /// Calls an MCP tool until it answers, its timeout passes or `cancel` fires (then the
+    /// request is dropped, which sends `notifications/cancelled`, and the call is `stopped`).
+    pub fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let found = self.find(name);
+        let server_of_name = self
+            .servers
+            .iter()
+            .find(|s| name.starts_with(&format!("{}{}__", names::PREFIX, names::sanitise(&s.name))))
+            .cloned();
+        let root = self.root.clone();
+        let name = name.to_string();
+        Box::pin(async move {
+            let (server, tool) = match found {
+                Some(found) => found,
+                None => {
+                    // A tool of a server that is down: say so, and start it again for next
+                    // time when its wait is over.
+                    if let Some(server) = server_of_name {
+                        let down = down_error(&server);
+                        server.ensure_started(&root).await;
+                        return Err(down);
+                    }
+                    return Err(ToolError::new(
+                        ErrorCode::UnknownTool,
+                        format!(
+                            "there is no MCP tool named `{name}` now; its server no longer lists it"
+                        ),
+                    ));
+                }
+            };
+            let (peer, generation) = {
+                let life = server.lock();
+                match &life.connection {
+                    Some(connection) => (connection.peer.clone(), life.generation),
+                    None => {
+                        drop(life);
+                        return Err(down_error(&server));
+                    }
+                }
+            };
+            let arguments = match arguments {
+                Value::Object(map) => map,
+                other => {
+                    return Err(ToolError::new(
+                        ErrorCode::InvalidArguments,
+                        format!("arguments must be a JSON object, got {other}"),
+                    ));
+                }
+            };
+            let params = CallToolRequestParams::new(tool.remote.clone()).with_arguments(arguments);
+            let timeout = Duration::from_secs(server.config.tool_timeout_secs);
+            let answer = tokio::select! {
+                answer = tokio::time::timeout(timeout, peer.call_tool(params)) => answer,
+                _ = cancel.cancelled() => {
+                    return Err(ToolError::new(
+                        ErrorCode::Stopped,
+                        format!("notifications/cancelled was sent to MCP server `{}`", server.name),
+                    ));
+                }
+            };
+            match answer {
+                Ok(Ok(result)) => {
+                    let wire = serde_json::to_value(&result).unwrap_or(Value::Null);
+                    result::outcome(&wire)
+                }
+                Ok(Err(err)) => {
+                    // The connection may have ended under the call: let the watcher mark it.
+                    tokio::task::yield_now().await;
+                    if peer.is_transport_closed() {
+                        server.fail(
+                            generation,
+                            format!("the connection ended during a call ({err})"),
+                        );
+                        Err(down_error(&server))
+                    } else {
+                        Err(ToolError::new(
+                            ErrorCode::ToolFailed,
+                            format!("MCP server `{}` answered with an error: {err}", server.name),
+                        ))
+                    }
+                }
+                Err(_) => Err(ToolError::new(
+                    ErrorCode::ToolFailed,
+                    format!(
+                        "MCP server `{}` did not answer within tool_timeout_secs = {} s; the request was cancelled, its outcome is unknown",
+                        server.name, server.config.tool_timeout_secs
+                    ),
+                )),
+            }
+        })
+    }
+}
+
+/// The error a tool of a server that is down answers.
+fn down_error(server: &Server) -> ToolError {
+    let why = match &server.lock().state {
+        ServerState::Failed { why } => why.clone(),
+        other => format!("it is {}", other.as_str()),
+    };
+    ToolError::new(
+        ErrorCode::ServerDown,
+        format!(
+            "MCP server `{}` is down: {why}. pen starts it again on the next call of its tools",
+            server.name
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_glob_approves_only_read_only_tools() {
+        let allow = vec!["mcp__docs__*".to_string(), "mcp__git__push".to_string()];
+        let ro = ToolInfo {
+            read_only_hint: true,
+        };
+        let rw = ToolInfo {
+            read_only_hint: false,
+        };
+        assert!(auto_approved(&allow, "mcp__docs__search", ro));
+        assert!(!auto_approved(&allow, "mcp__docs__delete", rw));
+        assert!(auto_approved(&allow, "mcp__git__push", rw));
+        assert!(!auto_approved(&allow, "mcp__git__pull", ro));
+    }
+
+    #[test]
+    fn schemas_are_fixed_or_refused() {
+        assert_eq!(
+            checked_schema(Some(&json!({"properties": {}}))).unwrap(),
+            json!({"properties": {}, "type": "object"})
+        );
+        assert!(checked_schema(Some(&json!({"type": "string"}))).is_err());
+        assert!(checked_schema(None).is_err());
+        let big = json!({"type": "object", "description": "x".repeat(MAX_MCP_SCHEMA_BYTES)});
+        assert!(checked_schema(Some(&big)).unwrap_err().contains("limit"));
+    }
+}
