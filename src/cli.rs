@@ -405,6 +405,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
                 editor: None,
             },
             mcp,
+            max_result_bytes: config.limits().max_tool_result_bytes,
         }),
         config,
         approver,

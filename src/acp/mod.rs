@@ -22,15 +22,16 @@ use crate::agent::{
     self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, BeginError, Decision, Engine,
     LocalTools, StopReason, TurnEvent,
 };
-use crate::config::Config;
+use crate::config::{Config, McpServerConfig};
 use crate::limits::{MAX_ACP_PROMPT_BYTES, TRANSPORT_WRITER_DRAIN};
+use crate::mcp::McpManager;
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger};
 use crate::workspace::Workspace;
 use host::{AcpTools, Changes};
 use rpc::{Connection, Incoming, METHOD_NOT_FOUND, RpcError};
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -54,9 +55,11 @@ pub enum AcpError {
     #[error("send initialize first")]
     NotInitialized,
     #[error(
-        "the ACP client asked for MCP servers ({0}), but this pen has no MCP client yet (agent capability mcpServers); start the session with an empty mcpServers list"
+        "the MCP server {0:?} speaks SSE; pen's MCP client speaks stdio and Streamable HTTP (mcpCapabilities.sse is false): give its Streamable HTTP URL instead"
     )]
-    McpUnavailable(String),
+    McpSse(String),
+    #[error("mcpServers: {0}")]
+    McpServers(String),
     #[error("cwd must be an absolute path to a folder: {0:?}")]
     BadCwd(String),
     #[error(transparent)]
@@ -202,6 +205,9 @@ struct OpenSession {
     /// The tools the owner answered "reject always" for: denied without asking again while
     /// this connection has the session open.
     rejected: Mutex<HashSet<String>>,
+    /// The MCP servers the client gave `session/new` or `session/load`, started through pen's
+    /// MCP client with the configured ones when a turn begins (the client's win a name clash).
+    mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl OpenSession {
@@ -224,6 +230,8 @@ struct AgentState {
     engine: Result<Arc<Engine>, String>,
     client: Mutex<Option<ClientCapabilities>>,
     sessions: Mutex<HashMap<String, Arc<OpenSession>>>,
+    /// The MCP servers of this process (the config's and the sessions'), as in `pen serve`.
+    mcp: Arc<McpManager>,
     /// The Stop switch of each prompt read and not yet answered: its number, its session.
     prompts: Mutex<Vec<(u64, String, CancellationToken)>>,
     next_prompt: std::sync::atomic::AtomicU64,
@@ -251,6 +259,7 @@ fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<
 
 impl AgentState {
     fn new(connection: Arc<Connection>, options: AcpOptions) -> AgentState {
+        let mcp = McpManager::new(options.data_dir.as_ref().ok().cloned());
         let store = options
             .data_dir
             .and_then(|dir| SessionStore::open(&dir))
@@ -264,6 +273,7 @@ impl AgentState {
             engine,
             client: Mutex::default(),
             sessions: Mutex::default(),
+            mcp,
             prompts: Mutex::default(),
             next_prompt: std::sync::atomic::AtomicU64::new(1),
         }
@@ -351,7 +361,7 @@ impl AgentState {
                     embedded_context: true,
                 },
                 mcp_capabilities: McpCapabilities {
-                    http: false,
+                    http: true,
                     sse: false,
                 },
             },
@@ -403,13 +413,8 @@ impl AgentState {
             .map_err(AcpError::from)
     }
 
-    /// The session's workspace from the client's `cwd`, and the refusal of MCP servers until
-    /// pen has an MCP client.
-    fn workspace(cwd: &str, mcp: &[McpServer]) -> Result<Workspace, AcpError> {
-        if !mcp.is_empty() {
-            let names: Vec<&str> = mcp.iter().map(McpServer::name).collect();
-            return Err(AcpError::McpUnavailable(names.join(", ")));
-        }
+    /// The session's workspace from the client's `cwd`.
+    fn workspace(cwd: &str) -> Result<Workspace, AcpError> {
         if !Path::new(cwd).is_absolute() {
             return Err(AcpError::BadCwd(cwd.to_string()));
         }
@@ -421,6 +426,7 @@ impl AgentState {
         client: &ClientCapabilities,
         session_id: String,
         workspace: Workspace,
+        mcp_servers: BTreeMap<String, McpServerConfig>,
     ) -> Arc<OpenSession> {
         let files = (client.fs.read_text_file && client.fs.write_text_file).then(|| {
             Arc::new(client_fs::ClientFiles::new(
@@ -442,6 +448,7 @@ impl AgentState {
             files,
             mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
+            mcp_servers,
         });
         self.lock_sessions()
             .insert(session_id, Arc::clone(&session));
@@ -455,10 +462,11 @@ impl AgentState {
     async fn new_session(&self, params: NewSessionParams) -> Result<NewSessionResponse, AcpError> {
         let client = self.client()?;
         // Checked before a session is written: a session nobody can prompt is not made.
-        let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
+        let workspace = Self::workspace(&params.cwd)?;
+        let mcp_servers = mcp_servers(&params.mcp_servers)?;
         self.provider_ready().await?;
         let info = self.with_store(|store| store.new_session(None)).await?;
-        let session = self.open(&client, info.id, workspace);
+        let session = self.open(&client, info.id, workspace, mcp_servers);
         Ok(NewSessionResponse {
             session_id: session.id.clone(),
             modes: modes(session.mode()),
@@ -474,10 +482,11 @@ impl AgentState {
         let client = self.client()?;
         let id = params.session_id.clone();
         let lookup = id.clone();
-        let workspace = Self::workspace(&params.cwd, &params.mcp_servers)?;
+        let workspace = Self::workspace(&params.cwd)?;
+        let mcp_servers = mcp_servers(&params.mcp_servers)?;
         self.with_store(move |store| store.get_session(&lookup))
             .await?;
-        let session = self.open(&client, id.clone(), workspace);
+        let session = self.open(&client, id.clone(), workspace, mcp_servers);
         let mut after = None;
         loop {
             let session_id = id.clone();
@@ -601,27 +610,48 @@ impl AgentState {
             outgoing_rx,
             Arc::clone(&changes),
         ));
+        let approver: Arc<dyn agent::Approver> = Arc::new(ClientApprover {
+            outgoing: outgoing_tx.clone(),
+            session: Arc::clone(&session),
+        });
+        // The configured MCP servers and the client's start (or are found running) as the
+        // turn begins; a project server (.mcp.json) asks the owner first, as under `pen serve`.
+        let mut servers = config.mcp_servers.clone();
+        servers.extend(session.mcp_servers.clone());
+        let start = agent::StartThroughApprover {
+            approver: Arc::clone(&approver),
+            session_id: session.id.clone(),
+            turn_id: pending.turn_id().to_string(),
+        };
+        let mcp = self
+            .mcp
+            .prepare(&servers, &session.root, Some(&start))
+            .await;
+        // It holds a sender of the turn's update queue, which must close when the turn ends.
+        drop(start);
+        let max_result_bytes = config.limits().max_tool_result_bytes;
         let spec = agent::TurnSpec {
-            tools: Arc::new(AcpTools {
-                inner: LocalTools {
-                    workspace: session.workspace.clone(),
-                    limits: config.limits(),
-                    ledger: Arc::clone(&session.ledger),
-                    editor,
+            tools: Arc::new(agent::WithMcp {
+                local: AcpTools {
+                    inner: LocalTools {
+                        workspace: session.workspace.clone(),
+                        limits: config.limits(),
+                        ledger: Arc::clone(&session.ledger),
+                        editor,
+                    },
+                    search: LocalTools {
+                        workspace: session.workspace.clone(),
+                        limits: config.limits(),
+                        ledger: Arc::clone(&session.ledger),
+                        editor: search_editor,
+                    },
+                    changes,
                 },
-                search: LocalTools {
-                    workspace: session.workspace.clone(),
-                    limits: config.limits(),
-                    ledger: Arc::clone(&session.ledger),
-                    editor: search_editor,
-                },
-                changes,
+                mcp,
+                max_result_bytes,
             }),
             config,
-            approver: Arc::new(ClientApprover {
-                outgoing: outgoing_tx.clone(),
-                session: Arc::clone(&session),
-            }),
+            approver,
             on_event: Arc::new(move |event| {
                 let _ = outgoing_tx.send(Outgoing::Event(event));
             }),
@@ -948,6 +978,54 @@ impl Approver for ClientApprover {
     }
 }
 
+/// The client's MCP servers as pen's MCP client takes them: each through the same checks and
+/// bounds as a configured server (`mcp_servers`), its name made a pen server name (characters
+/// other than `A-Za-z0-9_-` become `_`, cut to the name limit). An SSE server, or two whose pen
+/// names clash, is refused with the reason.
+fn mcp_servers(servers: &[McpServer]) -> Result<BTreeMap<String, McpServerConfig>, AcpError> {
+    let pairs = |list: &[NameValue]| -> serde_json::Map<String, Value> {
+        list.iter()
+            .map(|p| (p.name.clone(), Value::String(p.value.clone())))
+            .collect()
+    };
+    let mut table = serde_json::Map::new();
+    for server in servers {
+        let (name, value) = match server {
+            McpServer::Stdio(s) => (
+                &s.name,
+                json!({"command": s.command, "args": s.args, "env": pairs(&s.env)}),
+            ),
+            McpServer::Remote(s) if s.transport == RemoteTransport::Http => {
+                (&s.name, json!({"url": s.url, "headers": pairs(&s.headers)}))
+            }
+            McpServer::Remote(s) => return Err(AcpError::McpSse(s.name.clone())),
+        };
+        let pen_name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(crate::limits::MAX_MCP_SERVER_NAME_BYTES)
+            .collect();
+        let pen_name = if pen_name.is_empty() {
+            "server".to_string()
+        } else {
+            pen_name
+        };
+        if table.insert(pen_name.clone(), value).is_some() {
+            return Err(AcpError::McpServers(format!(
+                "two servers are both named `{pen_name}` in pen (names keep A-Z a-z 0-9 _ -)"
+            )));
+        }
+    }
+    crate::config::mcp::parse_servers("mcpServers", &Value::Object(table))
+        .map_err(|e| AcpError::McpServers(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1006,7 +1084,45 @@ mod tests {
             files: None,
             mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
+            mcp_servers: BTreeMap::new(),
         }
+    }
+
+    /// The client's MCP servers become pen's: names made server names, the config's checks
+    /// applied; SSE and clashing names refused with the reason.
+    #[test]
+    fn a_clients_mcp_servers_are_checked_like_configured_ones() {
+        let parse = |list: Value| {
+            let servers: Vec<McpServer> = serde_json::from_value(list).unwrap();
+            mcp_servers(&servers)
+        };
+        let servers = parse(json!([
+            {"name": "My Files", "command": "/bin/mcp", "args": ["-v"], "env": [{"name": "A", "value": "1"}]},
+            {"type": "http", "name": "web", "url": "http://127.0.0.1:1/mcp",
+             "headers": [{"name": "Authorization", "value": "Bearer t"}]},
+        ]))
+        .unwrap();
+        assert_eq!(servers.keys().collect::<Vec<_>>(), ["My_Files", "web"]);
+        assert!(matches!(
+            &servers["My_Files"].transport,
+            crate::config::McpTransport::Stdio { command, args, env, .. }
+                if command == "/bin/mcp" && args == &["-v"] && env["A"] == "1"
+        ));
+        assert!(matches!(
+            &servers["web"].transport,
+            crate::config::McpTransport::Http { headers, .. } if headers["Authorization"] == "Bearer t"
+        ));
+        let sse = parse(
+            json!([{"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": []}]),
+        );
+        assert!(matches!(sse, Err(AcpError::McpSse(name)) if name == "old"));
+        let clash = parse(json!([
+            {"name": "a b", "command": "/x", "args": [], "env": []},
+            {"name": "a_b", "command": "/y", "args": [], "env": []},
+        ]));
+        assert!(matches!(clash, Err(AcpError::McpServers(why)) if why.contains("a_b")));
+        let bad = parse(json!([{"name": "x", "command": "", "args": [], "env": []}]));
+        assert!(matches!(bad, Err(AcpError::McpServers(_))), "{bad:?}");
     }
 
     /// The prompt budget's report reaches the client as agent text, never silently.

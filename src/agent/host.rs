@@ -102,12 +102,14 @@ impl ToolHost for LocalTools {
 }
 
 /// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
-pub struct WithMcp {
-    pub local: LocalTools,
+pub struct WithMcp<L: ToolHost = LocalTools> {
+    pub local: L,
     pub mcp: Arc<crate::mcp::McpTools>,
+    /// The result cap MCP results are cut to (`max_tool_result_bytes`), as pen's own are.
+    pub max_result_bytes: usize,
 }
 
-impl ToolHost for WithMcp {
+impl<L: ToolHost> ToolHost for WithMcp<L> {
     fn catalog(&self) -> Vec<tools::CatalogEntry> {
         let mut catalog = self.local.catalog();
         catalog.extend(self.mcp.catalog());
@@ -159,7 +161,7 @@ impl ToolHost for WithMcp {
 
     fn observe(&self, tool: &str, result: &Result<Value, ToolError>) -> String {
         if crate::mcp::McpTools::is_mcp_name(tool) {
-            crate::mcp::observation(result, self.local.limits.max_tool_result_bytes)
+            crate::mcp::observation(result, self.max_result_bytes)
         } else {
             self.local.observation(result)
         }

@@ -332,6 +332,12 @@ fn parse_server(
         Some(other) => return Err(wrong_type(&at("enabled"), "true or false", other)),
     };
     let transport = match (string("command")?, string("url")?) {
+        (Some(command), None) if command.trim().is_empty() => {
+            return Err(invalid(
+                &at("command"),
+                "is empty; it names the program that runs the server".to_string(),
+            ));
+        }
         (Some(command), None) => McpTransport::Stdio {
             command,
             args: list("args", MAX_MCP_ARGS)?.unwrap_or_default(),
@@ -414,6 +420,7 @@ mod tests {
             (json!({"a b": {"command": "x"}}), "server name"),
             (json!({"a": {"command": "x", "url": "http://h"}}), "both"),
             (json!({"a": {}}), "needs `command`"),
+            (json!({"a": {"command": " "}}), "is empty"),
             (json!({"a": {"url": "file:///etc"}}), "http://"),
             (
                 json!({"a": {"command": "x", "bogus": 1}}),

@@ -86,7 +86,11 @@ impl Backend {
         // It holds a sender of the turn's event queue, which must close when the turn ends.
         drop(start);
         let spec = agent::TurnSpec {
-            tools: Arc::new(agent::WithMcp { local, mcp }),
+            tools: Arc::new(agent::WithMcp {
+                max_result_bytes: local.limits.max_tool_result_bytes,
+                local,
+                mcp,
+            }),
             config,
             approver,
             on_event: Arc::new(move |event| {

@@ -11,6 +11,7 @@ against the provider's requests, the disk and the session database.
 import asyncio
 import json
 import os
+import shutil
 import sys
 
 import acp
@@ -19,6 +20,7 @@ from acp.schema import (
     ClientCapabilities,
     DeniedOutcome,
     FileSystemCapabilities,
+    McpServerStdio,
     ReadTextFileResponse,
     RequestPermissionResponse,
     WriteTextFileResponse,
@@ -328,6 +330,27 @@ async def modes(workspace):
     return {"session_id": sid}
 
 
+async def mcp(workspace, entry):
+    """The client's MCP server (server-everything over stdio, a name with a space) starts
+    through pen's MCP client; its echo tool asks for permission and its result comes back."""
+    client = Client(answers=["allow_once"])
+    context, conn = await connect(client, workspace)
+    node = shutil.which("node")
+    assert node, "node is on PATH"
+    server = McpServerStdio(name="every thing", command=node, args=[entry, "stdio"], env=[])
+    session = await conn.new_session(cwd=workspace, mcp_servers=[server])
+    assert await prompt(conn, session.session_id, "echo through MCP") == "end_turn"
+    await client.until(lambda: len(client.finished()) == 1, "the MCP call")
+    assert len(client.permissions) == 1, client.permissions
+    call = client.of_kind("tool_call")[0]
+    assert call["title"].startswith("mcp__every_thing__echo"), call
+    done = client.finished()[0]
+    assert done["status"] == "completed", done
+    assert "hello over acp" in json.dumps(done["content"]), done
+    await context.__aexit__(None, None, None)
+    return {"session_id": session.session_id}
+
+
 async def main():
     scenario, workspace = sys.argv[1], sys.argv[2]
     runs = {
@@ -338,6 +361,7 @@ async def main():
         "client_fs": lambda: client_fs(workspace),
         "modes": lambda: modes(workspace),
         "client_fs_stale": lambda: client_fs_stale(workspace),
+        "mcp": lambda: mcp(workspace, sys.argv[3]),
     }
     seen = await runs[scenario]()
     print(json.dumps(seen), flush=True)

@@ -58,9 +58,10 @@ fn peer(variable: &str, test: &str) -> Option<PathBuf> {
     let skip = var("PEN_SKIP_REAL_PEERS").is_some_and(|value| value == "1");
     assert!(
         skip && !under_ci,
-        "{test} needs an ACP client SDK, and {variable} is unset. Run the whole suite with \
-         scripts/test, or eval \"$(tests/acp/setup.sh)\" before cargo test; to skip the \
-         real-peer tests knowingly, set PEN_SKIP_REAL_PEERS=1 (refused under CI)."
+        "{test} needs a real peer (an ACP client SDK, or an MCP server), and {variable} is \
+         unset. Run the whole suite with scripts/test, or eval \"$(tests/acp/setup.sh)\" and \
+         eval \"$(tests/mcp/setup.sh)\" before cargo test; to skip the real-peer tests \
+         knowingly, set PEN_SKIP_REAL_PEERS=1 (refused under CI)."
     );
     let line = format!("tests/suite/acp.rs {test}: skipped (PEN_SKIP_REAL_PEERS=1)\n");
     eprint!("{line}");
@@ -521,7 +522,7 @@ fn malformed_input_gets_errors_and_pen_keeps_serving() {
         r#"{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":1}}"#
             .to_string(),
         json!({"jsonrpc": "2.0", "id": 7, "method": "session/new",
-            "params": {"cwd": workspace, "mcpServers": [{"name": "files", "command": "mcp-files", "args": [], "env": []}]}})
+            "params": {"cwd": workspace, "mcpServers": [{"type": "sse", "name": "files", "url": "http://127.0.0.1:1/sse", "headers": []}]}})
         .to_string(),
         r#"{"jsonrpc":"2.0","id":8,"method":"session/prompt","params":{"sessionId":"nope","prompt":[]}}"#
             .to_string(),
@@ -566,7 +567,7 @@ fn malformed_input_gets_errors_and_pen_keeps_serving() {
     assert_eq!(mcp["error"]["code"], -32602);
     let message = mcp["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("files") && message.contains("MCP client"),
+        message.contains("files") && message.contains("Streamable HTTP"),
         "{message}"
     );
     assert_eq!(code(json!(8)), [-32002]);
@@ -770,4 +771,44 @@ fn a_cancel_right_behind_its_prompt_stops_it() {
     assert!(setup.fake.requests().is_empty(), "the model was asked");
     assert!(pen.close().success());
     assert_eq!(turn_ends(&setup.transcript(&session_id)), ["cancelled"]);
+}
+
+/// The client's MCP servers (session/new `mcpServers`) start through pen's MCP client: the
+/// official Python SDK gives server-everything (npm) over stdio, under a name pen must make a
+/// server name of; the model's call of its echo tool asks for permission like every MCP tool,
+/// and the result reaches the client and the next request.
+#[test]
+fn python_sdk_mcp_servers_of_the_client_become_pen_tools() {
+    let test = "python_sdk_mcp_servers_of_the_client_become_pen_tools";
+    let Some(python) = peer("PEN_ACP_PYTHON", test) else {
+        return;
+    };
+    let Some(entry) = peer("PEN_MCP_EVERYTHING", test) else {
+        return;
+    };
+    let setup = Setup::new();
+    setup.fake.push([
+        calls(&[call(
+            "m1",
+            "mcp__every_thing__echo",
+            json!({"message": "hello over acp"}),
+        )]),
+        text(&["Echoed."]),
+    ]);
+    let entry = entry.to_string_lossy().to_string();
+    let seen = setup.python(&python, "mcp", &[&entry]);
+    assert!(seen["session_id"].is_string(), "{seen}");
+    let requests = setup.fake.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let tools: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(tools.contains(&"mcp__every_thing__echo"), "{tools:?}");
+    assert!(
+        requests[1].body.to_string().contains("hello over acp"),
+        "the result reaches the next request"
+    );
 }
