@@ -33,6 +33,7 @@ function readSettings(): PenSettings {
     contextWindowTokens: c.get<number | null>('contextWindowTokens') ?? null,
     maxOutputTokens: c.get<number | null>('maxOutputTokens') ?? null,
     autoApprove: c.get<string[]>('autoApprove') ?? [],
+    mcpServers: c.get<Record<string, unknown>>('mcpServers') ?? {},
   };
 }
 

@@ -10,6 +10,8 @@ export interface PenSettings {
   contextWindowTokens: number | null;
   maxOutputTokens: number | null;
   autoApprove: string[];
+  /** pen's `mcp_servers`: server name → `{command, args, env, cwd}` or `{url, bearer_token_env, headers}`. */
+  mcpServers: Record<string, unknown>;
 }
 
 /** The setting name (after `pen.`) of each config key it sets. */
@@ -21,6 +23,7 @@ export const SETTING_KEYS: ReadonlyArray<[keyof PenSettings, string]> = [
   ['contextWindowTokens', 'context_window_tokens'],
   ['maxOutputTokens', 'max_output_tokens'],
   ['autoApprove', 'auto_approve'],
+  ['mcpServers', 'mcp_servers'],
 ];
 
 /** The environment variable the extension puts the SecretStorage API key in for the daemon. */
@@ -41,7 +44,11 @@ export function toPenConfig(settings: PenSettings, hasApiKey: boolean): Record<s
       }
     } else if (typeof value === 'number') {
       config[key] = value;
-    } else if (Array.isArray(value) && value.length > 0) {
+    } else if (Array.isArray(value)) {
+      if (value.length > 0) {
+        config[key] = value;
+      }
+    } else if (value !== null && typeof value === 'object' && Object.keys(value).length > 0) {
       config[key] = value;
     }
   }
@@ -54,7 +61,8 @@ export function toPenConfig(settings: PenSettings, hasApiKey: boolean): Record<s
 /**
  * How to move a running daemon from `before` to `after`: the `pen/setConfig` params, or
  * `restart` when a key was unset that pen cannot unset at run time (a number returns to pen's
- * default only in a new daemon). Text keys and lists are unset with null and [].
+ * default only in a new daemon). Text keys and lists are unset with null and [], the MCP
+ * servers with null (none).
  */
 export function configChange(
   before: Record<string, unknown>,

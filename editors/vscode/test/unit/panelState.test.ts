@@ -102,7 +102,7 @@ describe('live events', () => {
     let m = promptSent(session(), 'edit');
     m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt', edits: [{}] } })]);
     assert.equal(m.status, 'running pen_edit');
-    m = approvalRequested(m, { sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
     m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
     assert.equal(m.status, 'waiting for approval');
@@ -114,7 +114,7 @@ describe('live events', () => {
 
   test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
-    m = approvalRequested(m, { sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
@@ -426,7 +426,7 @@ describe('helpers', () => {
     const m = promptSent(session(), 'x');
     const frozen = JSON.stringify(m);
     applyEvent(m, ev('text_delta', { text: 'y' }));
-    approvalRequested(m, { sessionId: S, turnId: T, callId: 'c', tool: 't', arguments: {} });
+    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', arguments: {} });
     appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
   });

@@ -12,6 +12,7 @@ const unset: PenSettings = {
   contextWindowTokens: null,
   maxOutputTokens: null,
   autoApprove: [],
+  mcpServers: {},
 };
 
 test('only what the owner set is sent, with snake_case keys', () => {
@@ -25,7 +26,8 @@ test('only what the owner set is sent, with snake_case keys', () => {
         maxToolResultBytes: 4096,
         contextWindowTokens: 8000,
         maxOutputTokens: 256,
-        autoApprove: ['pen_edit'],
+        autoApprove: ['pen_edit', 'mcp__docs__*'],
+        mcpServers: { docs: { url: 'http://127.0.0.1:1/mcp', bearer_token_env: 'DOCS_TOKEN' } },
       },
       false,
     ),
@@ -36,7 +38,8 @@ test('only what the owner set is sent, with snake_case keys', () => {
       max_tool_result_bytes: 4096,
       context_window_tokens: 8000,
       max_output_tokens: 256,
-      auto_approve: ['pen_edit'],
+      auto_approve: ['pen_edit', 'mcp__docs__*'],
+      mcp_servers: { docs: { url: 'http://127.0.0.1:1/mcp', bearer_token_env: 'DOCS_TOKEN' } },
     },
   );
 });
@@ -57,4 +60,9 @@ test('changes: set what changed, unset text with null, restart to unset a number
     params: { model: null, auto_approve: [] },
   });
   assert.deepEqual(configChange({ max_output_tokens: 256 }, {}), { kind: 'restart' });
+  // Removing the MCP servers unsets them (null: none) without a restart.
+  assert.deepEqual(configChange({ mcp_servers: { a: { command: 'x' } } }, {}), {
+    kind: 'set',
+    params: { mcp_servers: null },
+  });
 });
