@@ -181,8 +181,21 @@ export function keyArguments(args: unknown): string {
     }
     return path;
   }
+  // A project MCP server asking to start: its exact command line is what the owner approves.
+  const commandLine = asString(a.commandLine);
+  if (commandLine !== null) {
+    return `${asString(a.server) ?? ''}: ${commandLine}`;
+  }
+  // Any other tool (an MCP tool): its arguments as JSON, so the owner sees what it is given.
+  if (Object.keys(a).length > 0) {
+    const json = JSON.stringify(a);
+    return json.length > MAX_SHOWN_ARGUMENTS ? json.slice(0, MAX_SHOWN_ARGUMENTS) + '…' : json;
+  }
   return '';
 }
+
+/** How much of an unfamiliar tool's arguments a card shows (its whole call is in the transcript). */
+const MAX_SHOWN_ARGUMENTS = 300;
 
 function plural(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`;

@@ -307,6 +307,9 @@ describe('helpers', () => {
       [{ query: 'fn main', path: 'src', glob: '*.rs' }, '"fn main" in src *.rs'],
       [{ command: 'cargo test' }, 'cargo test'],
       [{ path: 'a', edits: [{}, {}] }, 'a (2 edits)'],
+      [{ server: 'files', commandLine: 'node server.js', root: '/w' }, 'files: node server.js'],
+      [{ message: 'hi' }, '{"message":"hi"}'],
+      [{ text: 'x'.repeat(400) }, JSON.stringify({ text: 'x'.repeat(400) }).slice(0, 300) + '…'],
       [null, ''],
     ];
     for (const [args, want] of cases) {
