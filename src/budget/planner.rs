@@ -207,6 +207,29 @@ impl Outbound {
         self.messages.push(message);
         self.quarters.push(quarters);
     }
+
+    /// Adds a quoted excerpt (or an omission note) as assistant text: joined to the quote
+    /// just before it when `join`, as its own message otherwise. Both policies render runs
+    /// of quotes this way, so a run is one message.
+    fn push_quote(&mut self, text: String, quarters: u64, join: bool, estimator: &TokenEstimator) {
+        if join
+            && let (Some(Message::Assistant { text: joined, .. }), Some(joined_quarters)) =
+                (self.messages.last_mut(), self.quarters.last_mut())
+        {
+            joined.push_str("\n\n");
+            joined.push_str(&text);
+            *joined_quarters += 2 + quarters;
+            return;
+        }
+        self.push(
+            Message::Assistant {
+                text,
+                tool_calls: Vec::new(),
+                reasoning: Vec::new(),
+            },
+            estimator.framed(quarters, 0),
+        );
+    }
 }
 
 impl Planner {
@@ -872,23 +895,7 @@ impl Planner {
                 previous_was_excerpt = false;
                 continue;
             };
-            if previous_was_excerpt
-                && let (Some(Message::Assistant { text: joined, .. }), Some(joined_quarters)) =
-                    (out.messages.last_mut(), out.quarters.last_mut())
-            {
-                joined.push_str("\n\n");
-                joined.push_str(&text);
-                *joined_quarters += 2 + quarters;
-                continue;
-            }
-            out.push(
-                Message::Assistant {
-                    text,
-                    tool_calls: Vec::new(),
-                    reasoning: Vec::new(),
-                },
-                estimator.framed(quarters, 0),
-            );
+            out.push_quote(text, quarters, previous_was_excerpt, estimator);
             previous_was_excerpt = true;
         }
         // Counted on the final messages: joining excerpts saves a little per-message overhead.

@@ -167,6 +167,16 @@ pub fn parse_servers(
         Value::Object(table) => table,
         other => return Err(wrong_type(key, "an object of server name → server", other)),
     };
+    parse_table(key, table, false)
+}
+
+/// Parses an object of server name → server table, at most [`MAX_MCP_SERVERS`] of them.
+/// `lenient` ignores keys pen does not know (a `.mcp.json`).
+fn parse_table(
+    key: &str,
+    table: &Map<String, Value>,
+    lenient: bool,
+) -> Result<BTreeMap<String, McpServerConfig>, ConfigError> {
     if table.len() > MAX_MCP_SERVERS {
         return Err(invalid(
             key,
@@ -176,12 +186,10 @@ pub fn parse_servers(
             ),
         ));
     }
-    let mut servers = BTreeMap::new();
-    for (name, server) in table {
-        let server = parse_server(key, name, server, false)?;
-        servers.insert(name.clone(), server);
-    }
-    Ok(servers)
+    table
+        .iter()
+        .map(|(name, server)| Ok((name.clone(), parse_server(key, name, server, lenient)?)))
+        .collect()
 }
 
 /// Parses a project's `.mcp.json` (`{"mcpServers": {NAME: {command, args, env} | {url}}}`).
@@ -198,20 +206,7 @@ pub fn parse_project_file(text: &str) -> Result<BTreeMap<String, McpServerConfig
             Err(wrong_type(KEY, "an object", &servers))
         };
     };
-    if table.len() > MAX_MCP_SERVERS {
-        return Err(invalid(
-            KEY,
-            format!(
-                "names {} servers; at most {MAX_MCP_SERVERS} are allowed",
-                table.len()
-            ),
-        ));
-    }
-    let mut out = BTreeMap::new();
-    for (name, server) in &table {
-        out.insert(name.clone(), parse_server(KEY, name, server, true)?);
-    }
-    Ok(out)
+    parse_table(KEY, &table, true)
 }
 
 fn invalid(key: &str, why: String) -> ConfigError {

@@ -18,7 +18,7 @@
 
 use super::{Group, Outbound, Planner, Unit};
 use crate::budget::{Budget, BudgetError, Part, Plan, TokenEstimator, TrimReport, excerpt};
-use crate::providers::{Message, ToolDefinition};
+use crate::providers::ToolDefinition;
 use crate::transcript::Compaction;
 
 /// The policy version policy 4 records in its reports and compactions.
@@ -151,23 +151,7 @@ impl Planner {
                     in_omitted_run = false;
                     continue;
                 };
-                if previous_was_quote
-                    && let (Some(Message::Assistant { text: joined, .. }), Some(joined_quarters)) =
-                        (out.messages.last_mut(), out.quarters.last_mut())
-                {
-                    joined.push_str("\n\n");
-                    joined.push_str(&text);
-                    *joined_quarters += 2 + quarters;
-                    continue;
-                }
-                out.push(
-                    Message::Assistant {
-                        text,
-                        tool_calls: Vec::new(),
-                        reasoning: Vec::new(),
-                    },
-                    estimator.framed(quarters, 0),
-                );
+                out.push_quote(text, quarters, previous_was_quote, estimator);
                 previous_was_quote = true;
             }
         }
