@@ -663,17 +663,7 @@ fn export(
 
 /// Runs `pen serve` until the client exits or closes stdin.
 pub fn run_serve() -> ExitCode {
-    let _log_guard = init_file_logging();
-    // A panic is caught per request and answered; record it in the log with one line on
-    // stderr (which editors show as the server's output) rather than a raw backtrace.
-    std::panic::set_hook(Box::new(|info| {
-        tracing::error!("panic: {info}");
-        eprintln!("pen: internal error: {info}");
-    }));
-    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
-    for warning in warnings {
-        tracing::warn!("{warning}");
-    }
+    let (_log_guard, config) = start_daemon(false);
     let fallback_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -694,17 +684,7 @@ pub fn run_serve() -> ExitCode {
 
 /// Runs `pen acp` until the client closes stdin.
 pub fn run_acp() -> ExitCode {
-    let _log_guard = init_file_logging();
-    // As under `pen serve`: a panic in a request is answered; stdout stays the protocol's.
-    std::panic::set_hook(Box::new(|info| {
-        tracing::error!("panic: {info}");
-        eprintln!("pen: internal error: {info}");
-    }));
-    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
-    for warning in warnings {
-        tracing::warn!("{warning}");
-        eprintln!("pen: {warning}");
-    }
+    let (_log_guard, config) = start_daemon(true);
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -719,6 +699,28 @@ pub fn run_acp() -> ExitCode {
     ));
     tracing::info!("client gone; pen acp exits");
     ExitCode::SUCCESS
+}
+
+/// What `pen serve` and `pen acp` do first: log to the file, record a panic in the log with
+/// one line on stderr (which editors show as the server's output) rather than a raw backtrace
+/// (a panic in a request is caught and answered; stdout stays the protocol's), and load the
+/// config, logging each refused value (also on stderr with `echo_warnings`).
+fn start_daemon(
+    echo_warnings: bool,
+) -> (Option<tracing_appender::non_blocking::WorkerGuard>, Config) {
+    let guard = init_file_logging();
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!("panic: {info}");
+        eprintln!("pen: internal error: {info}");
+    }));
+    let (config, warnings) = Config::load(config::config_file().as_deref(), std::env::vars());
+    for warning in warnings {
+        tracing::warn!("{warning}");
+        if echo_warnings {
+            eprintln!("pen: {warning}");
+        }
+    }
+    (guard, config)
 }
 
 /// Logs to a daily-rolling file under the data dir (stdout carries the protocol). The level
