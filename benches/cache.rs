@@ -98,6 +98,9 @@ fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64, low_water: O
             .set("compaction_low_water_percent", &serde_json::json!(percent))
             .expect("a low-water mark within its bounds");
     }
+    // The tools' limits as every front end makes them: from the config, so pages are sized to
+    // this window (`Config::limits`).
+    let limits = config.limits();
     let compactions = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&compactions);
     let spec = TurnSpec {
@@ -105,7 +108,7 @@ fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64, low_water: O
         tools: Arc::new(LocalTools {
             workspace: pen::workspace::Workspace::new(&[root.path().to_path_buf()])
                 .expect("workspace"),
-            limits: pen::limits::Limits::default(),
+            limits,
             ledger: Arc::default(),
             editor: None,
         }),

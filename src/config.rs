@@ -421,11 +421,24 @@ impl Config {
     }
 
     /// The tool limits this config implies.
+    /// Under budget policy 4 pages are also sized to the prompt budget (SPEC §3,
+    /// [`Limits::fitted_to_budget`]), so the requests between two compactions extend each other
+    /// in steps small against the window; policy 3 keeps the pages it always had.
     pub fn limits(&self) -> Limits {
-        Limits {
+        let limits = Limits {
             max_tool_result_bytes: self.max_tool_result_bytes as usize,
             ..Limits::default()
+        };
+        if self.budget_policy < 4 {
+            return limits;
         }
+        // The prompt budget as `budget::Budget::new` makes it (computed here, as config is
+        // below budget in the module graph).
+        limits.fitted_to_budget(
+            self.context_window_tokens
+                .saturating_sub(self.max_output_tokens)
+                .saturating_sub(self.budget_margin_tokens),
+        )
     }
 
     /// The config at boot: defaults, then the config file, then `PEN_*` variables from `env`
@@ -544,6 +557,24 @@ fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>, Conf
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_fit_pages_to_the_prompt_budget_under_policy_4_only() {
+        let mut config = Config::default();
+        config.set("context_window_tokens", &json!(16_000)).unwrap();
+        config.set("max_output_tokens", &json!(1_000)).unwrap();
+        config.set("budget_margin_tokens", &json!(500)).unwrap();
+        assert_eq!(config.budget_policy, 4);
+        assert_eq!(config.limits().fitted_page_bytes, 14_500 * 4 / 32);
+        config.set("budget_policy", &json!(3)).unwrap();
+        assert_eq!(
+            config.limits(),
+            Limits {
+                max_tool_result_bytes: config.max_tool_result_bytes as usize,
+                ..Limits::default()
+            }
+        );
+    }
 
     #[test]
     fn set_checks_key_type_and_bounds() {

@@ -189,6 +189,9 @@ pub struct Limits {
     pub max_diff_bytes: usize,
     /// The bytes at the start of a file inspected for a NUL to call it binary. Default 8 KiB.
     pub binary_sniff_bytes: usize,
+    /// The most escaped bytes the variable part of a read, tail, list, search or command result
+    /// may take, from the prompt budget ([`Limits::fitted_to_budget`]); unbounded by default.
+    pub fitted_page_bytes: usize,
     pub search: SearchLimits,
 }
 
@@ -205,6 +208,7 @@ impl Default for Limits {
             max_edit_file_bytes: 16 * 1024 * 1024,
             max_diff_bytes: 8 * 1024,
             binary_sniff_bytes: 8 * 1024,
+            fitted_page_bytes: usize::MAX,
             search: SearchLimits::default(),
         }
     }
@@ -219,7 +223,32 @@ impl Limits {
             ..Limits::default()
         })
     }
+
+    /// These limits with pages sized for a prompt budget of `input_tokens` (SPEC §3): the page
+    /// of a read, tail, list, search or command result takes at most 1/[`PAGE_SHARE_OF_BUDGET`]
+    /// of the budget's bytes (4 a token), never less than [`MIN_FITTED_PAGE_BYTES`]. At a 128k
+    /// window that is about 16 KB, more than 200 typical lines, so it rarely binds; at 16k it is
+    /// about 1.8 KB, so one result adds a small step to the request and the requests between two
+    /// compactions keep extending each other (a prompt cache's prefix) instead of one search
+    /// taking a fifth of the window.
+    pub fn fitted_to_budget(mut self, input_tokens: u64) -> Limits {
+        let share = input_tokens.saturating_mul(4) / PAGE_SHARE_OF_BUDGET;
+        self.fitted_page_bytes = usize::try_from(share)
+            .unwrap_or(usize::MAX)
+            .max(MIN_FITTED_PAGE_BYTES);
+        self
+    }
 }
+
+/// The share of the prompt budget one tool result's page may take: 1/32. Policy 4 compacts to
+/// half the budget, so about sixteen full pages fit between two compactions, and a request
+/// adds at most about a sixteenth of the smallest request to the one before it: over 90% of its
+/// bytes stay a prefix a provider has cached.
+pub const PAGE_SHARE_OF_BUDGET: u64 = 32;
+
+/// The smallest page [`Limits::fitted_to_budget`] sets, whatever the window: 1 KiB, about 25
+/// lines of code (above the 320-byte minimum page, so the fit alone never fails a tool).
+pub const MIN_FITTED_PAGE_BYTES: usize = 1024;
 
 /// pen_list: the escaped bytes of a cut name's prefix kept in its `PREFIX/HASH` cursor, used
 /// when the full name does not fit the page to be repeated as the cursor: 64.

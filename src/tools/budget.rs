@@ -40,7 +40,14 @@ pub fn fitting_prefix(text: &str, budget: usize) -> (usize, usize) {
 
 /// The escaped-byte budget for the variable part of a result whose other fields serialize to
 /// `envelope` (a result object with the page left empty, numbers at their widest).
+/// It is also at most the page the prompt budget fits (`Limits::fitted_page_bytes`).
 pub fn page_budget(envelope: &Value, limits: &Limits) -> Result<usize, ToolError> {
+    Ok(result_budget(envelope, limits)?.min(limits.fitted_page_bytes))
+}
+
+/// [`page_budget`] without the prompt budget's fit: for pen_edit's diff, which is also what
+/// the owner approves and so is not shortened for a small window.
+pub fn result_budget(envelope: &Value, limits: &Limits) -> Result<usize, ToolError> {
     let envelope_len = envelope.to_string().len();
     let budget = limits.max_tool_result_bytes.saturating_sub(envelope_len) / 2;
     if budget < limits.min_page_bytes {
@@ -50,10 +57,13 @@ pub fn page_budget(envelope: &Value, limits: &Limits) -> Result<usize, ToolError
 }
 
 /// The most raw bytes a page can hold under `limits`, as the catalog states it: the page limit,
-/// or half the result cap when that is less (a page's escaped text, which is never shorter than
-/// its raw bytes, gets less than half of the cap).
+/// or half the result cap, or the fitted page, whichever is least (a page's escaped text, which
+/// is never shorter than its raw bytes, gets less than half of the cap).
 pub fn page_bytes_bound(limits: &Limits) -> usize {
-    limits.max_page_bytes.min(limits.max_tool_result_bytes / 2)
+    limits
+        .max_page_bytes
+        .min(limits.max_tool_result_bytes / 2)
+        .min(limits.fitted_page_bytes)
 }
 
 /// The error for a result whose fixed fields leave less than a minimum page under the cap.
@@ -116,6 +126,36 @@ mod tests {
         let err = page_budget(&long, &small).unwrap_err();
         assert_eq!(err.code, ErrorCode::BudgetTooSmall);
         assert!(err.message.contains("max_tool_result_bytes"));
+    }
+
+    #[test]
+    fn a_fitted_page_bounds_every_page_but_not_the_diff_the_owner_approves() {
+        // A 14,500-token budget: 14,500 × 4 ÷ 32 = 1,812 bytes a page.
+        let fitted = Limits::default().fitted_to_budget(14_500);
+        assert_eq!(fitted.fitted_page_bytes, 1_812);
+        let envelope = json!({"path": "a"});
+        assert_eq!(page_budget(&envelope, &fitted).unwrap(), 1_812);
+        assert_eq!(page_bytes_bound(&fitted), 1_812);
+        let len = envelope.to_string().len();
+        assert_eq!(
+            result_budget(&envelope, &fitted).unwrap(),
+            (65_536 - len) / 2
+        );
+        // The floor, and a window so large that the fit does not bind.
+        let tiny = Limits::default().fitted_to_budget(100);
+        assert_eq!(tiny.fitted_page_bytes, crate::limits::MIN_FITTED_PAGE_BYTES);
+        let huge = Limits::default().fitted_to_budget(2_000_000);
+        assert_eq!(page_bytes_bound(&huge), 32 * 1024);
+        assert_eq!(page_budget(&envelope, &huge).unwrap(), (65_536 - len) / 2);
+        let overflow = Limits::default().fitted_to_budget(u64::MAX);
+        assert_eq!(page_bytes_bound(&overflow), 32 * 1024);
+        // A cap smaller than the fit still decides, with its own error.
+        let long = json!({"path": "p".repeat(800)});
+        let small = Limits::with_max_tool_result_bytes(1_024)
+            .unwrap()
+            .fitted_to_budget(14_500);
+        let err = page_budget(&long, &small).unwrap_err();
+        assert_eq!(err.code, ErrorCode::BudgetTooSmall);
     }
 
     #[test]

@@ -71,13 +71,14 @@ fn bodies(fake: &FakeProvider) -> Vec<Value> {
     fake.requests().into_iter().map(|r| r.body).collect()
 }
 
-/// 64 calls at a 16k window under the default policy (4): at least 85% of all request bytes
-/// are a prefix of the request before (policy 3 on the same turn: about a seventh), every
+/// 120 calls at a 16k window under the default policy (4): at least 85% of all request bytes
+/// are a prefix of the request before (policy 3 on the same turn: about a seventh), at least
+/// 90% of the requests reuse 90% of their bytes, no result over the page the window fits, every
 /// request within the window and none rejected; each compaction is a `context_compacted`
 /// entry with its `context_trimmed` report (policy 4), and the excerpts are quoted history.
 #[test]
 fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
-    const CALLS: usize = 64;
+    const CALLS: usize = 120;
     let fake = FakeProvider::start();
     fake.push(cache_figures::turn(0..CALLS));
     fake.reject_bodies_over(WINDOW_BYTES, too_long());
@@ -100,6 +101,24 @@ fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
         figures.whole_share >= 0.85,
         "whole-session prefix share {figures:?}"
     );
+    // Pages fitted to the window (`Limits::fitted_to_budget`) keep each step small: nine in ten
+    // requests reuse nine tenths of their bytes.
+    assert!(figures.reusing_90 >= 0.90, "{figures:?}");
+    // No result's page is over the share of the budget: 14,500 tokens × 4 ÷ 32 bytes.
+    let transcript = d.transcript(&session);
+    for entry in transcript.iter().filter(|e| e["kind"] == "tool_result") {
+        let content = entry["data"]["content"].as_str().unwrap();
+        let result: Value = serde_json::from_str(content).unwrap();
+        let page = result["content"].as_str().or(result["matches"].as_str());
+        if let Some(page) = page {
+            assert!(page.len() <= 1_812, "a {}-byte page", page.len());
+        }
+        assert!(
+            content.len() <= 1_812 + 600,
+            "a {}-byte result",
+            content.len()
+        );
+    }
     let transcript = d.transcript(&session);
     assert!(
         !transcript

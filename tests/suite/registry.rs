@@ -7,10 +7,18 @@ use std::process::Command;
 
 /// What `pen tool --list` prints with `extra` arguments, and no config file or variable.
 fn listed_bytes(extra: &[&str]) -> Vec<u8> {
+    listed_bytes_under(extra, &[])
+}
+
+/// What `pen tool --list` prints with `extra` arguments and only the variables `vars`.
+fn listed_bytes_under(extra: &[&str], vars: &[(&str, &str)]) -> Vec<u8> {
     let output = Command::new(env!("CARGO_BIN_EXE_pen"))
         .args(["tool", "--list", "--compact"])
         .args(extra)
         .env_remove("PEN_MAX_TOOL_RESULT_BYTES")
+        .env_remove("PEN_BUDGET_POLICY")
+        .env_remove("PEN_CONTEXT_WINDOW_TOKENS")
+        .envs(vars.iter().copied())
         .env("PEN_CONFIG", "/nonexistent/pen-config.json")
         .output()
         .unwrap();
@@ -34,11 +42,38 @@ fn description<'a>(catalog: &'a Value, name: &str) -> &'a str {
         .unwrap()
 }
 
+/// The page the default window fits under policy 4: (128,000 − 4,096 output − 2,560 margin)
+/// tokens × 4 bytes ÷ 32 (`Limits::fitted_to_budget`).
+const DEFAULT_FITTED_PAGE: &str = "15168 bytes";
+
 #[test]
 fn the_default_catalog_is_the_one_pen_has_always_listed() {
-    // Written by `pen tool --list` before the registry existed: the same bytes.
+    // Written by `pen tool --list` before the registry existed: the same bytes under budget
+    // policy 3, which keeps the pages it always had.
     let before = include_str!("../fixtures/catalog/default.json");
-    assert_eq!(String::from_utf8(listed_bytes(&[])).unwrap(), before);
+    let policy_3 = listed_bytes_under(&[], &[("PEN_BUDGET_POLICY", "3")]);
+    assert_eq!(String::from_utf8(policy_3).unwrap(), before);
+    // Policy 4, the default, states the page its prompt budget fits, and nothing else differs.
+    let fitted = before
+        .replace(
+            "200 lines and 32 KiB",
+            &format!("200 lines and {DEFAULT_FITTED_PAGE}"),
+        )
+        .replace("200 and 32 KiB", &format!("200 and {DEFAULT_FITTED_PAGE}"));
+    assert_ne!(fitted, before);
+    assert_eq!(String::from_utf8(listed_bytes(&[])).unwrap(), fitted);
+}
+
+#[test]
+fn the_catalog_states_the_page_a_small_window_fits() {
+    // 16,000 − 4,096 − 2,560 = 9,344 tokens: pages of 9,344 × 4 ÷ 32 = 1,168 bytes.
+    let vars = [("PEN_CONTEXT_WINDOW_TOKENS", "16000")];
+    let catalog: Value = serde_json::from_slice(&listed_bytes_under(&[], &vars)).unwrap();
+    assert!(description(&catalog, "pen_read").contains("200 lines and 1168 bytes"));
+    // A window so small that the share is under the 1 KiB floor gets the floor.
+    let vars = [("PEN_CONTEXT_WINDOW_TOKENS", "8000")];
+    let catalog: Value = serde_json::from_slice(&listed_bytes_under(&[], &vars)).unwrap();
+    assert!(description(&catalog, "pen_read").contains("200 lines and 1 KiB"));
 }
 
 #[test]
@@ -53,7 +88,9 @@ fn the_catalog_states_the_page_a_smaller_result_cap_allows() {
         assert!(text.contains(page), "{text}");
         assert!(!text.contains("32 KiB"), "{text}");
     }
-    assert!(description(&listed(&[]), "pen_read").contains("200 lines and 32 KiB"));
+    let policy_3 = listed_bytes_under(&[], &[("PEN_BUDGET_POLICY", "3")]);
+    let policy_3: Value = serde_json::from_slice(&policy_3).unwrap();
+    assert!(description(&policy_3, "pen_read").contains("200 lines and 32 KiB"));
 }
 
 #[test]
@@ -62,6 +99,13 @@ fn list_tools_follows_set_config() {
     let root = tempfile::tempdir().unwrap();
     let mut client = LspClient::spawn(data.path(), root.path(), &[]);
     client.initialize(root.path(), &["utf-16"]);
+    let tools = client.request("pen/listTools", json!(null));
+    let text = description(&tools, "pen_read");
+    assert!(
+        text.contains(&format!("200 lines and {DEFAULT_FITTED_PAGE}")),
+        "{text}"
+    );
+    client.request("pen/setConfig", json!({"budget_policy": 3}));
     let tools = client.request("pen/listTools", json!(null));
     assert!(description(&tools, "pen_read").contains("200 lines and 32 KiB"));
     client.request("pen/setConfig", json!({"max_tool_result_bytes": 4096}));

@@ -8,7 +8,7 @@
 use super::diff::{bound_diff, unified_diff};
 use super::rewrite::rewrite;
 use super::{Edit, EditArgs};
-use crate::tools::budget::{page_budget, widest};
+use crate::tools::budget::{result_budget, widest};
 use crate::tools::source::{self, ByteSource, Eol, OpenedFile, hash_bytes};
 use crate::tools::{ErrorCode, ReadLedger, ToolContext, ToolError, shown};
 use serde_json::{Value, json};
@@ -144,7 +144,7 @@ fn plan_opened(
         "bom": false,
         "final_newline": false,
     });
-    let diff_budget = page_budget(&envelope, ctx.limits)?;
+    let diff_budget = result_budget(&envelope, ctx.limits)?;
     let diff = unified_diff(&rewritten, &display);
     let diff = bound_diff(&diff, ctx.limits.max_diff_bytes, diff_budget);
     let result = json!({
