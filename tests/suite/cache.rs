@@ -3,7 +3,7 @@
 //! window; and a resumed session (a new `pen serve` on the same data) plans byte for byte the
 //! requests the first daemon would have sent, from the compactions recorded in the session.
 
-use super::cache_figures::{self, figures};
+use super::cache_figures::{self, cache_order, figures};
 use super::fake_provider::{FakeProvider, Reply, anthropic_frames, openai_error};
 use super::lsp_client::LspClient;
 use serde_json::{Value, json};
@@ -24,16 +24,21 @@ fn too_long() -> Reply {
 /// A daemon on `data` and `root` whose provider is the fake (OpenAI's format), configured for
 /// a 16k window, edits approved, and turns long enough for the script.
 fn daemon(fake: &FakeProvider, data: &Path, root: &Path) -> LspClient {
+    hooked_daemon(fake, data, root, "")
+}
+
+/// [`daemon`] with the test hooks `hooks` (`PEN_TEST_HOOKS`; none when empty).
+fn hooked_daemon(fake: &FakeProvider, data: &Path, root: &Path, hooks: &str) -> LspClient {
     let base = format!("{}/v1", fake.url());
-    daemon_with(
-        data,
-        root,
-        &[
-            ("PEN_PROVIDER", "openai"),
-            ("PEN_BASE_URL", &base),
-            ("PEN_MODEL", "fake-model"),
-        ],
-    )
+    let mut env = vec![
+        ("PEN_PROVIDER", "openai"),
+        ("PEN_BASE_URL", base.as_str()),
+        ("PEN_MODEL", "fake-model"),
+    ];
+    if !hooks.is_empty() {
+        env.push(("PEN_TEST_HOOKS", hooks));
+    }
+    daemon_with(data, root, &env)
 }
 
 /// [`daemon`] with the fake speaking Anthropic's Messages API (whose bodies carry
@@ -292,4 +297,143 @@ fn a_resumed_anthropic_session_sends_the_same_breakpoints() {
         3,
         "{resumed}"
     );
+}
+
+/// The entries of `session` in the store at `data`, read directly (no daemon, so no crash
+/// recovery runs first).
+fn stored(data: &Path, session: &str) -> Vec<pen::session::Entry> {
+    let store = pen::session::SessionStore::open(data).unwrap();
+    store.transcript(session, None, 500).unwrap().entries
+}
+
+fn is_compaction(entry: &pen::session::Entry) -> bool {
+    entry.kind == pen::session::EntryKind::Event && entry.payload["type"] == "context_compacted"
+}
+
+/// A daemon killed (as abruptly as `kill -9`, by the `crash_after_appends` hook) right after it
+/// committed a compaction: the compaction is in the store and its request never went out; the
+/// session resumed by a new daemon sends, before anything new, exactly the request the killed
+/// one was about to send (the recorded decision, not a new one, renders it).
+#[test]
+fn a_daemon_killed_after_recording_a_compaction_resumes_with_its_prefix() {
+    const CALLS: usize = 40;
+    let fresh = || {
+        let root = tempfile::tempdir().unwrap();
+        cache_figures::workspace(root.path());
+        (tempfile::tempdir().unwrap(), root)
+    };
+    // A clean run: the requests, and the entry of the first compaction.
+    let clean = FakeProvider::start();
+    clean.push(cache_figures::turn(0..CALLS));
+    let (clean_data, clean_root) = fresh();
+    let mut d = daemon(&clean, clean_data.path(), clean_root.path());
+    let session = d.new_session();
+    assert_eq!(
+        d.prompt(&session, "Read, search and edit the modules.")["stopReason"],
+        "end_turn"
+    );
+    assert!(d.close().is_some());
+    let clean_bodies = bodies(&clean);
+    let clean_entries = stored(clean_data.path(), &session);
+    let compaction = clean_entries
+        .iter()
+        .position(is_compaction)
+        .expect("the clean run compacts");
+
+    // Runs the same turn until the daemon dies after `appends` commits; returns the store's
+    // entries and the requests the fake received.
+    let crashed = |appends: usize| {
+        let fake = FakeProvider::start();
+        fake.push(cache_figures::turn(0..CALLS));
+        let (data, root) = fresh();
+        let hook = format!("crash_after_appends={appends}");
+        let mut d = hooked_daemon(&fake, data.path(), root.path(), &hook);
+        let session = d.new_session();
+        d.send_request(
+            "pen/prompt",
+            json!({"sessionId": session, "text": "Read, search and edit the modules."}),
+        );
+        while d.next_message().is_some() {}
+        let entries = stored(data.path(), &session);
+        (entries, bodies(&fake), fake, data, root, session)
+    };
+    // The least number of commits after which the compaction is in the store (the hook counts
+    // transactions, and one may hold several entries): found by bisection, as more commits
+    // never mean fewer entries.
+    let (mut low, mut high) = (1, clean_entries.len());
+    while low < high {
+        let mid = (low + high) / 2;
+        if crashed(mid).0.iter().any(is_compaction) {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let (entries, sent, fake, data, root, session) = crashed(low);
+    // Everything up to the compaction is what the clean run stored, and nothing after it
+    // committed; its request was not sent: the killed daemon sent exactly the requests the
+    // clean one sent before it.
+    assert!(entries.iter().any(is_compaction));
+    assert!(entries.len() <= compaction + 2, "{} entries", entries.len());
+    for (a, b) in entries.iter().zip(&clean_entries) {
+        assert_eq!((a.kind, &a.payload), (b.kind, &b.payload));
+    }
+    let next = sent.len();
+    let answered = entries
+        .iter()
+        .filter(|e| e.kind == pen::session::EntryKind::AssistantMessage)
+        .count();
+    assert_eq!(
+        next, answered,
+        "a request went out before its compaction committed"
+    );
+    for (i, (a, b)) in sent.iter().zip(&clean_bodies).enumerate() {
+        assert_eq!(comparable(a), comparable(b), "request {i}");
+    }
+
+    // A new daemon on the same store: its first request extends the one the killed daemon
+    // was about to send (the clean run's request `next`), and it records no new compaction.
+    drop(fake);
+    let fake = FakeProvider::start();
+    fake.push(vec![Reply::Stream(super::fake_provider::openai_frames(
+        &["Done."],
+        &[],
+        cache_figures::honest_usage(),
+    ))]);
+    let mut resumed = daemon(&fake, data.path(), root.path());
+    assert_eq!(resumed.prompt(&session, "Go on.")["stopReason"], "end_turn");
+    let after = bodies(&fake);
+    assert_eq!(after.len(), 1);
+    let planned = cache_order(&clean_bodies[next]);
+    let first = cache_order(&after[0]);
+    assert!(first.len() > planned.len());
+    assert_eq!(&first[..planned.len()], &planned[..]);
+    let compactions = stored(data.path(), &session)
+        .iter()
+        .filter(|e| is_compaction(e))
+        .count();
+    assert_eq!(compactions, 1);
+
+    // Killed one commit earlier, nothing was decided: the resumed daemon decides anew from
+    // the same transcript, records the compaction before its request, and every request fits.
+    let (entries, _, fake, data, root, session) = crashed(low - 1);
+    assert!(!entries.iter().any(is_compaction));
+    drop(fake);
+    let fake = FakeProvider::start();
+    fake.push(vec![Reply::Stream(super::fake_provider::openai_frames(
+        &["Done."],
+        &[],
+        cache_figures::honest_usage(),
+    ))]);
+    let mut resumed = daemon(&fake, data.path(), root.path());
+    assert_eq!(resumed.prompt(&session, "Go on.")["stopReason"], "end_turn");
+    let after = bodies(&fake);
+    assert_eq!(after.len(), 1);
+    assert!(serde_json::to_vec(&after[0]).unwrap().len() <= WINDOW_BYTES);
+    let stored_now = stored(data.path(), &session);
+    let decided = stored_now
+        .iter()
+        .position(is_compaction)
+        .expect("a new compaction");
+    assert!(decided >= entries.len());
 }
