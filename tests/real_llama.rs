@@ -16,6 +16,9 @@
 //! how to provide it, unless `PEN_SKIP_REAL_PEERS=1` skips them knowingly (never under `CI`);
 //! a skipped test is listed in `PEN_SKIPPED_LOG`, which `scripts/test` counts and prints.
 
+#[path = "suite/peers.rs"]
+mod peers;
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -111,31 +114,15 @@ impl Drop for LlamaServer {
 /// The server and model for `test`, or `None` when this run skips the real-model tests
 /// knowingly. A run that has neither fails: a test that cannot run must never pass silently.
 fn configured(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let var = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
-    if let (Some(server), Some(model)) = (var("PEN_LLAMA_SERVER"), var("PEN_LLAMA_MODEL")) {
-        return Some((server.into(), model.into()));
-    }
-    let under_ci = var("CI").is_some_and(|value| value != "0" && value != "false");
-    let skip = var("PEN_SKIP_REAL_PEERS").is_some_and(|value| value == "1");
-    assert!(
-        skip && !under_ci,
-        "{test} needs a real llama-server, and PEN_LLAMA_SERVER / PEN_LLAMA_MODEL are unset. \
-         Run the whole suite with scripts/test (it builds the server once and caches it), or \
-         eval \"$(scripts/llama-server.sh)\" before cargo test; to skip the real-model tests \
-         knowingly, set PEN_SKIP_REAL_PEERS=1 (refused under CI)."
-    );
-    let line = format!("tests/real_llama.rs {test}: skipped (PEN_SKIP_REAL_PEERS=1)\n");
-    eprint!("{line}");
-    if let Some(log) = var("PEN_SKIPPED_LOG") {
-        use std::io::Write;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut file| file.write_all(line.as_bytes()))
-            .unwrap_or_else(|e| panic!("record the skip in {}: {e}", Path::new(&log).display()));
-    }
-    None
+    let needs = peers::Needs {
+        file: "tests/real_llama.rs",
+        peer: "a real llama-server",
+        setup: "eval \"$(scripts/llama-server.sh)\"",
+    };
+    let mut values = peers::peer(&needs, &["PEN_LLAMA_SERVER", "PEN_LLAMA_MODEL"], test)?;
+    let model = values.pop()?;
+    let server = values.pop()?;
+    Some((server.into(), model.into()))
 }
 
 fn fixture(name: &str) -> String {

@@ -50,30 +50,13 @@ fn edit(id: &str, path: &str, old: &str, new: &str) -> ToolCall {
 /// The program a peer test runs, from `variable`; `None` when this run skips the real-peer
 /// tests knowingly. A run that has neither fails: a test must never pass without its peer.
 fn peer(variable: &str, test: &str) -> Option<PathBuf> {
-    let var = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
-    if let Some(path) = var(variable) {
-        return Some(path.into());
-    }
-    let under_ci = var("CI").is_some_and(|value| value != "0" && value != "false");
-    let skip = var("PEN_SKIP_REAL_PEERS").is_some_and(|value| value == "1");
-    assert!(
-        skip && !under_ci,
-        "{test} needs a real peer (an ACP client SDK, or an MCP server), and {variable} is \
-         unset. Run the whole suite with scripts/test, or eval \"$(tests/acp/setup.sh)\" and \
-         eval \"$(tests/mcp/setup.sh)\" before cargo test; to skip the real-peer tests \
-         knowingly, set PEN_SKIP_REAL_PEERS=1 (refused under CI)."
-    );
-    let line = format!("tests/suite/acp.rs {test}: skipped (PEN_SKIP_REAL_PEERS=1)\n");
-    eprint!("{line}");
-    if let Some(log) = var("PEN_SKIPPED_LOG") {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut file| file.write_all(line.as_bytes()))
-            .unwrap_or_else(|e| panic!("record the skip in {}: {e}", Path::new(&log).display()));
-    }
-    None
+    let needs = super::peers::Needs {
+        file: "tests/suite/acp.rs",
+        peer: "a real peer (an ACP client SDK, or an MCP server)",
+        setup: "eval \"$(tests/acp/setup.sh)\" and eval \"$(tests/mcp/setup.sh)\"",
+    };
+    let mut values = super::peers::peer(&needs, &[variable], test)?;
+    values.pop().map(PathBuf::from)
 }
 
 /// A data folder, a workspace and a fake provider for one test.

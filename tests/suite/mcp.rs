@@ -27,31 +27,15 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The path a setup variable names, or `None` when the test is knowingly skipped.
 fn peer(var: &str, test: &str) -> Option<String> {
-    if let Some(value) = std::env::var_os(var) {
-        return Some(value.to_string_lossy().into_owned());
-    }
-    let set = |name: &str| std::env::var(name).ok();
-    let under_ci = set("CI").is_some_and(|value| value != "0" && value != "false");
-    let skip = set("PEN_SKIP_REAL_PEERS").is_some_and(|value| value == "1");
-    assert!(
-        skip && !under_ci,
-        "{test} needs a real MCP server, and {var} is unset. Run the whole suite with \
-         scripts/test, or eval \"$(tests/mcp/setup.sh)\" before cargo test (it installs the \
-         servers once into ~/.cache/pen); to skip the real-peer tests knowingly, set \
-         PEN_SKIP_REAL_PEERS=1 (refused under CI)."
-    );
-    let line = format!("tests/suite/mcp.rs {test}: skipped (PEN_SKIP_REAL_PEERS=1)\n");
-    eprint!("{line}");
-    if let Some(log) = set("PEN_SKIPPED_LOG") {
-        use std::io::Write;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut file| file.write_all(line.as_bytes()))
-            .unwrap_or_else(|e| panic!("record the skip in {log}: {e}"));
-    }
-    None
+    let needs = super::peers::Needs {
+        file: "tests/suite/mcp.rs",
+        peer: "a real MCP server",
+        setup: "eval \"$(tests/mcp/setup.sh)\"",
+    };
+    let mut values = super::peers::peer(&needs, &[var], test)?;
+    values
+        .pop()
+        .map(|value| value.to_string_lossy().into_owned())
 }
 
 fn call(id: &str, name: &str, args: Value) -> ToolCall {

@@ -18,6 +18,7 @@ mod list;
 mod lsp_client;
 mod mcp;
 mod old_sessions;
+mod peers;
 mod providers;
 mod read;
 mod registry;
