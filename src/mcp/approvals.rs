@@ -3,6 +3,12 @@
 //! approved its exact command line once for that workspace. An approval is remembered in
 //! `mcp-approvals.json` under pen's data folder (a changed command line asks again); a denial
 //! is remembered by this process only, so the owner is not asked again every turn.
+//!
+//! Two pen processes (VS Code's and Neovim's daemons) may approve at the same moment: the
+//! read-modify-write of the file is serialised by an advisory lock on a sibling lock file, so
+//! neither approval is lost, and the file itself is replaced atomically, so a reader never sees
+//! half of it. A file that is not valid JSON is kept aside, named in the log, and counts as no
+//! approvals: the owner is asked again, nothing starts unapproved.
 
 use crate::config::McpServerConfig;
 use crate::limits::MAX_MCP_JSON_BYTES;
@@ -17,6 +23,34 @@ pub const PROJECT_FILE: &str = ".mcp.json";
 
 /// The file under the data folder that remembers approvals.
 const APPROVALS_FILE: &str = "mcp-approvals.json";
+
+/// The lock file beside it (the approvals file is replaced on each write, so it cannot carry
+/// the lock itself).
+const APPROVALS_LOCK_FILE: &str = "mcp-approvals.json.lock";
+
+/// What the approvals file holds.
+enum Stored {
+    Approvals(BTreeSet<Approved>),
+    /// Missing (no approval yet).
+    Missing,
+    /// Present but not a set of approvals (the reason).
+    Corrupt(String),
+}
+
+fn load(file: &Path) -> Stored {
+    if std::fs::symlink_metadata(file).is_err() {
+        return Stored::Missing;
+    }
+    match read_bounded(file) {
+        None => Stored::Corrupt(format!(
+            "not a regular text file of at most {MAX_MCP_JSON_BYTES} bytes"
+        )),
+        Some(text) => match serde_json::from_str::<BTreeSet<Approved>>(&text) {
+            Ok(all) => Stored::Approvals(all),
+            Err(e) => Stored::Corrupt(e.to_string()),
+        },
+    }
+}
 
 /// Asks the owner whether a project server may start.
 pub trait StartApproval: Send + Sync {
@@ -68,9 +102,14 @@ impl ProjectApprovals {
         let Some(file) = &self.file else {
             return BTreeSet::new();
         };
-        read_bounded(file)
-            .and_then(|text| serde_json::from_str::<BTreeSet<Approved>>(&text).ok())
-            .unwrap_or_default()
+        match load(file) {
+            Stored::Approvals(all) => all,
+            Stored::Missing => BTreeSet::new(),
+            Stored::Corrupt(why) => {
+                tracing::warn!(path = %file.display(), "MCP approvals unreadable, so none count (the owner is asked again): {why}");
+                BTreeSet::new()
+            }
+        }
     }
 
     /// Whether the owner approved this server's command line for `root` (asking when it was
@@ -135,17 +174,48 @@ impl ProjectApprovals {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        let mut all = self.approved();
-        all.insert(key);
-        let text = serde_json::to_string_pretty(&all).map_err(std::io::Error::other)?;
         let dir = file.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
+        // Held until `lock` is closed at the end of this function (also on an error), by this
+        // process's open file description alone, so another process's writer waits here.
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(APPROVALS_LOCK_FILE))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+        let mut all = match load(file) {
+            Stored::Approvals(all) => all,
+            Stored::Missing => BTreeSet::new(),
+            Stored::Corrupt(why) => {
+                // Kept for the owner to inspect, never overwritten by the approvals written now.
+                let aside = corrupt_copy_path(file);
+                std::fs::rename(file, &aside)?;
+                tracing::warn!(path = %file.display(), kept = %aside.display(), "MCP approvals unreadable, kept aside: {why}");
+                BTreeSet::new()
+            }
+        };
+        all.insert(key);
+        let text = serde_json::to_string_pretty(&all).map_err(std::io::Error::other)?;
         let mut temp = tempfile::NamedTempFile::new_in(dir)?;
         std::io::Write::write_all(&mut temp, text.as_bytes())?;
         temp.as_file().sync_all()?;
         temp.persist(file).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// A name beside `file` for a copy of it that could not be read: `mcp-approvals.json.corrupt-N`
+/// with the first N not taken.
+fn corrupt_copy_path(file: &Path) -> PathBuf {
+    let name = file.file_name().map_or_else(
+        || APPROVALS_FILE.into(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    (1u32..)
+        .map(|n| file.with_file_name(format!("{name}.corrupt-{n}")))
+        .find(|candidate| std::fs::symlink_metadata(candidate).is_err())
+        .unwrap_or_else(|| file.with_file_name(format!("{name}.corrupt")))
 }
 
 /// Reads a small regular file (at most [`MAX_MCP_JSON_BYTES`]); `None` when it is missing, too
@@ -233,5 +303,73 @@ mod tests {
             Verdict::Denied
         );
         assert_eq!(asked.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn two_processes_approving_at_once_lose_neither_approval() {
+        // Two stores on one data folder stand for two pen processes: each opens the lock file
+        // itself, so the lock excludes the other exactly as it would across processes.
+        let data = tempfile::tempdir().unwrap();
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let dir = data.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let approvals = ProjectApprovals::new(Some(dir));
+                    for i in 0..40 {
+                        approvals
+                            .remember(Approved {
+                                root: "/srv/p".into(),
+                                server: format!("s{w}-{i}"),
+                                command_line: "node a.js".into(),
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
+        assert_eq!(approvals.approved().len(), 80);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_approvals_file_approves_nothing_and_is_kept_aside() {
+        let data = tempfile::tempdir().unwrap();
+        let file = data.path().join(APPROVALS_FILE);
+        let garbage = b"[{\"root\": \"/srv/project\", \"server\": \"s\", trunc";
+        std::fs::write(&file, garbage).unwrap();
+        let root = Path::new("/srv/project");
+        let asked = Arc::new(AtomicUsize::new(0));
+        let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
+        // Unreadable: nothing counts as approved, so nothing starts without asking.
+        assert_eq!(
+            approvals.decide(root, "s", "node a.js", None).await,
+            Verdict::Unasked
+        );
+        let yes = Answer(true, Arc::clone(&asked));
+        assert_eq!(
+            approvals.decide(root, "s", "node a.js", Some(&yes)).await,
+            Verdict::Approved
+        );
+        // The unreadable bytes are kept, byte for byte, and the new file holds the approval.
+        let aside = data.path().join(format!("{APPROVALS_FILE}.corrupt-1"));
+        assert_eq!(std::fs::read(&aside).unwrap(), garbage);
+        let again = ProjectApprovals::new(Some(data.path().to_path_buf()));
+        assert_eq!(
+            again.decide(root, "s", "node a.js", None).await,
+            Verdict::Approved
+        );
+        // A second corrupt file does not overwrite the first copy.
+        std::fs::write(&file, b"not json").unwrap();
+        let no_file = Answer(true, Arc::clone(&asked));
+        assert_eq!(
+            again.decide(root, "t", "node b.js", Some(&no_file)).await,
+            Verdict::Approved
+        );
+        assert_eq!(std::fs::read(&aside).unwrap(), garbage);
+        let second = data.path().join(format!("{APPROVALS_FILE}.corrupt-2"));
+        assert_eq!(std::fs::read(&second).unwrap(), b"not json");
     }
 }
