@@ -90,13 +90,13 @@ const replies: unknown[] = [
   },
   { text: 'Read it, trimmed.' },
   // 6. Trimming by the prompt budget on a small context window (the second shape), in a new
-  // session: five pages of a large file, more than an 8000-token window holds.
-  ...[1, 41, 81, 121, 161].map((start, i) => ({
-    tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: start, line_count: 40 } }],
+  // session: 25 pages of a large file, more than an 8000-token window holds. (Policy 4 fits a
+  // page to the window, 1 KiB here, so it takes that many.)
+  ...Array.from({ length: 25 }, (_, i) => ({
+    tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: 1 + 16 * i, line_count: 16 } }],
   })),
-  { text: 'Read five pages of big.txt.' },
-  // 6b. A page too large for the small window: the turn fails and says what to do.
-  { tool_calls: [{ id: 'call_too_big', name: 'pen_read', arguments: { path: 'big.txt', line_count: 200 } }] },
+  { text: 'Read 25 pages of big.txt.' },
+  // 6b. A prompt too large for the small window fails the turn before any request (no reply).
   // 7. After the daemon was killed and restarted.
   { text: 'Back after the crash.' },
   // 8. After "pen: Set API Key": the daemon runs with the stored key.
@@ -576,7 +576,7 @@ async function main(): Promise<void> {
       const before = requestsMade().length;
       ends = await ask(p, 'read big.txt page by page');
       await turnDone(p, ends);
-      await p.getByText('Read five pages of big.txt.').waitFor();
+      await p.getByText('Read 25 pages of big.txt.').waitFor();
       const notice = p.locator('.notice.trim', { hasText: 'excerpted' }).first();
       await notice.waitFor();
       const text = await notice.innerText();
@@ -590,7 +590,8 @@ async function main(): Promise<void> {
     });
 
     await step(page, 'failed-turn-says-what-to-do', async () => {
-      ends = await ask(p, 'read all of big.txt at once');
+      // About 10,000 tokens of prompt against a 5,184-token budget.
+      ends = await ask(p, `read all of this at once: ${'lorem ipsum '.repeat(3_400)}`);
       await turnDone(p, ends);
       const failed = p.locator('.turn-end.reason-error').last();
       await failed.locator('.last-error', { hasText: 'does not fit the prompt budget' }).waitFor();
@@ -606,7 +607,7 @@ async function main(): Promise<void> {
       await p.getByRole('textbox', { name: 'Ask pen' }).waitFor({ timeout: STARTUP_MS });
       // The session is re-rendered from pen/getTranscript.
       await p.locator('.notice.trim', { hasText: 'excerpted' }).first().waitFor({ timeout: TURN_MS });
-      await p.getByText('Read five pages of big.txt.').waitFor();
+      await p.getByText('Read 25 pages of big.txt.').waitFor();
     });
 
     await step(page, 'switched-session', async () => {
