@@ -246,6 +246,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         limits: &limits,
         ledger: None,
         editor: None,
+        recorder: None,
     };
     let result = tools::call(&name, &arguments, &ctx);
     if !print_line(&shown_json(&tools::observation(&result, &limits), pretty)) {
@@ -488,6 +489,9 @@ impl crate::agent::Approver for TerminalApprover {
             }
             if let Some(diff) = &request.diff {
                 eprintln!("{diff}");
+            }
+            if let Some(note) = &request.not_revertible {
+                eprintln!("pen: {note}");
             }
             eprint!(
                 "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",

@@ -848,6 +848,10 @@ pub struct ApprovalParams {
     /// For pen_edit: the unified diff the edit would make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Set when the write will not be revertible (its file is over the session's checkpoint
+    /// store limit): `"not revertible: too large (…)"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_revertible: Option<String>,
 }
 
 impl From<agent::ApprovalRequest> for ApprovalParams {
@@ -865,6 +869,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
             tool: request.tool,
             arguments: request.arguments,
             diff: request.diff,
+            not_revertible: request.not_revertible,
         }
     }
 }

@@ -881,18 +881,26 @@ fn permission_request(
         .get("path")
         .and_then(Value::as_str)
         .and_then(|path| changes.take_planned(path));
-    let content = match (planned, &request.diff) {
+    let mut content = match (planned, &request.diff) {
         (Some(change), _) => vec![updates::diff(change)],
         (None, Some(diff)) => vec![ToolCallContent::Content {
             content: ContentBlock::text(diff.clone()),
         }],
         (None, None) => Vec::new(),
     };
+    let mut title = updates::title(&request.tool, Some(&request.arguments));
+    if let Some(note) = &request.not_revertible {
+        // The owner sees it before the write: in the title and as a text block.
+        title = format!("{title} ({note})");
+        content.push(ToolCallContent::Content {
+            content: ContentBlock::text(format!("pen: {note}")),
+        });
+    }
     RequestPermissionParams {
         session_id: session.id.clone(),
         tool_call: ToolCallUpdate {
             tool_call_id: request.call_id.clone(),
-            title: Some(updates::title(&request.tool, Some(&request.arguments))),
+            title: Some(title),
             kind: Some(updates::tool_kind(&request.tool)),
             status: Some(ToolCallStatus::Pending),
             content: Some(content),

@@ -293,6 +293,7 @@ impl State {
             limits: &limits,
             ledger: Some(self.ledger.as_ref()),
             editor: Some(self),
+            recorder: None,
         };
         let result = tools::call(name, arguments, &ctx);
         let observation = tools::observation(&result, &limits);
