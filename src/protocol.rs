@@ -523,6 +523,10 @@ impl From<transcript::Item> for EntryBody {
             compacted @ Item::Event(Event::ContextCompacted(_)) => {
                 EntryBody::Event(compacted.to_payload())
             }
+            // A revert is shown as stored: `{type: "files_reverted", turns, files, note}`.
+            reverted @ Item::Event(Event::FilesReverted { .. }) => {
+                EntryBody::Event(reverted.to_payload())
+            }
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }

@@ -296,11 +296,14 @@ impl Turn {
             Ok::<_, SessionError>(history)
         })
         .await?;
+        // Files reverted since the last prompt are told with this one, as a note before it:
+        // appended, so every earlier request stays a prefix of this one (and cached).
+        let text = match history.revert_note() {
+            Some(note) => format!("{note}\n\n{prompt}"),
+            None => prompt.to_string(),
+        };
         *self.lock_history() = history;
-        self.append_item(Item::UserPrompt {
-            text: prompt.to_string(),
-        })
-        .await?;
+        self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
             if self.cancel.is_cancelled() {

@@ -250,6 +250,40 @@ impl SessionStore {
         })
     }
 
+    /// The `tool_call` entries of `turn_ids`, in order: turn id, tool name, arguments.
+    pub fn tool_calls_of(
+        &self,
+        session_id: &str,
+        turn_ids: &[String],
+    ) -> Result<Vec<(String, String, serde_json::Value)>, SessionError> {
+        self.transaction(TransactionBehavior::Deferred, "reading tool calls", |tx| {
+            let mut statement = tx.prepare_cached(
+                "SELECT seq, payload FROM entries
+                 WHERE session_id = ?1 AND turn_id = ?2 AND kind = 'tool_call' ORDER BY seq",
+            )?;
+            let mut calls = Vec::new();
+            for turn in turn_ids {
+                let rows = statement.query_map(params![session_id, turn], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+                })?;
+                for row in rows {
+                    let (seq, payload) = row?;
+                    let payload: serde_json::Value =
+                        serde_json::from_str(&payload).unwrap_or_default();
+                    let name = payload
+                        .get("name")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    let arguments = payload.get("arguments").cloned().unwrap_or_default();
+                    calls.push((seq, turn.clone(), name, arguments));
+                }
+            }
+            calls.sort_by_key(|c| c.0);
+            Ok(calls.into_iter().map(|(_, t, n, a)| (t, n, a)).collect())
+        })
+    }
+
     /// A stored pre-image.
     pub fn checkpoint_blob(
         &self,

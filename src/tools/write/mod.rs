@@ -9,6 +9,7 @@
 mod apply;
 mod diff;
 mod plan;
+pub mod revert;
 mod rewrite;
 
 pub use apply::apply;
