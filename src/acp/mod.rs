@@ -12,6 +12,7 @@
 //! the connection; a turn's updates and permission requests go out in the order the turn made
 //! them, and all of them before the `session/prompt` answer.
 
+mod checkpoints;
 pub mod client_fs;
 pub mod host;
 pub mod rpc;
@@ -324,6 +325,8 @@ impl AgentState {
                 self.cancel(parse(method, params)?);
                 Ok(Value::Null)
             }
+            checkpoints::REVERT_TURN => value(self.revert_turn(parse(method, params)?).await?),
+            checkpoints::FORK_SESSION => value(self.fork_session(parse(method, params)?).await?),
             _ => Err(RpcError::new(
                 METHOD_NOT_FOUND,
                 format!("pen acp has no method {method:?}"),
