@@ -3,12 +3,14 @@
 //! directory, read the checkpoints it recorded and undo its turns, byte for byte.
 
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
+use super::lsp_client::{LspClient, file_uri};
 use pen::providers::{ToolCall, Usage};
 use pen::session::SessionStore;
 use pen::tools::source::hash_bytes;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 
 fn call(id: &str, name: &str, args: Value) -> ToolCall {
     ToolCall {
@@ -561,4 +563,126 @@ fn a_revert_of_an_unknown_turn_or_session_fails_and_changes_nothing() {
         std::fs::read_to_string(env.path("a.txt")).unwrap(),
         "beta\n"
     );
+}
+
+/// `pen serve` with the fake provider and the writing tools approved ahead.
+fn daemon(data: &std::path::Path, root: &std::path::Path, fake: &FakeProvider) -> LspClient {
+    let base = format!("{}/v1", fake.url());
+    let mut client = LspClient::spawn(
+        data,
+        root,
+        &[
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", &base),
+            ("PEN_MODEL", "fake-model"),
+            ("PEN_AUTO_APPROVE", "pen_edit,pen_create"),
+        ],
+    );
+    client.initialize(root, &["utf-16"]);
+    client
+}
+
+/// Two daemons on one data directory: the second reverts what the first wrote (it sees the
+/// first's checkpoints); the first then reverts the open buffer through `workspace/applyEdit`.
+#[test]
+fn two_daemons_see_the_same_checkpoints_and_an_open_buffer_reverts_through_the_editor() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("f.txt");
+    std::fs::write(&file, "alpha\n").unwrap();
+    let fake = FakeProvider::start();
+    fake.push([
+        frames(
+            "Editing.",
+            &[
+                edit("c1", "f.txt", b"alpha\n", "alpha", "beta"),
+                call(
+                    "c2",
+                    "pen_create",
+                    json!({"path": "g.txt", "content": "gee\n"}),
+                ),
+            ],
+        ),
+        frames("Done.", &[]),
+    ]);
+    let mut a = daemon(data.path(), root.path(), &fake);
+    let edits: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = Arc::clone(&edits);
+    a.on_request(move |method, params| match method {
+        "workspace/applyEdit" => {
+            seen.lock().unwrap().push(params.clone());
+            json!({"applied": true})
+        }
+        _ => Value::Null,
+    });
+    let uri = file_uri(&file);
+    a.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "text", "version": 1, "text": "alpha\n"}}),
+    );
+    let session = a.new_session();
+    let answer = a.prompt(&session, "go");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let turn = answer["turnId"].as_str().unwrap().to_string();
+    // The editor applied pen's edit to its buffer (the disk still has the old text).
+    assert_eq!(edits.lock().unwrap().len(), 1);
+    a.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "beta\n"}]}),
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "alpha\n");
+    assert!(root.path().join("g.txt").exists());
+
+    // The second daemon sees the first's checkpoints: it deletes the created file, and finds
+    // f.txt on its disk already as it was.
+    let mut b = daemon(data.path(), root.path(), &FakeProvider::start());
+    let result = b.request(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": turn}),
+    );
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("f.txt", "unchanged"), ("g.txt", "deleted")]),
+        "{result}"
+    );
+    assert!(!root.path().join("g.txt").exists());
+    let unknown = b.request_raw(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": "t_nope"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // The first daemon has the buffer: its revert goes through the editor, as an edit of the
+    // buffer back to the text before the turn (so the editor's undo takes it back).
+    let result = a.request(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": turn}),
+    );
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("f.txt", "reverted"), ("g.txt", "unchanged")]),
+        "{result}"
+    );
+    let edits = edits.lock().unwrap().clone();
+    assert_eq!(edits.len(), 2, "{edits:?}");
+    let changes = &edits[1]["edit"]["changes"][&uri];
+    assert_eq!(
+        changes,
+        &json!([{
+            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}},
+            "newText": "alpha\n"
+        }])
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "alpha\n");
+
+    // A fork over the wire, listed and resumable.
+    let forked = a.request(
+        "pen/forkSession",
+        json!({"sessionId": session, "beforeTurnId": turn}),
+    );
+    let fork = forked["sessionId"].as_str().unwrap();
+    assert_eq!(forked["forkedFrom"], json!(session));
+    assert!(a.transcript(fork).is_empty());
+    a.close();
+    b.close();
 }
