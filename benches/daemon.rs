@@ -106,6 +106,7 @@ fn main() {
         limits: &limits,
         ledger: Some(&ledger),
         editor: None,
+        recorder: None,
     };
     let tool_args = json!({"path": "small.rs"});
     let started = Instant::now();

@@ -50,6 +50,7 @@ fn call(root: &Path, name: &str, args: Value) -> Value {
         limits: &limits,
         ledger: None,
         editor: None,
+        recorder: None,
     };
     tools::call(name, &args, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -122,6 +123,7 @@ fn bench_search(corpus: &Path) {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         let (pen_time, result) =
             best_of(|| tools::call("pen_search", &json!({ "query": query }), &ctx));

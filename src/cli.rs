@@ -46,6 +46,26 @@ pub enum Command {
         /// The session id (from `pen sessions`).
         session_id: String,
     },
+    /// Revert the file changes of a turn and every later one (the last turn when TURN is not
+    /// given), in the current directory's workspace; prints the result as pen/revertTurn answers
+    /// it. Exit 0 when every file was reverted, 1 on an error, 2 when a file is in conflict or
+    /// not revertible.
+    Revert {
+        /// The session id (from `pen sessions`).
+        session_id: String,
+        /// The turn id (from `pen transcript`); the last turn when absent.
+        turn_id: Option<String>,
+        /// Also overwrite files that changed after pen wrote them.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Start a new session whose history is SESSION's before TURN; prints its id.
+    Fork {
+        /// The session id (from `pen sessions`).
+        session_id: String,
+        /// The first turn the fork leaves out (from `pen transcript`).
+        turn_id: String,
+    },
     /// The MCP servers of the config (and the current folder's `.mcp.json`), for debugging.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -246,6 +266,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         limits: &limits,
         ledger: None,
         editor: None,
+        recorder: None,
     };
     let result = tools::call(&name, &arguments, &ctx);
     if !print_line(&shown_json(&tools::observation(&result, &limits), pretty)) {
@@ -489,6 +510,9 @@ impl crate::agent::Approver for TerminalApprover {
             if let Some(diff) = &request.diff {
                 eprintln!("{diff}");
             }
+            if let Some(note) = &request.not_revertible {
+                eprintln!("pen: {note}");
+            }
             eprint!(
                 "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
                 request.tool, request.arguments
@@ -582,6 +606,99 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                 } else {
                     ExitCode::from(1)
                 }
+            }
+        }
+    })
+}
+
+/// `pen revert SESSION [TURN] [--force]`.
+pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitCode {
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        let fail = |message: String| {
+            eprintln!("pen: {message}");
+            ExitCode::from(1)
+        };
+        let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
+            Ok(store) => std::sync::Arc::new(store),
+            Err(e) => return fail(e.to_string()),
+        };
+        let turn_id = match turn_id {
+            Some(turn) => turn.to_string(),
+            None => match store.turns(session_id).map(|turns| turns.last().cloned()) {
+                Ok(Some(turn)) => turn,
+                Ok(None) => return fail(format!("session {session_id} has no turn")),
+                Err(e) => return fail(e.to_string()),
+            },
+        };
+        let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let workspace = match Workspace::new(std::slice::from_ref(&root)) {
+            Ok(ws) => ws,
+            Err(e) => return fail(e.to_string()),
+        };
+        let (config, _) = Config::load(crate::config::config_file().as_deref(), std::env::vars());
+        let engine = crate::agent::Engine::new(store.clone());
+        let scope = crate::checkpoint::Scope {
+            store,
+            workspace,
+            limits: config.limits(),
+            editor: None,
+        };
+        match crate::checkpoint::revert_turn(&engine, scope, session_id, &turn_id, force).await {
+            Ok(report) => {
+                let result = protocol::RevertTurnResult::new(session_id, report);
+                let clean = result
+                    .files
+                    .iter()
+                    .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
+                if !print_line(&json_line(&result)) {
+                    return ExitCode::from(EXIT_STDOUT_CLOSED);
+                }
+                if clean {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(2)
+                }
+            }
+            Err(e) => fail(e.to_string()),
+        }
+    })
+}
+
+/// `pen fork SESSION TURN`.
+pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
+            Ok(store) => std::sync::Arc::new(store),
+            Err(e) => {
+                eprintln!("pen: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let engine = crate::agent::Engine::new(store);
+        match crate::checkpoint::fork_session(&engine, session_id, turn_id).await {
+            Ok(forked) => {
+                let result = protocol::ForkSessionResult {
+                    session_id: forked,
+                    forked_from: session_id.to_string(),
+                    before_turn_id: turn_id.to_string(),
+                };
+                if print_line(&json_line(&result)) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(EXIT_STDOUT_CLOSED)
+                }
+            }
+            Err(e) => {
+                eprintln!("pen: {e}");
+                ExitCode::from(1)
             }
         }
     })

@@ -7,11 +7,11 @@
 //! at run time it is refused.
 
 use crate::limits::{
-    BUDGET_MARGIN_TOKENS, BUDGET_POLICY, Bounds, COMPACTION_LOW_WATER_PERCENT,
-    CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES, MAX_ATTEMPTS,
-    MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES, MAX_MODEL_BYTES,
-    MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS, REASONING_BUDGET_TOKENS,
-    REQUEST_TIMEOUT_SECS,
+    BUDGET_MARGIN_TOKENS, BUDGET_POLICY, Bounds, CHECKPOINT_STORE_BYTES,
+    COMPACTION_LOW_WATER_PERCENT, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
+    MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
+    MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
+    REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
 pub mod mcp;
 
@@ -73,6 +73,7 @@ pub const KEYS: &[&str] = &[
     "auto_approve",
     "prompt_cache_key",
     "mcp_servers",
+    "checkpoint_store_bytes",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -156,6 +157,8 @@ pub struct Config {
     pub prompt_cache_key: Option<bool>,
     /// The owner's MCP servers by name (SPEC §11).
     pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
+    /// The bytes of pre-images one session's checkpoints may hold (SPEC §13).
+    pub checkpoint_store_bytes: u64,
 }
 
 impl Default for Config {
@@ -178,6 +181,7 @@ impl Default for Config {
             auto_approve: Vec::new(),
             prompt_cache_key: None,
             mcp_servers: std::collections::BTreeMap::new(),
+            checkpoint_store_bytes: CHECKPOINT_STORE_BYTES.default,
         }
     }
 }
@@ -275,6 +279,9 @@ impl Config {
         match key {
             "max_tool_result_bytes" => {
                 self.max_tool_result_bytes = integer(key, value, &MAX_TOOL_RESULT_BYTES)?
+            }
+            "checkpoint_store_bytes" => {
+                self.checkpoint_store_bytes = integer(key, value, &CHECKPOINT_STORE_BYTES)?
             }
             "context_window_tokens" => {
                 self.context_window_tokens = integer(key, value, &CONTEXT_WINDOW_TOKENS)?
@@ -417,6 +424,7 @@ impl Config {
                 Some(false) => "off",
             },
             "mcp_servers": mcp::to_json(&self.mcp_servers),
+            "checkpoint_store_bytes": self.checkpoint_store_bytes,
         })
     }
 

@@ -44,6 +44,9 @@ pub mod mcp;
 /// The agent loop: turns, tool execution, approvals, Stop and context-window recovery.
 pub mod agent;
 
+/// Reverting turns and forking sessions (SPEC §13).
+pub mod checkpoint;
+
 /// Wire types of the `pen/…` methods.
 pub mod protocol;
 

@@ -51,6 +51,20 @@ pub const MAX_TOOL_RESULT_BYTES: Bounds = Bounds {
     max: 1_048_576,
 };
 
+/// `checkpoint_store_bytes`: the file contents (pre-images, SPEC §13) one session's checkpoint
+/// store may hold, each distinct content counted once. A write whose pre-image would pass it is
+/// still made, but its file is "not revertible: too large", and the approval request says so
+/// before the write. Default 64 MiB, range 1 MiB–1 GiB.
+pub const CHECKPOINT_STORE_BYTES: Bounds = Bounds {
+    name: "checkpoint_store_bytes",
+    default: 64 * 1024 * 1024,
+    min: 1024 * 1024,
+    max: 1024 * 1024 * 1024,
+};
+
+/// The longest diff of one conflicting file a revert reports (SPEC §13): 16 KiB.
+pub const MAX_REVERT_DIFF_BYTES: usize = 16 * 1024;
+
 /// `context_window_tokens`: the model's context window, for the prompt budget.
 pub const CONTEXT_WINDOW_TOKENS: Bounds = Bounds {
     name: "context_window_tokens",

@@ -15,6 +15,15 @@ fn main() -> ExitCode {
         Command::Run(command) => run_turn(command),
         Command::Sessions { all } => run_sessions(all),
         Command::Transcript { session_id } => run_transcript(&session_id),
+        Command::Revert {
+            session_id,
+            turn_id,
+            force,
+        } => pen::cli::run_revert(&session_id, turn_id.as_deref(), force),
+        Command::Fork {
+            session_id,
+            turn_id,
+        } => pen::cli::run_fork(&session_id, &turn_id),
         Command::Mcp(command) => pen::cli::run_mcp(command),
     }
 }

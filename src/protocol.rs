@@ -27,13 +27,15 @@ pub mod methods {
     pub const PROMPT: &str = "pen/prompt";
     pub const STOP: &str = "pen/stop";
     pub const MCP_STATUS: &str = "pen/mcpStatus";
+    pub const REVERT_TURN: &str = "pen/revertTurn";
+    pub const FORK_SESSION: &str = "pen/forkSession";
     /// pen → client notification.
     pub const EVENT: &str = "pen/event";
     /// pen → client request.
     pub const REQUEST_APPROVAL: &str = "pen/requestApproval";
 
     /// The requests the server registers, in the order `docs/protocol.md` documents them.
-    pub const REQUESTS: [&str; 10] = [
+    pub const REQUESTS: [&str; 12] = [
         CALL_TOOL,
         LIST_TOOLS,
         GET_CONFIG,
@@ -44,11 +46,13 @@ pub mod methods {
         PROMPT,
         STOP,
         MCP_STATUS,
+        REVERT_TURN,
+        FORK_SESSION,
     ];
 
     /// Every `pen/…` method of the protocol, with its constant's name (for the generated
     /// tables).
-    pub const ALL: [(&str, &str); 12] = [
+    pub const ALL: [(&str, &str); 14] = [
         ("CALL_TOOL", CALL_TOOL),
         ("LIST_TOOLS", LIST_TOOLS),
         ("GET_CONFIG", GET_CONFIG),
@@ -59,6 +63,8 @@ pub mod methods {
         ("PROMPT", PROMPT),
         ("STOP", STOP),
         ("MCP_STATUS", MCP_STATUS),
+        ("REVERT_TURN", REVERT_TURN),
+        ("FORK_SESSION", FORK_SESSION),
         ("EVENT", EVENT),
         ("REQUEST_APPROVAL", REQUEST_APPROVAL),
     ];
@@ -197,6 +203,113 @@ pub struct GetTranscriptParams {
     pub session_id: String,
     pub after_seq: Option<u64>,
     pub limit: Option<usize>,
+}
+
+/// `pen/revertTurn` params: revert `turnId` and every later turn of the session (SPEC §13).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(optional_fields))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevertTurnParams {
+    pub session_id: String,
+    pub turn_id: String,
+    /// Also overwrite files that changed after pen wrote them (the conflicts).
+    pub force: Option<bool>,
+}
+
+/// One file of a revert.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct RevertedFileReport {
+    pub path: String,
+    /// `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.
+    pub status: String,
+    /// The turns that wrote it, newest first.
+    pub turns: Vec<String>,
+    /// For a conflict: the diff from what the file holds to what `force` would make it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub diff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub reason: Option<String>,
+}
+
+/// A call of the reverted turns whose effects were not reverted (a command, an MCP tool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct UnrevertedCall {
+    pub turn_id: String,
+    pub tool: String,
+    pub summary: String,
+}
+
+/// `pen/revertTurn` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct RevertTurnResult {
+    pub session_id: String,
+    /// The reverted turns, newest first (the order they were undone in).
+    pub turns: Vec<String>,
+    pub files: Vec<RevertedFileReport>,
+    /// Their effects were not reverted.
+    pub commands: Vec<UnrevertedCall>,
+    /// What the model is told with its next prompt.
+    pub note: String,
+}
+
+impl RevertTurnResult {
+    pub fn new(session_id: &str, report: crate::checkpoint::RevertReport) -> RevertTurnResult {
+        RevertTurnResult {
+            session_id: session_id.to_string(),
+            turns: report.turns,
+            files: report
+                .files
+                .into_iter()
+                .map(|f| RevertedFileReport {
+                    path: f.path,
+                    status: f.status.as_str().to_string(),
+                    turns: f.turns,
+                    diff: f.diff,
+                    reason: f.reason,
+                })
+                .collect(),
+            commands: report
+                .commands
+                .into_iter()
+                .map(|c| UnrevertedCall {
+                    turn_id: c.turn_id,
+                    tool: c.tool,
+                    summary: c.summary,
+                })
+                .collect(),
+            note: report.note,
+        }
+    }
+}
+
+/// `pen/forkSession` params: a new session whose history is the original's before
+/// `beforeTurnId`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkSessionParams {
+    pub session_id: String,
+    pub before_turn_id: String,
+}
+
+/// `pen/forkSession` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct ForkSessionResult {
+    /// The new session.
+    pub session_id: String,
+    pub forked_from: String,
+    pub before_turn_id: String,
 }
 
 /// A session as the protocol shows it.
@@ -523,6 +636,10 @@ impl From<transcript::Item> for EntryBody {
             compacted @ Item::Event(Event::ContextCompacted(_)) => {
                 EntryBody::Event(compacted.to_payload())
             }
+            // A revert is shown as stored: `{type: "files_reverted", turns, files, note}`.
+            reverted @ Item::Event(Event::FilesReverted { .. }) => {
+                EntryBody::Event(reverted.to_payload())
+            }
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -848,6 +965,10 @@ pub struct ApprovalParams {
     /// For pen_edit: the unified diff the edit would make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Set when the write will not be revertible (its file is over the session's checkpoint
+    /// store limit): `"not revertible: too large (…)"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_revertible: Option<String>,
 }
 
 impl From<agent::ApprovalRequest> for ApprovalParams {
@@ -865,6 +986,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
             tool: request.tool,
             arguments: request.arguments,
             diff: request.diff,
+            not_revertible: request.not_revertible,
         }
     }
 }

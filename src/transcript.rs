@@ -330,6 +330,13 @@ pub enum Event {
     ContextCompacted(Compaction),
     /// The owner allowed `tool` for the rest of the session ("Allow for session").
     ToolAllowedForSession { tool: String },
+    /// The owner reverted the files of `turns` (newest first, SPEC §13); `note` is what the
+    /// model is told with the next prompt, so it re-reads them.
+    FilesReverted {
+        turns: Vec<String>,
+        files: Vec<RevertedFile>,
+        note: String,
+    },
     /// An event this pen does not know (a newer pen's), kept as stored.
     Other(Value),
 }
@@ -524,6 +531,15 @@ pub mod event_type {
     pub const CONTEXT_TRIMMED: &str = "context_trimmed";
     pub const CONTEXT_COMPACTED: &str = "context_compacted";
     pub const TOOL_ALLOWED_FOR_SESSION: &str = "tool_allowed_for_session";
+    pub const FILES_REVERTED: &str = "files_reverted";
+}
+
+/// A file a revert handled, as [`Event::FilesReverted`] stores it: its path as results show it
+/// and what became of it (`reverted`, `deleted`, `unchanged`, `conflict`, `not_revertible`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertedFile {
+    pub path: String,
+    pub status: String,
 }
 
 impl Event {
@@ -606,6 +622,40 @@ impl Event {
                 Some(tool) => Event::ToolAllowedForSession { tool },
                 None => other(),
             },
+            Some(event_type::FILES_REVERTED) => {
+                let strings = |key: &str| -> Vec<String> {
+                    fields
+                        .get(key)
+                        .and_then(Value::as_array)
+                        .map(|items| {
+                            items
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let files = fields
+                    .get("files")
+                    .and_then(Value::as_array)
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(Value::as_object)
+                            .map(|file| RevertedFile {
+                                path: str_field(file, "path"),
+                                status: str_field(file, "status"),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Event::FilesReverted {
+                    turns: strings("turns"),
+                    files,
+                    note: str_field(fields, "note"),
+                }
+            }
             _ => other(),
         }
     }
@@ -677,6 +727,15 @@ impl Event {
             Event::ToolAllowedForSession { tool } => json!({
                 "type": event_type::TOOL_ALLOWED_FOR_SESSION,
                 "tool": tool,
+            }),
+            Event::FilesReverted { turns, files, note } => json!({
+                "type": event_type::FILES_REVERTED,
+                "turns": turns,
+                "files": files
+                    .iter()
+                    .map(|f| json!({"path": f.path, "status": f.status}))
+                    .collect::<Vec<_>>(),
+                "note": note,
             }),
             Event::Other(value) => value.clone(),
         }
@@ -784,6 +843,14 @@ mod tests {
         })));
         round_trip(Item::Event(Event::ToolAllowedForSession {
             tool: "pen_edit".into(),
+        }));
+        round_trip(Item::Event(Event::FilesReverted {
+            turns: vec!["t_2".into(), "t_1".into()],
+            files: vec![RevertedFile {
+                path: "a.txt".into(),
+                status: "reverted".into(),
+            }],
+            note: "[pen] reverted".into(),
         }));
         round_trip(Item::Event(Event::Other(
             json!({"type": "from_the_future"}),

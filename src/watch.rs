@@ -211,6 +211,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         let result =
             crate::tools::call("pen_search", &serde_json::json!({"query": "needle"}), &ctx)

@@ -83,6 +83,7 @@ impl AcpTools {
                 .editor
                 .as_deref()
                 .map(|e| e as &dyn tools::Editor),
+            recorder: None,
         };
         let opened = match source::open_file(&ctx, path) {
             Ok(opened) => opened,
@@ -127,15 +128,20 @@ impl ToolHost for AcpTools {
         self.inner.catalog()
     }
 
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+    fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn tools::WriteRecorder>,
+    ) -> Result<Value, ToolError> {
         if name == "pen_search" {
-            return ToolHost::call(&self.search, name, arguments);
+            return ToolHost::call(&self.search, name, arguments, None);
         }
         let Some(named) = named_path(arguments).filter(|_| edits_a_file(name)) else {
-            return ToolHost::call(&self.inner, name, arguments);
+            return ToolHost::call(&self.inner, name, arguments, recorder);
         };
         let before = self.text_of(named);
-        let result = ToolHost::call(&self.inner, name, arguments);
+        let result = ToolHost::call(&self.inner, name, arguments, recorder);
         if result.is_ok() {
             self.record_written(named, before);
         }
@@ -169,10 +175,14 @@ impl ToolHost for AcpTools {
         Ok(plan)
     }
 
-    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
+    fn apply_edit(
+        &self,
+        plan: EditPlan,
+        recorder: Option<&dyn tools::WriteRecorder>,
+    ) -> Result<Value, ToolError> {
         let named = plan.path().to_string();
         let before = self.text_of(&named);
-        let result = self.inner.apply_edit(plan);
+        let result = self.inner.apply_edit(plan, recorder);
         if result.is_ok() {
             self.record_written(&named, before);
         }

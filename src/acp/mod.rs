@@ -12,6 +12,7 @@
 //! the connection; a turn's updates and permission requests go out in the order the turn made
 //! them, and all of them before the `session/prompt` answer.
 
+mod checkpoints;
 pub mod client_fs;
 pub mod host;
 pub mod rpc;
@@ -324,6 +325,8 @@ impl AgentState {
                 self.cancel(parse(method, params)?);
                 Ok(Value::Null)
             }
+            checkpoints::REVERT_TURN => value(self.revert_turn(parse(method, params)?).await?),
+            checkpoints::FORK_SESSION => value(self.fork_session(parse(method, params)?).await?),
             _ => Err(RpcError::new(
                 METHOD_NOT_FOUND,
                 format!("pen acp has no method {method:?}"),
@@ -881,18 +884,26 @@ fn permission_request(
         .get("path")
         .and_then(Value::as_str)
         .and_then(|path| changes.take_planned(path));
-    let content = match (planned, &request.diff) {
+    let mut content = match (planned, &request.diff) {
         (Some(change), _) => vec![updates::diff(change)],
         (None, Some(diff)) => vec![ToolCallContent::Content {
             content: ContentBlock::text(diff.clone()),
         }],
         (None, None) => Vec::new(),
     };
+    let mut title = updates::title(&request.tool, Some(&request.arguments));
+    if let Some(note) = &request.not_revertible {
+        // The owner sees it before the write: in the title and as a text block.
+        title = format!("{title} ({note})");
+        content.push(ToolCallContent::Content {
+            content: ContentBlock::text(format!("pen: {note}")),
+        });
+    }
     RequestPermissionParams {
         session_id: session.id.clone(),
         tool_call: ToolCallUpdate {
             tool_call_id: request.call_id.clone(),
-            title: Some(updates::title(&request.tool, Some(&request.arguments))),
+            title: Some(title),
             kind: Some(updates::tool_kind(&request.tool)),
             status: Some(ToolCallStatus::Pending),
             content: Some(content),

@@ -31,6 +31,8 @@ pub struct SessionHistory {
     last_request: Vec<crate::providers::Message>,
     /// The usage every answer of the session reported, summed.
     usage: Option<crate::providers::Usage>,
+    /// The notes of the reverts since the last prompt, for the next one.
+    revert_note: Option<String>,
 }
 
 impl SessionHistory {
@@ -59,6 +61,11 @@ impl SessionHistory {
         &self.planned
     }
 
+    /// What the model must be told with the next prompt: the reverts since the last one.
+    pub fn revert_note(&self) -> Option<&str> {
+        self.revert_note.as_deref()
+    }
+
     /// Whether the owner allowed `tool` for the rest of the session.
     pub fn allows(&self, tool: &str) -> bool {
         self.grants.contains(tool)
@@ -85,6 +92,17 @@ impl SessionHistory {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 self.grants.insert(tool.clone());
             }
+            Item::Event(Event::FilesReverted { note, .. }) => {
+                // Several reverts before the next prompt are all told.
+                match &mut self.revert_note {
+                    Some(told) => {
+                        told.push('\n');
+                        told.push_str(note);
+                    }
+                    None => self.revert_note = Some(note.clone()),
+                }
+            }
+            Item::UserPrompt { .. } => self.revert_note = None,
             Item::AssistantMessage(message) => {
                 if let Some(usage) = &message.usage {
                     self.usage

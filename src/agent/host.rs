@@ -5,7 +5,7 @@ use super::ToolHost;
 use crate::limits::Limits;
 use crate::tools::registry::{self, ToolSpec};
 use crate::tools::write::{self, EditPlan};
-use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError};
+use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError, WriteRecorder};
 use crate::workspace::Workspace;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -21,12 +21,13 @@ pub struct LocalTools {
 }
 
 impl LocalTools {
-    fn context(&self) -> ToolContext<'_> {
+    fn context<'a>(&'a self, recorder: Option<&'a dyn WriteRecorder>) -> ToolContext<'a> {
         ToolContext {
             workspace: &self.workspace,
             limits: &self.limits,
             ledger: Some(&self.ledger),
             editor: self.editor.as_deref().map(|e| e as &dyn Editor),
+            recorder,
         }
     }
 
@@ -39,13 +40,17 @@ impl LocalTools {
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
     pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
         write::check_write_size(arguments, &self.limits)?;
-        write::plan(tools::parse_arguments(arguments)?, &self.context())
+        write::plan(tools::parse_arguments(arguments)?, &self.context(None))
     }
 
     /// Writes an approved plan, if the file is still the text it was planned against; else
     /// fails `stale` and writes nothing.
-    pub fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
-        write::apply(plan, &self.context())
+    pub fn apply_edit(
+        &self,
+        plan: EditPlan,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        write::apply(plan, &self.context(recorder))
     }
 
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
@@ -64,6 +69,7 @@ impl LocalTools {
                 limits: &limits,
                 ledger: None,
                 editor: None,
+                recorder: None,
             };
             spec.run(&arguments, &ctx, &cancel).await
         })
@@ -75,8 +81,13 @@ impl ToolHost for LocalTools {
         LocalTools::catalog(self)
     }
 
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
-        tools::call(name, arguments, &self.context())
+    fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        tools::call(name, arguments, &self.context(recorder))
     }
 
     fn run_cancellable(
@@ -92,8 +103,12 @@ impl ToolHost for LocalTools {
         LocalTools::plan_edit(self, arguments)
     }
 
-    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
-        LocalTools::apply_edit(self, plan)
+    fn apply_edit(
+        &self,
+        plan: EditPlan,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        LocalTools::apply_edit(self, plan, recorder)
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
@@ -116,8 +131,13 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
         catalog
     }
 
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
-        self.local.call(name, arguments)
+    fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        self.local.call(name, arguments, recorder)
     }
 
     fn run_cancellable(
@@ -133,8 +153,12 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
         self.local.plan_edit(arguments)
     }
 
-    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError> {
-        self.local.apply_edit(plan)
+    fn apply_edit(
+        &self,
+        plan: EditPlan,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        self.local.apply_edit(plan, recorder)
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
@@ -210,6 +234,7 @@ impl crate::mcp::StartApproval for StartThroughApprover {
                 "root": root.display().to_string(),
             }),
             diff: None,
+            not_revertible: None,
         };
         let answer = self.approver.ask(request);
         Box::pin(async move {
@@ -239,7 +264,8 @@ mod tests {
 
     /// Reads `f.txt` as the model would, so the ledger knows its text.
     fn read_file(host: &LocalTools) {
-        host.call("pen_read", &json!({"path": "f.txt"})).unwrap();
+        host.call("pen_read", &json!({"path": "f.txt"}), None)
+            .unwrap();
     }
 
     #[test]
@@ -256,7 +282,7 @@ mod tests {
         assert!(shown.contains("-fn a() {}\n+fn b() {}\n"), "{shown}");
         assert_eq!(plan.planned_hash(), hash_bytes(b"fn a() {}\n"));
         let planned = plan.new_bytes().to_vec();
-        let result = host.apply_edit(plan).unwrap();
+        let result = host.apply_edit(plan, None).unwrap();
         assert_eq!(std::fs::read(&file).unwrap(), planned);
         assert_eq!(result["diff"], shown);
 
@@ -265,7 +291,7 @@ mod tests {
             .plan_edit(&json!({"path": "f.txt", "edits": [{"old_text": "b()", "new_text": "c()"}]}))
             .unwrap();
         std::fs::write(&file, "fn b() { owner }\n").unwrap();
-        let err = host.apply_edit(plan).unwrap_err();
+        let err = host.apply_edit(plan, None).unwrap_err();
         assert_eq!(err.code, ErrorCode::Stale, "{}", err.message);
         assert_eq!(std::fs::read(&file).unwrap(), b"fn b() { owner }\n");
     }
@@ -281,7 +307,7 @@ mod tests {
         let err = host.plan_edit(&arguments).unwrap_err();
         assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
         assert_eq!(
-            host.call("pen_edit", &arguments).unwrap_err().code,
+            host.call("pen_edit", &arguments, None).unwrap_err().code,
             ErrorCode::TooLarge
         );
     }

@@ -24,6 +24,7 @@
 //!   decision is an event entry) and the request retried once.
 //! - The loop never reads provider wording; backends classify their errors.
 
+mod checkpoint;
 mod engine;
 mod events;
 mod history;
@@ -106,6 +107,9 @@ pub struct ApprovalRequest {
     pub arguments: Value,
     /// For pen_edit: the unified diff the edit would make.
     pub diff: Option<String>,
+    /// Set when the write could not be reverted: its file's pre-image is over the session's
+    /// checkpoint store limit (`checkpoint_store_bytes`), so the owner knows before the write.
+    pub not_revertible: Option<String>,
 }
 
 /// The owner's answer and an optional reason, or why the owner could not be asked (the client
@@ -121,8 +125,14 @@ pub trait Approver: Send + Sync {
 pub trait ToolHost: Send + Sync {
     /// The catalog the model is given.
     fn catalog(&self) -> Vec<tools::CatalogEntry>;
-    /// Runs a blocking tool (called on a blocking thread).
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError>;
+    /// Runs a blocking tool (called on a blocking thread); pen_create and pen_edit record
+    /// their writes with `recorder` before making them (checkpoints).
+    fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn crate::tools::WriteRecorder>,
+    ) -> Result<Value, ToolError>;
     /// Runs a cancellable tool (pen_command), killed when `cancel` fires.
     fn run_cancellable(
         &self,
@@ -133,7 +143,11 @@ pub trait ToolHost: Send + Sync {
     /// Plans pen_edit for approval: the plan's diff is what the owner is shown.
     fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError>;
     /// Writes an approved plan, or fails `stale` when the file is no longer the planned text.
-    fn apply_edit(&self, plan: EditPlan) -> Result<Value, ToolError>;
+    fn apply_edit(
+        &self,
+        plan: EditPlan,
+        recorder: Option<&dyn crate::tools::WriteRecorder>,
+    ) -> Result<Value, ToolError>;
     /// Caps an observation as it is stored.
     fn observation(&self, result: &Result<Value, ToolError>) -> String;
     /// A tool this host adds beyond the native ones (an MCP server's), and how it is approved.
@@ -282,11 +296,14 @@ impl Turn {
             Ok::<_, SessionError>(history)
         })
         .await?;
+        // Files reverted since the last prompt are told with this one, as a note before it:
+        // appended, so every earlier request stays a prefix of this one (and cached).
+        let text = match history.revert_note() {
+            Some(note) => format!("{note}\n\n{prompt}"),
+            None => prompt.to_string(),
+        };
         *self.lock_history() = history;
-        self.append_item(Item::UserPrompt {
-            text: prompt.to_string(),
-        })
-        .await?;
+        self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
             if self.cancel.is_cancelled() {
@@ -568,7 +585,7 @@ impl Turn {
             runs.push(async move {
                 match arguments {
                     Ok(arguments) => {
-                        tokio::task::spawn_blocking(move || host.call(&name, &arguments))
+                        tokio::task::spawn_blocking(move || host.call(&name, &arguments, None))
                             .await
                             .unwrap_or_else(|e| {
                                 Err(ToolError::new(
@@ -651,6 +668,13 @@ impl Turn {
         };
         let spec = tools::registry::get(&call.name);
         let mut plan = None;
+        let recorder = checkpoint::TurnRecorder {
+            store: Arc::clone(&self.store),
+            session_id: self.session_id.clone(),
+            turn_id: self.turn_id.clone(),
+            call_id: call.id.clone(),
+            limit: self.config.checkpoint_store_bytes,
+        };
         if self.needs_approval(&call.name) {
             let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
                 match self.tools.plan_edit(&arguments) {
@@ -676,6 +700,10 @@ impl Turn {
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 arguments: arguments.clone(),
+                not_revertible: match &plan {
+                    Some(plan) => recorder.not_revertible(plan).await,
+                    None => None,
+                },
                 diff,
             };
             self.emit(seq, TurnEvent::ApprovalRequested(request.clone()));
@@ -740,8 +768,8 @@ impl Turn {
                 let name = call.name.clone();
                 tokio::task::spawn_blocking(move || match plan {
                     // The write is the plan whose diff the owner approved.
-                    Some(plan) => host.apply_edit(plan),
-                    None => host.call(&name, &arguments),
+                    Some(plan) => host.apply_edit(plan, Some(&recorder)),
+                    None => host.call(&name, &arguments, Some(&recorder)),
                 })
                 .await
                 .unwrap_or_else(|e| {

@@ -1497,7 +1497,12 @@ struct Rendezvous {
 }
 
 impl ToolHost for Rendezvous {
-    fn call(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+    fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn crate::tools::WriteRecorder>,
+    ) -> Result<Value, ToolError> {
         let (count, arrived) = &*self.running;
         let mut running = count.lock().unwrap();
         *running += 1;
@@ -1517,7 +1522,7 @@ impl ToolHost for Rendezvous {
         if let Some(stop) = &self.stop {
             stop.cancel();
         }
-        self.inner.call(name, arguments)
+        self.inner.call(name, arguments, recorder)
     }
     fn catalog(&self) -> Vec<crate::tools::CatalogEntry> {
         self.inner.catalog()
@@ -1533,8 +1538,12 @@ impl ToolHost for Rendezvous {
     fn plan_edit(&self, arguments: &Value) -> Result<crate::tools::write::EditPlan, ToolError> {
         self.inner.plan_edit(arguments)
     }
-    fn apply_edit(&self, plan: crate::tools::write::EditPlan) -> Result<Value, ToolError> {
-        self.inner.apply_edit(plan)
+    fn apply_edit(
+        &self,
+        plan: crate::tools::write::EditPlan,
+        recorder: Option<&dyn crate::tools::WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        self.inner.apply_edit(plan, recorder)
     }
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
         self.inner.observation(result)

@@ -113,6 +113,12 @@ fn typescript() -> String {
     decl::<ListSessionsResponse>(&cfg, &mut out);
     decl::<GetTranscriptParams>(&cfg, &mut out);
     decl::<TranscriptResponse>(&cfg, &mut out);
+    decl::<RevertTurnParams>(&cfg, &mut out);
+    decl::<RevertedFileReport>(&cfg, &mut out);
+    decl::<UnrevertedCall>(&cfg, &mut out);
+    decl::<RevertTurnResult>(&cfg, &mut out);
+    decl::<ForkSessionParams>(&cfg, &mut out);
+    decl::<ForkSessionResult>(&cfg, &mut out);
     decl::<TranscriptRecord>(&cfg, &mut out);
     decl::<EntryBody>(&cfg, &mut out);
     decl::<AssistantCall>(&cfg, &mut out);

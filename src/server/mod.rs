@@ -41,6 +41,7 @@ use tower_lsp_server::ls_types::{
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
 mod catch_panic;
+mod checkpoints;
 mod editor;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
@@ -134,7 +135,9 @@ where
     .custom_method(methods::GET_TRANSCRIPT, Backend::get_transcript)
     .custom_method(methods::PROMPT, Backend::prompt)
     .custom_method(methods::STOP, Backend::stop)
-    .custom_method(methods::MCP_STATUS, Backend::mcp_status);
+    .custom_method(methods::MCP_STATUS, Backend::mcp_status)
+    .custom_method(methods::REVERT_TURN, Backend::revert_turn)
+    .custom_method(methods::FORK_SESSION, Backend::fork_session);
     // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
     #[cfg(feature = "test-hooks")]
     let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {
@@ -293,6 +296,7 @@ impl State {
             limits: &limits,
             ledger: Some(self.ledger.as_ref()),
             editor: Some(self),
+            recorder: None,
         };
         let result = tools::call(name, arguments, &ctx);
         let observation = tools::observation(&result, &limits);

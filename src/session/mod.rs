@@ -33,6 +33,7 @@
 //! **Secrets.** Never put API keys or other credentials in a title or payload: the database is
 //! a plain file under the data directory, and an entry can never be removed.
 
+pub mod checkpoints;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -248,6 +249,8 @@ pub enum SessionError {
          stopped renewing it for too long)"
     )]
     LeaseNotHeld(String),
+    #[error("session {session_id} has no turn {turn_id:?}")]
+    NoSuchTurn { session_id: String, turn_id: String },
     #[error("entry {seq} of session {session_id} is unreadable: {reason}")]
     CorruptEntry {
         session_id: String,
@@ -338,6 +341,9 @@ pub struct SessionStore {
     /// The test hook `crash_after_appends`: the committed writes left before the process
     /// aborts; `None` (always, outside the durability tests) disables it.
     crash_after: Option<AtomicU64>,
+    /// The test hook `crash_after_checkpoints`: the checkpoint records left before the process
+    /// aborts (between a pre-image's commit and its write); `None` outside those tests.
+    crash_after_checkpoints: Option<AtomicU64>,
 }
 
 impl fmt::Debug for SessionStore {
@@ -375,6 +381,7 @@ impl SessionStore {
             conn: Mutex::new(conn),
             now_ms,
             crash_after: crash_after_appends_hook().map(AtomicU64::new),
+            crash_after_checkpoints: test_hook("crash_after_checkpoints=").map(AtomicU64::new),
         })
     }
 
@@ -725,6 +732,15 @@ impl SessionStore {
         )
     }
 
+    /// The test hook: aborts the process once the configured number of checkpoints committed.
+    fn committed_checkpoint(&self) {
+        if let Some(left) = &self.crash_after_checkpoints
+            && left.fetch_sub(1, AtomicOrdering::SeqCst) == 1
+        {
+            std::process::abort();
+        }
+    }
+
     /// The test hook: aborts the process once the configured number of writes committed.
     fn committed_append(&self) {
         if let Some(left) = &self.crash_after
@@ -1012,17 +1028,28 @@ fn process_is_alive(pid: i64) -> bool {
 /// The `crash_after_appends=N` test hook from [`TEST_HOOKS_ENV`], when set, in the builds of
 /// pen's own tests (the `test-hooks` feature); never in an installed pen.
 fn crash_after_appends_hook() -> Option<u64> {
+    test_hook("crash_after_appends=")
+}
+
+/// The count of the test hook `name` (`crash_after_appends=`, `crash_after_checkpoints=`) in
+/// the test-hooks builds; never in an installed pen.
+fn test_hook(name: &str) -> Option<u64> {
     if cfg!(feature = "test-hooks") {
-        parse_crash_hook(&std::env::var(TEST_HOOKS_ENV).ok()?)
+        parse_hook(&std::env::var(TEST_HOOKS_ENV).ok()?, name)
     } else {
         None
     }
 }
 
+#[cfg(test)]
 fn parse_crash_hook(hooks: &str) -> Option<u64> {
+    parse_hook(hooks, "crash_after_appends=")
+}
+
+fn parse_hook(hooks: &str, name: &str) -> Option<u64> {
     hooks
         .split(',')
-        .find_map(|hook| hook.trim().strip_prefix("crash_after_appends="))
+        .find_map(|hook| hook.trim().strip_prefix(name))
         .and_then(|count| count.parse().ok())
         .filter(|count| *count > 0)
 }

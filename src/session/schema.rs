@@ -33,6 +33,16 @@ use crate::limits::SQLITE_BUSY_TIMEOUT;
 /// - `session_leases` holds at most one lease per session: the process running a turn in it
 ///   (pid and a token unique to that process start) and its heartbeat. Leases are not part of
 ///   the transcript and may be deleted.
+///
+/// Version 3 (checkpoints, SPEC §13):
+/// - `checkpoint_blobs` holds file contents, content-addressed by SHA-256, once per distinct
+///   content per session. They are the pre-images a revert restores.
+/// - `checkpoint_writes` is one row per pen_create/pen_edit, committed before the write: the
+///   file (absolute path and how results show it), the state before (`before_state`: `stored`
+///   with `before_sha256` naming a blob, `absent` for a file that did not exist, `too_large`
+///   past the session's store limit, with the size and hash only), its mode, and the SHA-256
+///   of the bytes the write lands (`after_sha256`). Rows are append-only (triggers).
+/// - `session_forks` says which session and turn a fork was made from.
 pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE TABLE store_clock (tick INTEGER NOT NULL) STRICT;
@@ -101,6 +111,50 @@ pub(super) const MIGRATIONS: &[&str] = &[
         owner_token TEXT NOT NULL,
         acquired_at INTEGER NOT NULL,
         heartbeat_at INTEGER NOT NULL
+    ) STRICT;
+",
+    "
+    CREATE TABLE checkpoint_blobs (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        content BLOB NOT NULL,
+        PRIMARY KEY (session_id, sha256)
+    ) STRICT;
+
+    CREATE TABLE checkpoint_writes (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        turn_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        path TEXT NOT NULL,
+        display TEXT NOT NULL,
+        before_state TEXT NOT NULL CHECK (before_state IN ('stored', 'absent', 'too_large')),
+        before_sha256 TEXT,
+        before_size INTEGER,
+        mode INTEGER,
+        after_sha256 TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        FOREIGN KEY (session_id, before_sha256) REFERENCES checkpoint_blobs (session_id, sha256)
+            DEFERRABLE INITIALLY DEFERRED
+    ) STRICT;
+
+    CREATE INDEX checkpoint_writes_by_turn ON checkpoint_writes (session_id, turn_id, id);
+
+    CREATE TRIGGER checkpoint_writes_are_never_updated BEFORE UPDATE ON checkpoint_writes
+    BEGIN SELECT RAISE(ABORT, 'checkpoint writes are append-only'); END;
+
+    CREATE TRIGGER checkpoint_writes_are_never_deleted BEFORE DELETE ON checkpoint_writes
+    BEGIN SELECT RAISE(ABORT, 'checkpoint writes are append-only'); END;
+
+    CREATE TRIGGER checkpoint_blobs_are_never_updated BEFORE UPDATE ON checkpoint_blobs
+    BEGIN SELECT RAISE(ABORT, 'checkpoint blobs are append-only'); END;
+
+    CREATE TABLE session_forks (
+        session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id),
+        from_session_id TEXT NOT NULL REFERENCES sessions (id),
+        before_turn_id TEXT NOT NULL
     ) STRICT;
 ",
 ];

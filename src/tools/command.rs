@@ -354,6 +354,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         run(serde_json::from_value(args).unwrap(), &ctx, cancel).await
     }

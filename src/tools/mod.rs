@@ -163,6 +163,29 @@ pub trait Editor: Sync {
     ) -> Result<(), String>;
 }
 
+/// A write pen_create or pen_edit is about to make, as the checkpoint store records it (SPEC
+/// §13): the file, its bytes before (`None`: it did not exist) and mode, and the bytes the write
+/// lands.
+pub struct PendingWrite<'a> {
+    pub tool: &'static str,
+    /// Canonical and absolute.
+    pub absolute: &'a std::path::Path,
+    /// As results show it.
+    pub display: &'a str,
+    pub before: Option<&'a [u8]>,
+    /// The file's permission bits before the write; `None` for a file that did not exist (or
+    /// an editor buffer with no file).
+    pub mode: Option<u32>,
+    pub after: &'a [u8],
+}
+
+/// Where pen_create and pen_edit record what they are about to write, before they write it, so
+/// the write can be reverted (the agent loop's checkpoints). `Err` refuses the write: a write
+/// that could not be recorded is not made.
+pub trait WriteRecorder: Sync {
+    fn before_write(&self, write: &PendingWrite<'_>) -> Result<(), String>;
+}
+
 /// Everything a tool call may use. Built by the caller (CLI, daemon, agent loop) per call.
 pub struct ToolContext<'a> {
     pub workspace: &'a Workspace,
@@ -171,6 +194,8 @@ pub struct ToolContext<'a> {
     pub ledger: Option<&'a ReadLedger>,
     /// The editor's open documents; `None` without an editor (`pen tool`).
     pub editor: Option<&'a dyn Editor>,
+    /// Records writes before they are made (checkpoints); `None` outside a session's turn.
+    pub recorder: Option<&'a dyn WriteRecorder>,
 }
 
 impl ToolContext<'_> {

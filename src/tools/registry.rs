@@ -510,6 +510,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         let err = Registry::native()
             .call("pen_write", &json!({}), &ctx)
@@ -575,6 +576,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         assert_eq!(
             registry.call("mcp_echo", &json!({"a": 1}), &ctx).unwrap(),

@@ -795,3 +795,97 @@ fn python_sdk_mcp_servers_of_the_client_become_pen_tools() {
         "the result reaches the next request"
     );
 }
+
+/// Issue 19: `_pen/revertTurn` and `_pen/forkSession`, ACP's extension methods. A revert while
+/// the session's turn runs is refused; after it, the turn's edit is reverted on disk, and a fork
+/// before the turn is a new session.
+#[test]
+fn the_checkpoint_extension_methods_revert_and_fork_and_wait_for_a_running_turn() {
+    let setup = Setup::new();
+    std::fs::write(setup.workspace().join("a.txt"), "alpha\n").unwrap();
+    let thinking = openai_frames(&["Thinking"], &[], usage());
+    let until_text = thinking
+        .iter()
+        .position(|f| f.contains("Thinking"))
+        .unwrap();
+    setup.fake.push([
+        calls(&[call("r1", "pen_read", json!({"path": "a.txt"}))]),
+        calls(&[edit("e1", "a.txt", "alpha", "beta")]),
+        text(&["Edited."]),
+        Reply::Hang(thinking[..=until_text].to_vec()),
+    ]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/set_mode",
+        "params": {"sessionId": session_id, "modeId": "allow_edits"}}),
+    );
+    pen.answer(3);
+    let prompt = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}})
+    };
+    pen.send(prompt(4));
+    assert_eq!(pen.answer(4)["result"]["stopReason"], "end_turn");
+    let workspace = setup.workspace();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "beta\n"
+    );
+    let turn = setup.transcript(&session_id)[0]["turnId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let revert = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "_pen/revertTurn",
+            "params": {"sessionId": session_id, "turnId": turn}})
+    };
+
+    // A turn runs: the revert is refused and changes nothing.
+    pen.send(prompt(5));
+    pen.until(|line| {
+        line["method"] == "session/update"
+            && line["params"]["update"]["content"]["text"] == "Thinking"
+    });
+    pen.send(revert(6));
+    let busy = pen.answer(6);
+    assert_eq!(busy["error"]["code"], -32600, "{busy}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "beta\n"
+    );
+    pen.send(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}),
+    );
+    assert_eq!(pen.answer(5)["result"]["stopReason"], "cancelled");
+
+    pen.send(revert(7));
+    let reverted = pen.answer(7);
+    assert_eq!(
+        reverted["result"]["files"][0]["path"], "a.txt",
+        "{reverted}"
+    );
+    assert_eq!(
+        reverted["result"]["files"][0]["status"], "reverted",
+        "{reverted}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 8, "method": "_pen/forkSession",
+        "params": {"sessionId": session_id, "beforeTurnId": turn}}),
+    );
+    let forked = pen.answer(8);
+    let fork = forked["result"]["sessionId"].as_str().unwrap();
+    assert_ne!(fork, session_id);
+    assert!(setup.transcript(fork).is_empty());
+    assert!(pen.close().success());
+}

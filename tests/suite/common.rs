@@ -61,6 +61,7 @@ pub fn call_tool(
         limits: &limits,
         ledger: None,
         editor: None,
+        recorder: None,
     };
     let result = pen::tools::call(name, args, &ctx);
     let observation = pen::tools::observation(&result, &limits);

@@ -243,6 +243,7 @@ fn race(
         limits: &limits,
         ledger: None,
         editor: None,
+        recorder: None,
     };
     // Before the race, the same call works inside: a refusal during it is the swap's doing.
     let calm = pen::tools::call(tool, &args(runs), &ctx);

@@ -5,6 +5,7 @@ mod agent;
 mod bedrock;
 mod cache;
 mod cache_figures;
+mod checkpoints;
 mod cli;
 mod common;
 mod confinement;

@@ -18,6 +18,10 @@ vim.api.nvim_create_user_command('PenNew', function(o) pen().new_session(o.args)
   { nargs = '?', desc = 'Start a new pen session' })
 vim.api.nvim_create_user_command('PenSessions', function() pen().sessions() end,
   { desc = 'Pick a pen session and show its transcript' })
+vim.api.nvim_create_user_command('PenUndo', function(o) pen().undo(o.args) end,
+  { nargs = '?', desc = "Revert a turn's file changes (the last turn by default) and every later turn's" })
+vim.api.nvim_create_user_command('PenFork', function(o) pen().fork(o.args) end,
+  { nargs = '?', desc = 'Start a new pen session with the history before a turn (the last by default)' })
 vim.api.nvim_create_user_command('PenMcp', function() pen().mcp_status() end,
   { desc = "Show each MCP server's status, tool count and schema tokens" })
 vim.api.nvim_create_user_command('PenLog', function() pen().log() end, { desc = "Open pen's daemon log" })

@@ -19,6 +19,10 @@ import type {
   NewSessionParams,
   PromptParams,
   PromptResponse,
+  ForkSessionParams,
+  ForkSessionResult,
+  RevertTurnParams,
+  RevertTurnResult,
   SessionSummary,
   StopParams,
   TranscriptResponse,
@@ -117,6 +121,12 @@ export class Controller implements vscode.Disposable {
       case 'openDiff':
         void this.openDiff(message.callId);
         break;
+      case 'revertTurn':
+        void this.revertTurn(message.turnId, message.force);
+        break;
+      case 'forkSession':
+        void this.forkSession(message.turnId);
+        break;
       case 'action':
         void this.runAction(message.action);
         break;
@@ -211,6 +221,43 @@ export class Controller implements vscode.Disposable {
     }
     this.set(model);
     await this.context.workspaceState.update(SESSION_KEY, sessionId);
+  }
+
+  /** "Undo this turn's changes": `pen/revertTurn` of the turn (and every later one). Open files
+   * change through the editor, so VS Code's undo takes the revert back. Conflicts come back as
+   * diffs on the revert's card; "Overwrite" sends it again with `force`. */
+  async revertTurn(turnId: string, force: boolean): Promise<RevertTurnResult | null> {
+    const client = this.daemon.client;
+    if (this.model.running || this.model.sessionId === null || client === null) {
+      return null;
+    }
+    try {
+      const params: RevertTurnParams = { sessionId: this.model.sessionId, turnId, force };
+      const result = await client.sendRequest<RevertTurnResult>(METHODS.REVERT_TURN, params);
+      this.set(state.reverted(this.model, turnId, result, force));
+      return result;
+    } catch (err) {
+      this.set(state.note(this.model, 'error', `Undo failed: ${errorText(err)}`));
+      return null;
+    }
+  }
+
+  /** "Fork from here": a new session with the history before the turn, opened in the panel. */
+  async forkSession(turnId: string): Promise<string | null> {
+    const client = this.daemon.client;
+    if (this.model.running || this.model.sessionId === null || client === null) {
+      return null;
+    }
+    try {
+      const params: ForkSessionParams = { sessionId: this.model.sessionId, beforeTurnId: turnId };
+      const result = await client.sendRequest<ForkSessionResult>(METHODS.FORK_SESSION, params);
+      await this.refreshSessions();
+      await this.switchSession(result.sessionId);
+      return result.sessionId;
+    } catch (err) {
+      this.set(state.note(this.model, 'error', `Fork failed: ${errorText(err)}`));
+      return null;
+    }
   }
 
   async refreshSessions(): Promise<void> {

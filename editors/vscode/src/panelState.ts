@@ -14,6 +14,7 @@ import type {
   EventBody,
   EventParams,
   PromptResponse,
+  RevertTurnResult,
   SessionSummary,
   TranscriptRecord,
   TrimmedData,
@@ -57,6 +58,8 @@ export interface ToolItem extends ItemBase {
   excerpt: string | null;
   /** For pen_edit: the unified diff pen showed when it asked. */
   diff: string | null;
+  /** Set when the write would not be revertible (its file is over the checkpoint store). */
+  notRevertible: string | null;
   /** True while pen waits for the owner's answer. */
   pendingApproval: boolean;
   /** The owner's answer, once given; `withdrawn` when Stop came first. */
@@ -82,6 +85,19 @@ export interface TurnEndItem extends ItemBase {
   usage: string | null;
 }
 
+/** What "Undo this turn's changes" did (`pen/revertTurn`): every file, the commands whose
+ * effects were not reverted, and whether conflicts are left (then the owner may force). */
+export interface RevertItem extends ItemBase {
+  kind: 'revert';
+  /** The turn the owner undid (the revert covers it and every later turn). */
+  turnId: string;
+  turns: string[];
+  files: { path: string; status: string; diff: string | null; reason: string | null }[];
+  commands: { tool: string; summary: string }[];
+  /** True when some files are conflicts and the revert was not forced. */
+  conflicts: boolean;
+}
+
 /** A note from the extension itself (the daemon restarted, a request failed). */
 export interface NoteItem extends ItemBase {
   kind: 'note';
@@ -89,7 +105,7 @@ export interface NoteItem extends ItemBase {
   text: string;
 }
 
-export type Item = UserItem | AnswerItem | ToolItem | TrimItem | TurnEndItem | NoteItem;
+export type Item = UserItem | AnswerItem | ToolItem | TrimItem | TurnEndItem | RevertItem | NoteItem;
 
 export interface PanelModel {
   sessionId: string | null;
@@ -392,6 +408,7 @@ function toolStarted(model: PanelModel, callId: string, tool: string, args: unkn
     isError: false,
     excerpt: null,
     diff: null,
+    notRevertible: null,
     pendingApproval: false,
     decision: null,
   } as ToolItem);
@@ -437,6 +454,7 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
     state: 'awaiting_approval',
     pendingApproval: true,
     diff: params.diff ?? null,
+    notRevertible: params.notRevertible ?? null,
   });
   return { ...m, status: 'waiting for approval' };
 }
@@ -542,6 +560,22 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       // decisions on the cards; events of a newer pen are not shown.
       return model;
   }
+}
+
+/** The answer of `pen/revertTurn` for `turnId`, as an item of the panel. */
+export function reverted(model: PanelModel, turnId: string, result: RevertTurnResult, forced: boolean): PanelModel {
+  if (result.sessionId !== model.sessionId) {
+    return model;
+  }
+  const files = result.files.map((f) => ({ path: f.path, status: f.status, diff: f.diff ?? null, reason: f.reason ?? null }));
+  return push(model, {
+    kind: 'revert',
+    turnId,
+    turns: result.turns,
+    files,
+    commands: result.commands.map((c) => ({ tool: c.tool, summary: c.summary })),
+    conflicts: !forced && files.some((f) => f.status === 'conflict'),
+  } as RevertItem);
 }
 
 /** One live `pen/event` of the current session; events of other sessions are ignored. */
@@ -655,6 +689,8 @@ export type FromWebview =
   | { type: 'newSession' }
   | { type: 'switchSession'; sessionId: string }
   | { type: 'openDiff'; callId: string }
+  | { type: 'revertTurn'; turnId: string; force: boolean }
+  | { type: 'forkSession'; turnId: string }
   | { type: 'action'; action: TurnAction };
 
 /** Messages the extension sends to the webview. */

@@ -15,6 +15,8 @@ export const METHODS = {
   PROMPT: 'pen/prompt',
   STOP: 'pen/stop',
   MCP_STATUS: 'pen/mcpStatus',
+  REVERT_TURN: 'pen/revertTurn',
+  FORK_SESSION: 'pen/forkSession',
   EVENT: 'pen/event',
   REQUEST_APPROVAL: 'pen/requestApproval',
 } as const;
@@ -103,6 +105,69 @@ export type GetTranscriptParams = { sessionId: string, afterSeq?: number, limit?
  * `pen/getTranscript` result.
  */
 export type TranscriptResponse = { sessionId: string, entries: Array<TranscriptRecord>, nextAfterSeq?: number, };
+
+/**
+ * `pen/revertTurn` params: revert `turnId` and every later turn of the session (SPEC §13).
+ */
+export type RevertTurnParams = { sessionId: string, turnId: string, 
+/**
+ * Also overwrite files that changed after pen wrote them (the conflicts).
+ */
+force?: boolean, };
+
+/**
+ * One file of a revert.
+ */
+export type RevertedFileReport = { path: string, 
+/**
+ * `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.
+ */
+status: string, 
+/**
+ * The turns that wrote it, newest first.
+ */
+turns: Array<string>, 
+/**
+ * For a conflict: the diff from what the file holds to what `force` would make it.
+ */
+diff?: string, reason?: string, };
+
+/**
+ * A call of the reverted turns whose effects were not reverted (a command, an MCP tool).
+ */
+export type UnrevertedCall = { turnId: string, tool: string, summary: string, };
+
+/**
+ * `pen/revertTurn` result.
+ */
+export type RevertTurnResult = { sessionId: string, 
+/**
+ * The reverted turns, newest first (the order they were undone in).
+ */
+turns: Array<string>, files: Array<RevertedFileReport>, 
+/**
+ * Their effects were not reverted.
+ */
+commands: Array<UnrevertedCall>, 
+/**
+ * What the model is told with its next prompt.
+ */
+note: string, };
+
+/**
+ * `pen/forkSession` params: a new session whose history is the original's before
+ * `beforeTurnId`.
+ */
+export type ForkSessionParams = { sessionId: string, beforeTurnId: string, };
+
+/**
+ * `pen/forkSession` result.
+ */
+export type ForkSessionResult = { 
+/**
+ * The new session.
+ */
+sessionId: string, forkedFrom: string, beforeTurnId: string, };
 
 /**
  * One entry of `pen/getTranscript`: its place in the session and its typed content, tagged
@@ -265,7 +330,12 @@ kind: string, sessionId: string, turnId: string, callId: string, tool: string, a
 /**
  * For pen_edit: the unified diff the edit would make.
  */
-diff?: string | null, };
+diff?: string | null, 
+/**
+ * Set when the write will not be revertible (its file is over the session's checkpoint
+ * store limit): `"not revertible: too large (…)"`.
+ */
+notRevertible?: string | null, };
 
 /**
  * The client's answer to `pen/requestApproval`: an object with a known `decision` and at most

@@ -129,6 +129,9 @@ function renderTool(item: ToolItem, old: HTMLElement | undefined): HTMLElement {
   if (item.decision === 'withdrawn') {
     card.append(el('div', 'decision', 'Approval withdrawn: the turn was stopped.'));
   }
+  if (item.notRevertible !== null) {
+    card.append(el('div', 'decision not-revertible', item.notRevertible));
+  }
   if (item.diff !== null) {
     card.append(renderDiff(item.diff));
     const open = button('Open diff', 'secondary small', () => vscode.postMessage({ type: 'openDiff', callId: item.callId }), 'diff');
@@ -201,6 +204,44 @@ function renderItem(item: Item, old: HTMLElement | undefined): HTMLElement {
           actions.append(button(ACTION_LABELS[action], 'secondary small', () => vscode.postMessage({ type: 'action', action })));
         }
         div.append(actions);
+      }
+      if (item.turnId !== null) {
+        const turnId = item.turnId;
+        const checkpoint = el('div', 'turn-actions checkpoint');
+        checkpoint.append(
+          button("Undo this turn's changes", 'secondary small', () => vscode.postMessage({ type: 'revertTurn', turnId, force: false }), 'discard'),
+          button('Fork from here', 'secondary small', () => vscode.postMessage({ type: 'forkSession', turnId }), 'repo-forked'),
+        );
+        div.append(checkpoint);
+      }
+      return div;
+    }
+    case 'revert': {
+      const div = el('section', 'card revert');
+      div.setAttribute('aria-label', `Undo of ${item.turns.length} turn(s)`);
+      div.append(el('div', 'card-head', `Undid ${item.turns.length} turn(s), newest first`));
+      const list = el('ul', 'files');
+      for (const file of item.files) {
+        const li = el('li', `file status-${file.status}`);
+        li.append(el('code', undefined, file.path), ` ${file.status.replace('_', ' ')}`);
+        if (file.reason !== null) {
+          li.append(el('div', 'reason', file.reason));
+        }
+        if (file.diff !== null) {
+          li.append(renderDiff(file.diff));
+        }
+        list.append(li);
+      }
+      if (item.files.length === 0) {
+        list.append(el('li', 'file', 'No file was changed by these turns.'));
+      }
+      div.append(list);
+      for (const command of item.commands) {
+        div.append(el('div', 'reason', `Not reverted (its effects are unknown): ${command.tool} ${command.summary}`));
+      }
+      if (item.conflicts) {
+        const turnId = item.turnId;
+        div.append(button('Overwrite the changed files', 'secondary danger small', () => vscode.postMessage({ type: 'revertTurn', turnId, force: true }), 'warning'));
       }
       return div;
     }

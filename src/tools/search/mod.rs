@@ -412,6 +412,7 @@ mod tests {
             limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         call("pen_search", &args, &ctx)
     }

@@ -10,7 +10,7 @@
 use super::diff::replacements;
 use super::plan::{EditPlan, open_for_edit, stale};
 use crate::tools::source::{self, BOM, ByteSource, OpenedFile, hash_bytes};
-use crate::tools::{ErrorCode, ToolContext, ToolError};
+use crate::tools::{ErrorCode, PendingWrite, ToolContext, ToolError};
 use crate::workspace::{Landing, Target, write_in};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
@@ -49,6 +49,22 @@ pub(super) fn land(
 ) -> Result<Value, ToolError> {
     let display = plan.display.as_str();
     if plan.changes {
+        if let Some(recorder) = ctx.recorder {
+            let mode = match &opened.opened.target {
+                Target::File(_, metadata) => Some(metadata.permissions().mode() & 0o7777),
+                _ => None,
+            };
+            recorder
+                .before_write(&PendingWrite {
+                    tool: "pen_edit",
+                    absolute: &plan.absolute,
+                    display,
+                    before: Some(&plan.before),
+                    mode,
+                    after: &plan.new_bytes,
+                })
+                .map_err(|reason| not_recorded(display, &reason))?;
+        }
         match (opened.source.editor_version(), ctx.editor) {
             (Some(version), Some(editor)) => {
                 let edits = editor_replacements(&plan, opened)?;
@@ -86,6 +102,18 @@ pub(super) fn land(
         result.insert("source".into(), json!(opened.source.name()));
     }
     Ok(plan.result)
+}
+
+/// The error of a write the checkpoint store could not record: it is not made, so nothing is
+/// ever written that a revert could not know of.
+pub(super) fn not_recorded(display: &str, reason: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Io,
+        format!(
+            "pen could not record the checkpoint of {display} ({reason}), so nothing was \
+             written. Try again; if it keeps failing, tell the owner."
+        ),
+    )
 }
 
 /// The plan as replacements of the open document's text, which is the planned text: one per

@@ -9,6 +9,7 @@
 mod apply;
 mod diff;
 mod plan;
+pub mod revert;
 mod rewrite;
 
 pub use apply::apply;
@@ -156,6 +157,18 @@ pub fn create(args: CreateArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
         )
     })?;
     let content = args.content.as_bytes();
+    if let Some(recorder) = ctx.recorder {
+        recorder
+            .before_write(&crate::tools::PendingWrite {
+                tool: "pen_create",
+                absolute: &resolved.absolute,
+                display: &display,
+                before: None,
+                mode: None,
+                after: content,
+            })
+            .map_err(|reason| apply::not_recorded(&display, &reason))?;
+    }
     write_in(dir.as_fd(), name, content, Landing::New).map_err(|e| {
         // Someone created the file between the check above and the write.
         if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -260,6 +273,7 @@ mod tests {
             workspace: &workspace,
             limits: &limits,
             editor: None,
+            recorder: None,
             ledger: Some(&ledger),
         };
         let args = |old: &str, new: &str, expected: Option<&str>| EditArgs {
@@ -353,6 +367,7 @@ mod tests {
             limits: &limits,
             ledger: Some(&ledger),
             editor: None,
+            recorder: None,
         };
         let absolute = workspace.resolve("f.txt").unwrap().absolute;
         ledger.record(&absolute, &hash_bytes(b"a\nb\r\nc\n"));
@@ -384,6 +399,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         let file = dir.path().join("f.txt");
         for changed in ["one\nTWO\n", "one\ntwo\nthree\n", ""] {
@@ -424,6 +440,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: None,
+            recorder: None,
         };
         let args = EditArgs {
             path: "link.txt".into(),
@@ -455,6 +472,7 @@ mod tests {
             limits: &limits,
             ledger: None,
             editor: Some(&editor),
+            recorder: None,
         };
         let first = plan(edit_args("line", "LINE"), &ctx).unwrap();
         let planned = String::from_utf8(first.new_bytes().to_vec()).unwrap();

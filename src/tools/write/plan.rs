@@ -32,6 +32,9 @@ pub struct EditPlan {
     pub(super) new_hash: String,
     pub(super) changes: bool,
     pub(super) bom: bool,
+    /// The text the plan was computed against, which the checkpoint store records as the
+    /// file's pre-image before the write.
+    pub(super) before: Vec<u8>,
     /// The result pen_edit returns once the plan is applied (`source` is filled in then).
     pub(super) result: Value,
 }
@@ -50,6 +53,16 @@ impl EditPlan {
     /// The exact bytes applying the plan writes.
     pub fn new_bytes(&self) -> &[u8] {
         &self.new_bytes
+    }
+
+    /// The size of the text the plan was computed against (the pre-image a revert restores).
+    pub fn planned_len(&self) -> u64 {
+        self.planned_len
+    }
+
+    /// The text the plan was computed against.
+    pub fn before_bytes(&self) -> &[u8] {
+        &self.before
     }
 
     /// The path as the call named it.
@@ -165,6 +178,7 @@ fn plan_opened(
         planned_hash,
         bom: rewritten.bom,
         changes: new_bytes != bytes,
+        before: bytes,
         new_bytes,
         new_hash: hash,
         result,

@@ -361,6 +361,123 @@ function M.sessions()
   end)
 end
 
+--- The turn ids of `session`, oldest first (from pen/getTranscript).
+local function turns_of(client, session)
+  local turns, seen, after = {}, {}, nil
+  repeat
+    local res, err = request_sync(client, methods.GET_TRANSCRIPT, { sessionId = session, afterSeq = after })
+    if not res then
+      return nil, err
+    end
+    for _, e in ipairs(res.entries or {}) do
+      local t = e.turnId
+      if type(t) == 'string' and not seen[t] then
+        seen[t] = true
+        table.insert(turns, t)
+      end
+    end
+    after = res.nextAfterSeq
+  until after == nil or after == vim.NIL or #(res.entries or {}) == 0
+  return turns
+end
+
+--- The turn `arg` names (an id, or a number counted from 1), else the session's last one.
+local function pick_turn(client, session, arg)
+  local turns, err = turns_of(client, session)
+  if not turns then
+    return nil, err
+  end
+  if arg and arg ~= '' then
+    local n = tonumber(arg)
+    if n then
+      return turns[n], ('no turn %d (the session has %d)'):format(n, #turns)
+    end
+    return arg
+  end
+  return turns[#turns], 'the session has no turn'
+end
+
+--- The lines of a pen/revertTurn result for the transcript.
+local function revert_lines(res)
+  local l = { '', ('> reverted %d turn(s): %s'):format(#res.turns, table.concat(res.turns, ', ')) }
+  for _, f in ipairs(res.files or {}) do
+    table.insert(l, ('> - %s: %s%s'):format(f.path, f.status, f.reason and (' (' .. f.reason .. ')') or ''))
+    if f.diff then
+      table.insert(l, '```diff')
+      vim.list_extend(l, vim.split(f.diff, '\n', { plain = true, trimempty = true }))
+      table.insert(l, '```')
+    end
+  end
+  for _, c in ipairs(res.commands or {}) do
+    table.insert(l, ('> not reverted: %s `%s`'):format(c.tool, c.summary))
+  end
+  return l
+end
+
+--- `:PenUndo [turn]`: revert the file changes of a turn (the last one by default; an id or a
+--- number) and every later one. Open buffers change as edits (`u` takes the revert back).
+--- Conflicts (files changed since pen wrote them) are shown as diffs, then overwritten only
+--- when the owner says so.
+function M.undo(arg, force)
+  local client = M.client()
+  local s = M.state.session
+  if not client or not s then
+    notify('no pen session', vim.log.levels.WARN)
+    return
+  end
+  local turn, why = pick_turn(client, s, arg)
+  if not turn then
+    notify(tostring(why), vim.log.levels.ERROR)
+    return
+  end
+  M.state.status = 'pen: reverting'
+  -- Asynchronous: the daemon sends workspace/applyEdit back while it reverts.
+  client:request(methods.REVERT_TURN, { sessionId = s, turnId = turn, force = force or false }, function(err, res)
+    M.state.status = ''
+    M.state.last_revert = err and { error = err } or res
+    if err then
+      notify('revert failed: ' .. tostring(err.message), vim.log.levels.ERROR)
+      return
+    end
+    transcript.lines(s, revert_lines(res))
+    local conflicts = vim.tbl_filter(function(f) return f.status == 'conflict' end, res.files or {})
+    if #conflicts > 0 and not force then
+      vim.ui.select({ 'Keep them', 'Overwrite them' },
+        { prompt = ('%d file(s) changed since pen wrote them'):format(#conflicts) }, function(choice)
+          if choice == 'Overwrite them' then
+            M.undo(turn, true)
+          end
+        end)
+    end
+  end)
+end
+
+--- `:PenFork [turn]`: a new session with the history before a turn (the last one by default),
+--- which becomes the current session; the original is not changed.
+function M.fork(arg)
+  local client = M.client()
+  local s = M.state.session
+  if not client or not s then
+    notify('no pen session', vim.log.levels.WARN)
+    return
+  end
+  local turn, why = pick_turn(client, s, arg)
+  if not turn then
+    notify(tostring(why), vim.log.levels.ERROR)
+    return
+  end
+  local res, err = request_sync(client, methods.FORK_SESSION, { sessionId = s, beforeTurnId = turn })
+  if not res then
+    notify('fork failed: ' .. tostring(err), vim.log.levels.ERROR)
+    return
+  end
+  M.state.session = res.sessionId
+  transcript.show(res.sessionId, M.config.split)
+  M.load_transcript(client, res.sessionId)
+  notify('forked ' .. s .. ' before ' .. turn .. ' as ' .. res.sessionId)
+  return res.sessionId
+end
+
 --- The data directory, as the daemon computes it: $PEN_DATA_DIR, else the platform's.
 function M.data_dir()
   local env = (M.config.cmd_env or {}).PEN_DATA_DIR or vim.env.PEN_DATA_DIR

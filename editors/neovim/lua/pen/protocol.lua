@@ -14,6 +14,8 @@ M.methods = {
   PROMPT = 'pen/prompt',
   STOP = 'pen/stop',
   MCP_STATUS = 'pen/mcpStatus',
+  REVERT_TURN = 'pen/revertTurn',
+  FORK_SESSION = 'pen/forkSession',
   EVENT = 'pen/event',
   REQUEST_APPROVAL = 'pen/requestApproval',
 }

@@ -509,6 +509,27 @@ async function main(): Promise<void> {
       await waitUntil('a.txt saved with CRLF', UI_MS, () => fs.readFileSync(path.join(ws, 'a.txt'), 'utf8') === saved);
     });
 
+    await step(page, 'undo-turn-through-the-editor', async () => {
+      // "Undo this turn's changes" on the edit's turn: the open buffer goes back to the text pen
+      // edited (the unsaved line), through the editor, so VS Code's undo takes the revert back.
+      await p.locator('.turn-end').nth(ends).getByRole('button', { name: "Undo this turn's changes" }).click();
+      const undo = p.locator('section.card.revert').last();
+      await undo.locator('li.file.status-reverted', { hasText: 'a.txt' }).waitFor({ timeout: TURN_MS });
+      await page.locator('.tab', { hasText: /^a\.txt/ }).first().click();
+      await waitUntil('the revert in the editor', UI_MS, async () => {
+        const text = await editorText(page);
+        return text.includes('line two UNSAVED') && text.includes('line three KEPT') && !text.includes('EDITED');
+      });
+      await page.locator('.statusbar-item', { hasText: 'CRLF' }).waitFor();
+      await page.locator('.editor-instance .monaco-editor .view-lines').first().click();
+      await page.keyboard.press('Control+Z');
+      await waitUntil('undo to take the revert back', UI_MS, async () => (await editorText(page)).includes('line two EDITED'));
+      const saved = 'line one\r\nline two EDITED\r\nline three KEPT\r\n';
+      if (fs.readFileSync(path.join(ws, 'a.txt'), 'utf8') !== saved) {
+        throw new Error('the revert of an open buffer wrote the disk');
+      }
+    });
+
     await step(page, 'ask-about-selection', async () => {
       await page.keyboard.press('Control+Home');
       await page.keyboard.press('Shift+ArrowDown');

@@ -16,6 +16,7 @@ import {
   promptAnswered,
   promptFailed,
   promptSent,
+  reverted,
   switchSession,
   trimNotice,
   usageLine,
@@ -64,6 +65,10 @@ function outline(m: PanelModel): string[] {
           (item.actions.length > 0 ? ` [${item.actions.join(',')}]` : '') +
           (item.hint !== null ? ` hint=${item.hint}` : '') +
           (item.usage !== null ? ` usage=${item.usage}` : '');
+      case 'revert':
+        return `revert ${item.turns.join(',')}: ` + item.files.map((f) => `${f.path}=${f.status}` + (f.diff !== null ? '+diff' : '')).join(' ') +
+          (item.commands.length > 0 ? ` commands=${item.commands.map((c) => c.summary).join(',')}` : '') +
+          (item.conflicts ? ' CONFLICTS' : '');
       case 'note':
         return `note ${item.level}: ${item.text}`;
     }
@@ -472,5 +477,38 @@ describe('helpers', () => {
     assert.equal(old.sessionUsage, null);
     assert.equal(usageLine({ inputTokens: 120, outputTokens: 3 }), '120 input tokens, 3 output tokens');
     assert.equal(usageLine(undefined), null);
+  });
+});
+
+describe('checkpoints', () => {
+  test('an approval says when the write will not be revertible', () => {
+    let m = promptSent(session(), 'edit');
+    m = approvalRequested(m, {
+      kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', arguments: { path: 'big.txt' },
+      diff: '-a\n+b\n', notRevertible: 'not revertible: too large (…)',
+    });
+    const card = m.items.find((i) => i.kind === 'tool');
+    assert.ok(card !== undefined && card.kind === 'tool');
+    assert.equal(card.notRevertible, 'not revertible: too large (…)');
+  });
+
+  test("an undo lists every file, conflicts with their diffs, and offers to force only then", () => {
+    const result = {
+      sessionId: S,
+      turns: ['t3', 't2'],
+      files: [
+        { path: 'a.txt', status: 'reverted', turns: ['t3', 't2'] },
+        { path: 'n.txt', status: 'deleted', turns: ['t2'] },
+        { path: 'b.txt', status: 'conflict', turns: ['t3'], diff: '-mine\n+theirs\n', reason: 'it changed after pen wrote it' },
+      ],
+      commands: [{ turnId: 't3', tool: 'pen_command', summary: 'make' }],
+      note: '[pen] …',
+    };
+    let m = reverted(session(), 't2', result, false);
+    assert.deepEqual(outline(m), ['revert t3,t2: a.txt=reverted n.txt=deleted b.txt=conflict+diff commands=make CONFLICTS']);
+    m = reverted(session(), 't2', { ...result, files: [{ path: 'b.txt', status: 'reverted', turns: ['t3'] }] }, true);
+    assert.deepEqual(outline(m), ['revert t3,t2: b.txt=reverted commands=make']);
+    // Another session's answer is not shown.
+    assert.deepEqual(outline(reverted(session(), 't2', { ...result, sessionId: 'other' }, false)), []);
   });
 });

@@ -1,0 +1,386 @@
+//! Reverting turns and forking sessions (SPEC §13), for every front end (`pen/revertTurn`,
+//! `pen revert`, ACP's `_pen/revertTurn`, and the forks).
+//!
+//! A revert of turn T undoes T and every later turn of the session, newest first: each file
+//! those turns wrote goes back to its bytes before the first of those writes (or is deleted when
+//! it did not exist), through the editor for an open buffer and atomically on disk otherwise.
+//!
+//! **Invariants.** A file is overwritten only while it holds a state pen recorded for it in
+//! those turns (a post-image, or a pre-image: a crash between the record and the write leaves
+//! the pre-image): anything else is a change pen did not make (the user's, a command's), a
+//! conflict reported with its diff and left untouched unless forced. The revert runs under the
+//! session's claim (the engine's registry and the lease), so never while a turn runs there, in
+//! this pen or another. It is recorded in the transcript as an event (append-only), and the
+//! model is told with its next prompt. Effects of commands cannot be known: the report names
+//! every command and MCP call of those turns as not reverted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{BeginError, Engine};
+use crate::limits::{Limits, MAX_REVERT_DIFF_BYTES};
+use crate::session::checkpoints::{Before, WriteRecord, content_hash};
+use crate::session::{NewEntry, SessionError, SessionStore};
+use crate::tools::write::revert::{self, Current};
+use crate::tools::{Editor, ToolContext};
+use crate::transcript::{Event, Item, RevertedFile};
+use crate::workspace::Workspace;
+
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error(transparent)]
+    Store(#[from] SessionError),
+    /// A turn runs in the session (here or in another pen).
+    #[error("{0}")]
+    Busy(String),
+    #[error("the revert failed: {0}")]
+    Task(String),
+}
+
+impl From<BeginError> for CheckpointError {
+    fn from(error: BeginError) -> Self {
+        match error {
+            BeginError::Store(SessionError::NotFound(id)) => {
+                CheckpointError::Store(SessionError::NotFound(id))
+            }
+            other => {
+                CheckpointError::Busy(format!("cannot revert or fork while a turn runs: {other}"))
+            }
+        }
+    }
+}
+
+/// What became of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileStatus {
+    /// Its bytes before the turns are back.
+    Reverted,
+    /// The turns created it; it is gone.
+    Deleted,
+    /// It already held its state before the turns (a write a crash stopped, or undone by hand).
+    Unchanged,
+    /// It changed after pen wrote it; left as it is (see `diff`), unless forced.
+    Conflict,
+    /// Its state before cannot be restored (`reason` says why).
+    NotRevertible,
+}
+
+impl FileStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileStatus::Reverted => "reverted",
+            FileStatus::Deleted => "deleted",
+            FileStatus::Unchanged => "unchanged",
+            FileStatus::Conflict => "conflict",
+            FileStatus::NotRevertible => "not_revertible",
+        }
+    }
+}
+
+/// One file of a revert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileReport {
+    /// As results show it.
+    pub path: String,
+    pub status: FileStatus,
+    /// The turns that wrote it, newest first.
+    pub turns: Vec<String>,
+    /// For a conflict: the diff from what it holds to what a forced revert would make it.
+    pub diff: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// A call whose effects a revert cannot know (a command, an MCP tool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnrevertedCall {
+    pub turn_id: String,
+    pub tool: String,
+    /// The command line of a pen_command; else the arguments as JSON.
+    pub summary: String,
+}
+
+/// What a revert did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertReport {
+    /// Newest first.
+    pub turns: Vec<String>,
+    pub files: Vec<FileReport>,
+    pub commands: Vec<UnrevertedCall>,
+    /// What the model is told with its next prompt.
+    pub note: String,
+}
+
+/// Where a revert runs: the session store, the workspace and the editor's buffers.
+pub struct Scope {
+    pub store: Arc<SessionStore>,
+    pub workspace: Workspace,
+    pub limits: Limits,
+    pub editor: Option<Arc<dyn Editor + Send + Sync>>,
+}
+
+/// Reverts `turn_id` and every later turn of the session under the session's claim (refused
+/// while a turn runs there), and records the revert. `force` also overwrites conflicts.
+pub async fn revert_turn(
+    engine: &Arc<Engine>,
+    scope: Scope,
+    session_id: &str,
+    turn_id: &str,
+    force: bool,
+) -> Result<RevertReport, CheckpointError> {
+    let claim = engine.begin(session_id, CancellationToken::new()).await?;
+    let session = session_id.to_string();
+    let turn = turn_id.to_string();
+    let report =
+        tokio::task::spawn_blocking(move || revert_blocking(&scope, &session, &turn, force))
+            .await
+            .map_err(|e| CheckpointError::Task(e.to_string()))?;
+    drop(claim);
+    report
+}
+
+/// Starts a new session whose history is `session_id`'s before `before_turn_id` (refused while
+/// a turn runs in the original, so the copy is of finished turns). The original is unchanged.
+pub async fn fork_session(
+    engine: &Arc<Engine>,
+    session_id: &str,
+    before_turn_id: &str,
+) -> Result<String, CheckpointError> {
+    let claim = engine.begin(session_id, CancellationToken::new()).await?;
+    let store = Arc::clone(engine.store());
+    let session = session_id.to_string();
+    let turn = before_turn_id.to_string();
+    let forked = tokio::task::spawn_blocking(move || {
+        let title = store
+            .get_session(&session)?
+            .title
+            .map(|title| format!("fork of {title}"));
+        store.fork_session(&session, &turn, title.as_deref())
+    })
+    .await
+    .map_err(|e| CheckpointError::Task(e.to_string()))?;
+    drop(claim);
+    Ok(forked?)
+}
+
+/// A file's writes in the reverted turns, oldest first.
+struct FileWrites<'a> {
+    writes: Vec<&'a WriteRecord>,
+}
+
+/// The revert itself (blocking). The caller holds the session's claim.
+pub fn revert_blocking(
+    scope: &Scope,
+    session_id: &str,
+    turn_id: &str,
+    force: bool,
+) -> Result<RevertReport, CheckpointError> {
+    let store = &scope.store;
+    let all_turns = store.turns(session_id)?;
+    let Some(from) = all_turns.iter().position(|t| t == turn_id) else {
+        return Err(SessionError::NoSuchTurn {
+            session_id: session_id.to_string(),
+            turn_id: turn_id.to_string(),
+        }
+        .into());
+    };
+    let reverted_turns: Vec<String> = all_turns[from..].to_vec();
+    let writes = store.writes_of(session_id, &reverted_turns)?;
+    let mut by_path: BTreeMap<&str, FileWrites<'_>> = BTreeMap::new();
+    for write in &writes {
+        by_path
+            .entry(write.path.as_str())
+            .or_insert_with(|| FileWrites { writes: Vec::new() })
+            .writes
+            .push(write);
+    }
+    // Newest write first, so the report reads as the turns are undone.
+    let mut files: Vec<(&str, FileWrites<'_>)> = by_path.into_iter().collect();
+    files.sort_by_key(|(_, f)| std::cmp::Reverse(f.writes.last().map_or(0, |w| w.id)));
+    let ctx = ToolContext {
+        workspace: &scope.workspace,
+        limits: &scope.limits,
+        ledger: None,
+        editor: scope.editor.as_deref().map(|e| e as &dyn Editor),
+        recorder: None,
+    };
+    let mut reports = Vec::with_capacity(files.len());
+    for (path, file) in &files {
+        reports.push(revert_file(store, session_id, &ctx, path, file, force));
+    }
+    let commands = unreverted_calls(store, session_id, &reverted_turns)?;
+    let mut newest_first = reverted_turns;
+    newest_first.reverse();
+    let note = note(&newest_first, &reports, &commands);
+    store.append(
+        session_id,
+        &NewEntry::item(
+            None,
+            &Item::Event(Event::FilesReverted {
+                turns: newest_first.clone(),
+                files: reports
+                    .iter()
+                    .map(|r| RevertedFile {
+                        path: r.path.clone(),
+                        status: r.status.as_str().to_string(),
+                    })
+                    .collect(),
+                note: note.clone(),
+            }),
+        ),
+    )?;
+    Ok(RevertReport {
+        turns: newest_first,
+        files: reports,
+        commands,
+        note,
+    })
+}
+
+fn revert_file(
+    store: &SessionStore,
+    session_id: &str,
+    ctx: &ToolContext,
+    path: &str,
+    file: &FileWrites<'_>,
+    force: bool,
+) -> FileReport {
+    let (Some(first), Some(last)) = (file.writes.first(), file.writes.last()) else {
+        unreachable!("a file is listed only with its writes")
+    };
+    let mut turns: Vec<String> = Vec::new();
+    for write in file.writes.iter().rev() {
+        if !turns.contains(&write.turn_id) {
+            turns.push(write.turn_id.clone());
+        }
+    }
+    let report = |status, diff, reason: Option<String>| FileReport {
+        path: last.display.clone(),
+        status,
+        turns: turns.clone(),
+        diff,
+        reason,
+    };
+    let target: Option<Vec<u8>> = match &first.before {
+        Before::Absent => None,
+        Before::TooLarge { size, .. } => {
+            return report(
+                FileStatus::NotRevertible,
+                None,
+                Some(format!(
+                    "not revertible: too large (it was {size} bytes, over the session's \
+                     checkpoint_store_bytes)"
+                )),
+            );
+        }
+        Before::Stored { hash, .. } => match store.checkpoint_blob(session_id, hash) {
+            Ok(Some(bytes)) => Some(bytes),
+            Ok(None) => {
+                return report(
+                    FileStatus::NotRevertible,
+                    None,
+                    Some("its stored content is missing".to_string()),
+                );
+            }
+            Err(e) => return report(FileStatus::NotRevertible, None, Some(e.to_string())),
+        },
+    };
+    let now = match revert::current(ctx, path) {
+        Ok(now) => now,
+        Err(e) => return report(FileStatus::NotRevertible, None, Some(e.message)),
+    };
+    let now_hash = now.bytes().map(content_hash);
+    let target_hash = target.as_deref().map(content_hash);
+    if now_hash == target_hash {
+        return report(FileStatus::Unchanged, None, None);
+    }
+    // Every state pen recorded for the file in these turns: what it wrote, and what it found
+    // (a crash between a record and its write leaves that).
+    let known = now_hash.as_ref().is_some_and(|hash| {
+        file.writes.iter().any(|w| {
+            &w.after_hash == hash
+                || matches!(&w.before, Before::Stored { hash: h, .. } if h == hash)
+        })
+    });
+    if !known && !force {
+        let diff = revert::revert_diff(
+            now.bytes(),
+            target.as_deref(),
+            &last.display,
+            MAX_REVERT_DIFF_BYTES,
+        );
+        let why = match &now {
+            Current::Absent => "it was deleted after pen wrote it",
+            _ => "it changed after pen wrote it (an edit, or a command)",
+        };
+        return report(
+            FileStatus::Conflict,
+            Some(diff),
+            Some(format!("{why}; revert with force to overwrite it")),
+        );
+    }
+    match revert::restore(ctx, path, &now, target.as_deref(), first.mode) {
+        Ok(()) if target.is_none() => report(FileStatus::Deleted, None, None),
+        Ok(()) => report(FileStatus::Reverted, None, None),
+        Err(e) => report(FileStatus::NotRevertible, None, Some(e.message)),
+    }
+}
+
+/// The calls of `turns` whose effects are unknown, in order: every call that is not a blocking
+/// native tool (those are the file tools, whose writes are recorded), so pen_command and every
+/// MCP tool.
+fn unreverted_calls(
+    store: &SessionStore,
+    session_id: &str,
+    turns: &[String],
+) -> Result<Vec<UnrevertedCall>, SessionError> {
+    use crate::tools::registry::{self, Execution};
+    Ok(store
+        .tool_calls_of(session_id, turns)?
+        .into_iter()
+        .filter(|(_, tool, _)| {
+            registry::get(tool).is_none_or(|spec| spec.execution() == Execution::Cancellable)
+        })
+        .map(|(turn_id, tool, arguments)| UnrevertedCall {
+            summary: match arguments.get("command").and_then(Value::as_str) {
+                Some(command) if tool == "pen_command" => command.to_string(),
+                _ => crate::text::cut(&arguments.to_string(), 300).to_string(),
+            },
+            turn_id,
+            tool,
+        })
+        .collect())
+}
+
+/// What the model is told with its next prompt.
+fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> String {
+    let mut note = format!(
+        "[pen] The owner reverted the file changes of {} turn(s) since your last answer ({}).",
+        turns.len(),
+        turns.join(", ")
+    );
+    if files.is_empty() {
+        note.push_str(" They changed no file.");
+    }
+    for file in files {
+        let what = match file.status {
+            FileStatus::Reverted => "restored to its content before those turns",
+            FileStatus::Deleted => "deleted (those turns created it)",
+            FileStatus::Unchanged => "already as before those turns",
+            FileStatus::Conflict => "kept as it is (it changed after pen wrote it)",
+            FileStatus::NotRevertible => "not reverted",
+        };
+        note.push_str(&format!("\n- {}: {what}", file.path));
+    }
+    if !commands.is_empty() {
+        note.push_str(&format!(
+            "\nThe effects of {} command(s) of those turns were not reverted.",
+            commands.len()
+        ));
+    }
+    note.push_str("\nRe-read any of these files before you edit them.");
+    note
+}

@@ -1,0 +1,688 @@
+//! Issue 19: checkpoints through the real binary. `pen run` (the fake provider scripting the
+//! model's calls) writes files; `pen revert` and `pen fork`, separate processes on the same data
+//! directory, read the checkpoints it recorded and undo its turns, byte for byte.
+
+use super::fake_provider::{FakeProvider, Reply, openai_frames};
+use super::lsp_client::{LspClient, file_uri};
+use pen::providers::{ToolCall, Usage};
+use pen::session::SessionStore;
+use pen::tools::source::hash_bytes;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.to_string(),
+    }
+}
+
+fn frames(text: &str, calls: &[ToolCall]) -> Reply {
+    Reply::Stream(openai_frames(&[text], calls, Usage::new(100, 10)))
+}
+
+/// A pen_edit of `path` from `old` to `new`, against the file's current `bytes`.
+fn edit(id: &str, path: &str, bytes: &[u8], old: &str, new: &str) -> ToolCall {
+    call(
+        id,
+        "pen_edit",
+        json!({
+            "path": path,
+            "edits": [{"old_text": old, "new_text": new}],
+            "expected_hash": hash_bytes(bytes),
+        }),
+    )
+}
+
+/// A workspace, a data dir and a config that approves the writing tools.
+struct Env {
+    data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    config: tempfile::NamedTempFile,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env::with_config("auto_approve = [\"pen_command\", \"pen_edit\", \"pen_create\"]\n")
+    }
+
+    fn with_config(config_text: &str) -> Env {
+        let config = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(config.path(), config_text).unwrap();
+        Env {
+            data: tempfile::tempdir().unwrap(),
+            root: tempfile::tempdir().unwrap(),
+            config,
+        }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.root.path().join(name)
+    }
+
+    fn pen(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pen"));
+        command
+            .current_dir(self.root.path())
+            .env("PEN_DATA_DIR", self.data.path())
+            .env("PEN_CONFIG", self.config.path())
+            .env_remove(pen::session::TEST_HOOKS_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// One `pen run` turn answering with `replies`; its output.
+    fn run(&self, session: Option<&str>, replies: Vec<Reply>, hooks: Option<&str>) -> Output {
+        let fake = FakeProvider::start();
+        fake.push(replies);
+        self.run_with(&fake, session, hooks)
+    }
+
+    fn run_with(&self, fake: &FakeProvider, session: Option<&str>, hooks: Option<&str>) -> Output {
+        let mut command = self.pen();
+        command
+            .args(["run", "--json", "--provider", "openai", "--model", "fake"])
+            .arg("--base-url")
+            .arg(format!("{}/v1", fake.url()));
+        if let Some(session) = session {
+            command.args(["--session", session]);
+        }
+        command.arg("go");
+        if let Some(hooks) = hooks {
+            command.env(pen::session::TEST_HOOKS_ENV, hooks);
+        }
+        command.output().unwrap()
+    }
+
+    fn store(&self) -> SessionStore {
+        SessionStore::open(self.data.path()).unwrap()
+    }
+
+    /// The only session's id.
+    fn session(&self) -> String {
+        let sessions = self.store().list_sessions(None, 10).unwrap().sessions;
+        assert_eq!(sessions.len(), 1, "{sessions:?}");
+        sessions[0].id.clone()
+    }
+
+    fn turns(&self, session: &str) -> Vec<String> {
+        self.store().turns(session).unwrap()
+    }
+
+    /// `pen revert` with `args`; its exit code and result.
+    fn revert(&self, args: &[&str]) -> (i32, Value) {
+        let output = self.pen().arg("revert").args(args).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let result = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {stdout} / {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap_or(-1), result)
+    }
+}
+
+fn ended(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line.get("stopReason").is_some())
+        .unwrap_or_else(|| {
+            panic!(
+                "no outcome: {stdout} / {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+fn statuses(result: &Value) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = result["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut items: Vec<(String, String)> = items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    items.sort();
+    items
+}
+
+const CRLF: &[u8] = b"one\r\ntwo\r\nthree\r\n";
+const BOM: &[u8] = b"\xEF\xBB\xBFalpha\nbeta\n";
+const NO_FINAL_NEWLINE: &[u8] = b"first\nlast";
+
+#[test]
+fn a_revert_restores_every_byte_and_mode_and_deletes_what_the_turn_created() {
+    let env = Env::new();
+    std::fs::write(env.path("crlf.txt"), CRLF).unwrap();
+    std::fs::write(env.path("bom.txt"), BOM).unwrap();
+    std::fs::write(env.path("nonl.sh"), NO_FINAL_NEWLINE).unwrap();
+    std::fs::set_permissions(env.path("nonl.sh"), std::fs::Permissions::from_mode(0o751)).unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[
+                    edit("c1", "crlf.txt", CRLF, "two", "TWO\nand a half"),
+                    edit("c2", "bom.txt", BOM, "alpha", "ALPHA"),
+                    edit("c3", "nonl.sh", NO_FINAL_NEWLINE, "last", "LAST"),
+                    call(
+                        "c4",
+                        "pen_create",
+                        json!({"path": "new/dir/made.txt", "content": "made\n"}),
+                    ),
+                    call(
+                        "c5",
+                        "pen_command",
+                        json!({"command": "echo side > effect.txt"}),
+                    ),
+                ],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read(env.path("crlf.txt")).unwrap(),
+        b"one\r\nTWO\r\nand a half\r\nthree\r\n"
+    );
+    assert!(env.path("new/dir/made.txt").exists());
+    let session = env.session();
+
+    // No TURN: the last one.
+    let (code, result) = env.revert(&[&session]);
+    assert_eq!(code, 0, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[
+            ("crlf.txt", "reverted"),
+            ("bom.txt", "reverted"),
+            ("nonl.sh", "reverted"),
+            ("new/dir/made.txt", "deleted"),
+        ])
+    );
+    assert_eq!(std::fs::read(env.path("crlf.txt")).unwrap(), CRLF);
+    assert_eq!(std::fs::read(env.path("bom.txt")).unwrap(), BOM);
+    assert_eq!(
+        std::fs::read(env.path("nonl.sh")).unwrap(),
+        NO_FINAL_NEWLINE
+    );
+    let mode = std::fs::metadata(env.path("nonl.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o751);
+    assert!(!env.path("new/dir/made.txt").exists());
+    // The command's effect is named, not reverted.
+    assert_eq!(result["commands"][0]["tool"], "pen_command");
+    assert_eq!(result["commands"][0]["summary"], "echo side > effect.txt");
+    assert!(env.path("effect.txt").exists());
+
+    // The revert is in the transcript, and the model is told with its next prompt.
+    let fake = FakeProvider::start();
+    fake.push([frames("Noted.", &[])]);
+    let output = env.run_with(&fake, Some(&session), None);
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let request = fake.requests().pop().unwrap();
+    let messages = request.body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap()["content"].to_string();
+    assert!(
+        last.contains("[pen] The owner reverted the file changes of 1 turn(s)"),
+        "{last}"
+    );
+    assert!(last.contains("crlf.txt: restored"), "{last}");
+    assert!(last.contains("effects of 1 command(s)"), "{last}");
+    let store = env.store();
+    let entries = store.transcript(&session, None, 500).unwrap().entries;
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.payload["type"] == "files_reverted"),
+        "{entries:?}"
+    );
+}
+
+#[test]
+fn a_file_changed_after_pen_wrote_it_is_a_conflict_until_forced() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "alpha\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[edit("c1", "a.txt", b"alpha\n", "alpha", "beta")],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::write(env.path("a.txt"), "beta\nthe user's line\n").unwrap();
+    let session = env.session();
+
+    let (code, result) = env.revert(&[&session]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(statuses(&result), pairs(&[("a.txt", "conflict")]));
+    let diff = result["files"][0]["diff"].as_str().unwrap();
+    assert!(diff.contains("-the user's line"), "{diff}");
+    assert!(diff.contains("+alpha"), "{diff}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("a.txt")).unwrap(),
+        "beta\nthe user's line\n"
+    );
+
+    let turn = env.turns(&session)[0].clone();
+    let (code, result) = env.revert(&[&session, &turn, "--force"]);
+    assert_eq!(code, 0, "{result}");
+    assert_eq!(statuses(&result), pairs(&[("a.txt", "reverted")]));
+    assert_eq!(
+        std::fs::read_to_string(env.path("a.txt")).unwrap(),
+        "alpha\n"
+    );
+}
+
+#[test]
+fn reverting_turn_two_of_three_undoes_three_then_two_and_a_fork_keeps_the_history_before() {
+    let env = Env::new();
+    std::fs::write(env.path("f.txt"), "one\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames("1", &[edit("a1", "f.txt", b"one\n", "one", "two")]),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let session = env.session();
+    for (step, (old, new)) in [("two", "three"), ("three", "four")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut calls = vec![edit(
+            &format!("b{step}"),
+            "f.txt",
+            format!("{old}\n").as_bytes(),
+            old,
+            new,
+        )];
+        if step == 0 {
+            calls.push(call(
+                "g",
+                "pen_create",
+                json!({"path": "g.txt", "content": "made in turn two\n"}),
+            ));
+        }
+        let output = env.run(
+            Some(&session),
+            vec![frames("n", &calls), frames("Done.", &[])],
+            None,
+        );
+        assert_eq!(ended(&output)["stopReason"], "end_turn");
+    }
+    assert_eq!(
+        std::fs::read_to_string(env.path("f.txt")).unwrap(),
+        "four\n"
+    );
+    let turns = env.turns(&session);
+    assert_eq!(turns.len(), 3);
+
+    // The fork first: the history before turn two, in a new session; the original unchanged.
+    let store = env.store();
+    let before_fork = store.transcript(&session, None, 500).unwrap().entries;
+    let output = env
+        .pen()
+        .args(["fork", &session, &turns[1]])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let forked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let fork_id = forked["sessionId"].as_str().unwrap().to_string();
+    assert_ne!(fork_id, session);
+    let after_fork = store.transcript(&session, None, 500).unwrap().entries;
+    assert_eq!(before_fork, after_fork);
+    let fork_entries = store.transcript(&fork_id, None, 500).unwrap().entries;
+    let first_of_two = before_fork
+        .iter()
+        .position(|e| e.turn_id.as_deref() == Some(turns[1].as_str()))
+        .unwrap();
+    assert_eq!(fork_entries.len(), first_of_two);
+    for (fork, original) in fork_entries.iter().zip(&before_fork) {
+        assert_eq!(
+            (fork.seq, &fork.kind, &fork.turn_id, &fork.payload),
+            (
+                original.seq,
+                &original.kind,
+                &original.turn_id,
+                &original.payload
+            )
+        );
+    }
+    let listed = env.pen().arg("sessions").output().unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&fork_id));
+    // The fork is resumable.
+    let output = env.run(Some(&fork_id), vec![frames("Forked.", &[])], None);
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+
+    let (code, result) = env.revert(&[&session, &turns[1]]);
+    assert_eq!(code, 0, "{result}");
+    assert_eq!(result["turns"], json!([turns[2], turns[1]]));
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("f.txt", "reverted"), ("g.txt", "deleted")])
+    );
+    let f = result["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "f.txt")
+        .unwrap();
+    assert_eq!(f["turns"], json!([turns[2], turns[1]]));
+    assert_eq!(std::fs::read_to_string(env.path("f.txt")).unwrap(), "two\n");
+    assert!(!env.path("g.txt").exists());
+}
+
+#[test]
+fn a_pre_image_over_the_store_limit_is_named_in_the_approval_request_before_the_write() {
+    // pen_edit is not approved ahead, so pen run asks (and, with no terminal, denies).
+    let env = Env::with_config("checkpoint_store_bytes = 1048576\n");
+    let big = "x".repeat(1_100_000) + "\nend\n";
+    std::fs::write(env.path("big.txt"), &big).unwrap();
+    std::fs::write(env.path("small.txt"), "small\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[
+                    edit("c1", "big.txt", big.as_bytes(), "end", "END"),
+                    edit("c2", "small.txt", b"small\n", "small", "SMALL"),
+                ],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let approvals: Vec<Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["kind"] == "approval_requested")
+        .collect();
+    assert_eq!(approvals.len(), 2, "{stdout}");
+    let note = approvals[0]["data"]["notRevertible"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", approvals[0]));
+    assert!(note.starts_with("not revertible: too large"), "{note}");
+    assert!(
+        approvals[1]["data"].get("notRevertible").is_none(),
+        "{}",
+        approvals[1]
+    );
+    // Nothing was written: the owner (nobody, here) was asked first.
+    assert_eq!(std::fs::read_to_string(env.path("big.txt")).unwrap(), big);
+}
+
+#[test]
+fn a_write_over_the_store_limit_is_reported_not_revertible() {
+    let env = Env::with_config("checkpoint_store_bytes = 1048576\nauto_approve = [\"pen_edit\"]\n");
+    let big = "x".repeat(1_100_000) + "\nend\n";
+    std::fs::write(env.path("big.txt"), &big).unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[edit("c1", "big.txt", big.as_bytes(), "end", "END")],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let (code, result) = env.revert(&[&env.session()]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(statuses(&result), pairs(&[("big.txt", "not_revertible")]));
+    let reason = result["files"][0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("not revertible: too large"), "{reason}");
+}
+
+/// Kill -9 right after the n-th pre-image commit, before its write: the files hold their
+/// pre-image (the last write) or post-image (the ones before), and the revert handles both.
+#[test]
+fn a_kill_between_the_pre_image_and_the_write_still_reverts_correctly() {
+    for crash_after in [1, 2] {
+        let env = Env::new();
+        std::fs::write(env.path("a.txt"), "alpha\n").unwrap();
+        std::fs::write(env.path("b.txt"), "bravo\n").unwrap();
+        let output = env.run(
+            None,
+            vec![
+                frames(
+                    "Editing.",
+                    &[
+                        edit("c1", "a.txt", b"alpha\n", "alpha", "ALPHA"),
+                        edit("c2", "b.txt", b"bravo\n", "bravo", "BRAVO"),
+                    ],
+                ),
+                frames("Done.", &[]),
+            ],
+            Some(&format!("crash_after_checkpoints={crash_after}")),
+        );
+        assert!(!output.status.success(), "the hook aborts pen run");
+        let a = std::fs::read_to_string(env.path("a.txt")).unwrap();
+        assert_eq!(
+            a,
+            if crash_after == 1 {
+                "alpha\n"
+            } else {
+                "ALPHA\n"
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(env.path("b.txt")).unwrap(),
+            "bravo\n"
+        );
+        let session = env.session();
+        let (code, result) = env.revert(&[&session]);
+        assert_eq!(code, 0, "{result}");
+        let expected = if crash_after == 1 {
+            vec![("a.txt", "unchanged")]
+        } else {
+            vec![("a.txt", "reverted"), ("b.txt", "unchanged")]
+        };
+        assert_eq!(statuses(&result), pairs(&expected), "{result}");
+        assert_eq!(
+            std::fs::read_to_string(env.path("a.txt")).unwrap(),
+            "alpha\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(env.path("b.txt")).unwrap(),
+            "bravo\n"
+        );
+    }
+}
+
+#[test]
+fn a_revert_of_an_unknown_turn_or_session_fails_and_changes_nothing() {
+    let env = Env::new();
+    std::fs::write(env.path("a.txt"), "alpha\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[edit("c1", "a.txt", b"alpha\n", "alpha", "beta")],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let session = env.session();
+    for args in [vec![session.as_str(), "t_nope"], vec!["s_nope"]] {
+        let output = env.pen().arg("revert").args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(!String::from_utf8_lossy(&output.stderr).is_empty());
+    }
+    let output = env
+        .pen()
+        .args(["fork", &session, "t_nope"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        env.store().list_sessions(None, 10).unwrap().sessions.len(),
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("a.txt")).unwrap(),
+        "beta\n"
+    );
+}
+
+/// `pen serve` with the fake provider and the writing tools approved ahead.
+fn daemon(data: &std::path::Path, root: &std::path::Path, fake: &FakeProvider) -> LspClient {
+    let base = format!("{}/v1", fake.url());
+    let mut client = LspClient::spawn(
+        data,
+        root,
+        &[
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", &base),
+            ("PEN_MODEL", "fake-model"),
+            ("PEN_AUTO_APPROVE", "pen_edit,pen_create"),
+        ],
+    );
+    client.initialize(root, &["utf-16"]);
+    client
+}
+
+/// Two daemons on one data directory: the second reverts what the first wrote (it sees the
+/// first's checkpoints); the first then reverts the open buffer through `workspace/applyEdit`.
+#[test]
+fn two_daemons_see_the_same_checkpoints_and_an_open_buffer_reverts_through_the_editor() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("f.txt");
+    std::fs::write(&file, "alpha\n").unwrap();
+    let fake = FakeProvider::start();
+    fake.push([
+        frames(
+            "Editing.",
+            &[
+                edit("c1", "f.txt", b"alpha\n", "alpha", "beta"),
+                call(
+                    "c2",
+                    "pen_create",
+                    json!({"path": "g.txt", "content": "gee\n"}),
+                ),
+            ],
+        ),
+        frames("Done.", &[]),
+    ]);
+    let mut a = daemon(data.path(), root.path(), &fake);
+    let edits: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = Arc::clone(&edits);
+    a.on_request(move |method, params| match method {
+        "workspace/applyEdit" => {
+            seen.lock().unwrap().push(params.clone());
+            json!({"applied": true})
+        }
+        _ => Value::Null,
+    });
+    let uri = file_uri(&file);
+    a.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "text", "version": 1, "text": "alpha\n"}}),
+    );
+    let session = a.new_session();
+    let answer = a.prompt(&session, "go");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let turn = answer["turnId"].as_str().unwrap().to_string();
+    // The editor applied pen's edit to its buffer (the disk still has the old text).
+    assert_eq!(edits.lock().unwrap().len(), 1);
+    a.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "beta\n"}]}),
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "alpha\n");
+    assert!(root.path().join("g.txt").exists());
+
+    // The second daemon sees the first's checkpoints: it deletes the created file, and finds
+    // f.txt on its disk already as it was.
+    let mut b = daemon(data.path(), root.path(), &FakeProvider::start());
+    let result = b.request(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": turn}),
+    );
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("f.txt", "unchanged"), ("g.txt", "deleted")]),
+        "{result}"
+    );
+    assert!(!root.path().join("g.txt").exists());
+    let unknown = b.request_raw(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": "t_nope"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // The first daemon has the buffer: its revert goes through the editor, as an edit of the
+    // buffer back to the text before the turn (so the editor's undo takes it back).
+    let result = a.request(
+        "pen/revertTurn",
+        json!({"sessionId": session, "turnId": turn}),
+    );
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("f.txt", "reverted"), ("g.txt", "unchanged")]),
+        "{result}"
+    );
+    let edits = edits.lock().unwrap().clone();
+    assert_eq!(edits.len(), 2, "{edits:?}");
+    let changes = &edits[1]["edit"]["changes"][&uri];
+    assert_eq!(
+        changes,
+        &json!([{
+            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}},
+            "newText": "alpha\n"
+        }])
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "alpha\n");
+
+    // A fork over the wire, listed and resumable.
+    let forked = a.request(
+        "pen/forkSession",
+        json!({"sessionId": session, "beforeTurnId": turn}),
+    );
+    let fork = forked["sessionId"].as_str().unwrap();
+    assert_eq!(forked["forkedFrom"], json!(session));
+    assert!(a.transcript(fork).is_empty());
+    a.close();
+    b.close();
+}
