@@ -523,6 +523,13 @@ impl From<transcript::Item> for EntryBody {
             compacted @ Item::Event(Event::ContextCompacted(_)) => {
                 EntryBody::Event(compacted.to_payload())
             }
+            // The session's instructions and environment are shown as stored (their own
+            // method, pen/getSessionContext, gives them in wire casing).
+            context @ Item::Event(
+                Event::SessionContext(_)
+                | Event::InstructionsDelivered { .. }
+                | Event::InstructionsChanged { .. },
+            ) => EntryBody::Event(context.to_payload()),
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -712,7 +719,37 @@ pub enum EventBody {
         state: String,
         reason: Option<String>,
     },
+    /// A root instruction file changed since the session recorded it; this turn's prompt
+    /// carries the new text.
+    InstructionsChanged {
+        files: Vec<InstructionFileInfo>,
+    },
     TurnEnded(TurnOutcome),
+}
+
+/// One project instruction file a session uses: its path (as tools show paths), its size, and
+/// whether the budget cut it or pen refused it (`refused` says why).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct InstructionFileInfo {
+    pub path: String,
+    pub bytes: u64,
+    pub cut: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub refused: Option<String>,
+}
+
+impl From<agent::InstructionSummary> for InstructionFileInfo {
+    fn from(s: agent::InstructionSummary) -> InstructionFileInfo {
+        InstructionFileInfo {
+            path: s.path,
+            bytes: s.bytes,
+            cut: s.cut,
+            refused: s.refused,
+        }
+    }
 }
 
 /// `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -815,6 +852,9 @@ impl From<agent::TurnEvent> for EventBody {
                 server,
                 state,
                 reason,
+            },
+            E::InstructionsChanged { files } => EventBody::InstructionsChanged {
+                files: files.into_iter().map(InstructionFileInfo::from).collect(),
             },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
