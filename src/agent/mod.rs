@@ -33,7 +33,10 @@ mod lease;
 mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
-pub use context::{environment, gather, root_instructions, system_text};
+pub use context::{
+    Focus, Lines, environment, gather, parse_file_arg, render_file, render_focus,
+    root_instructions, system_text,
+};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};

@@ -134,7 +134,8 @@ where
     .custom_method(methods::GET_TRANSCRIPT, Backend::get_transcript)
     .custom_method(methods::PROMPT, Backend::prompt)
     .custom_method(methods::STOP, Backend::stop)
-    .custom_method(methods::MCP_STATUS, Backend::mcp_status);
+    .custom_method(methods::MCP_STATUS, Backend::mcp_status)
+    .custom_method(methods::GET_SESSION_CONTEXT, Backend::get_session_context);
     // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
     #[cfg(feature = "test-hooks")]
     let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {

@@ -57,6 +57,7 @@ M.event_kind = {
   CONTEXT_TRIMMED = 'context_trimmed',
   USAGE = 'usage',
   MCP_SERVER = 'mcp_server',
+  INSTRUCTIONS_CHANGED = 'instructions_changed',
   TURN_ENDED = 'turn_ended',
 }
 
