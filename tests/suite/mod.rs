@@ -8,6 +8,7 @@ mod cache_figures;
 mod cli;
 mod common;
 mod confinement;
+mod context;
 mod daemon_sessions;
 mod documents;
 mod durability;
