@@ -50,7 +50,7 @@ pub mod methods {
 
     /// Every `pen/…` method of the protocol, with its constant's name (for the generated
     /// tables).
-    pub const ALL: [(&str, &str); 12] = [
+    pub const ALL: [(&str, &str); 13] = [
         ("CALL_TOOL", CALL_TOOL),
         ("LIST_TOOLS", LIST_TOOLS),
         ("GET_CONFIG", GET_CONFIG),
@@ -61,6 +61,7 @@ pub mod methods {
         ("PROMPT", PROMPT),
         ("STOP", STOP),
         ("MCP_STATUS", MCP_STATUS),
+        ("GET_SESSION_CONTEXT", GET_SESSION_CONTEXT),
         ("EVENT", EVENT),
         ("REQUEST_APPROVAL", REQUEST_APPROVAL),
     ];

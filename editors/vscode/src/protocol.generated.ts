@@ -15,6 +15,7 @@ export const METHODS = {
   PROMPT: 'pen/prompt',
   STOP: 'pen/stop',
   MCP_STATUS: 'pen/mcpStatus',
+  GET_SESSION_CONTEXT: 'pen/getSessionContext',
   EVENT: 'pen/event',
   REQUEST_APPROVAL: 'pen/requestApproval',
 } as const;

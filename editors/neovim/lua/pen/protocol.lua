@@ -14,6 +14,7 @@ M.methods = {
   PROMPT = 'pen/prompt',
   STOP = 'pen/stop',
   MCP_STATUS = 'pen/mcpStatus',
+  GET_SESSION_CONTEXT = 'pen/getSessionContext',
   EVENT = 'pen/event',
   REQUEST_APPROVAL = 'pen/requestApproval',
 }
