@@ -104,7 +104,35 @@ export interface PanelModel {
   /** The session's usage so far in a line, from the last `usage` event or turn end; null
    * until one reports it. */
   sessionUsage: string | null;
+  /** The editor focus the next prompt carries, as its chip shows it ("a.ts:3-9"); null when
+   * there is none or the owner removed the chip. */
+  focus: string | null;
+  /** The instruction files the session uses, in a line ("AGENTS.md 1.2 KB (cut)"); null
+   * when it has none. */
+  instructions: string | null;
   nextId: number;
+}
+
+/** A chip's label for the active file and its selection (lines 1-based, inclusive). */
+export function focusLabel(file: string, selection: { startLine: number; endLine: number } | null): string {
+  const name = file.split(/[\\/]/).pop() ?? file;
+  return selection === null ? name : `${name}:${selection.startLine}-${selection.endLine}`;
+}
+
+/** The panel's line for the instruction files of a session (`pen/getSessionContext`). */
+export function instructionsLine(
+  files: { path: string; bytes: number; cut: boolean; refused?: string }[],
+): string | null {
+  if (files.length === 0) {
+    return null;
+  }
+  const size = (bytes: number): string => (bytes < 1024 ? `${bytes} B` : `${(bytes / 1024).toFixed(1)} KB`);
+  return (
+    'Instructions: ' +
+    files
+      .map((f) => (f.refused !== undefined ? `${f.path} (not read)` : `${f.path} ${size(f.bytes)}${f.cut ? ' (cut)' : ''}`))
+      .join(', ')
+  );
 }
 
 export function emptyModel(): PanelModel {
@@ -116,6 +144,8 @@ export function emptyModel(): PanelModel {
     status: '',
     endedTurns: [],
     sessionUsage: null,
+    focus: null,
+    instructions: null,
     nextId: 1,
   };
 }
@@ -615,7 +645,7 @@ export function withSessions(model: PanelModel, sessions: SessionSummary[]): Pan
 
 /** Show another session (or a new, empty one): its items come from its transcript. */
 export function switchSession(model: PanelModel, sessionId: string | null): PanelModel {
-  return { ...emptyModel(), sessions: model.sessions, sessionId, nextId: model.nextId };
+  return { ...emptyModel(), sessions: model.sessions, sessionId, focus: model.focus, nextId: model.nextId };
 }
 
 /**
@@ -655,7 +685,8 @@ export type FromWebview =
   | { type: 'newSession' }
   | { type: 'switchSession'; sessionId: string }
   | { type: 'openDiff'; callId: string }
-  | { type: 'action'; action: TurnAction };
+  | { type: 'action'; action: TurnAction }
+  | { type: 'dropFocus' };
 
 /** Messages the extension sends to the webview. */
 export type ToWebview =
