@@ -23,6 +23,15 @@ H.check(user:find('Visible lines: 1-3', 1, true), 'the visible lines: ' .. user)
 local system = body.messages[1].content
 H.check(system:find('## AGENTS.md\nAnswer in haiku.', 1, true), 'AGENTS.md in the system part: ' .. system)
 H.check(H.transcript_text():find('(with `lines.txt` lines 2-3)', 1, true), 'the range in the transcript')
+-- The stored context is shown in a line, never as its JSON (on a resumed transcript).
+local lines = require('pen.transcript')
+local shown = {}
+local real = lines.lines
+lines.lines = function(_, l) vim.list_extend(shown, l) end
+lines.step('s', nil, 'event', { type = 'session_context', environment = 'x',
+  instructions = { { path = 'AGENTS.md', bytes = 17, cut = false, text = 'Answer in haiku.' } } })
+lines.lines = real
+H.check(shown[1] == '> instructions: `AGENTS.md` 17 bytes', 'the stored context line: ' .. vim.inspect(shown))
 
 -- Without a range the current buffer is still named.
 require('pen').state.last_result = {}

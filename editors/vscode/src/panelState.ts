@@ -567,11 +567,26 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
         body.data.usage ?? null,
         body.data.sessionUsage ?? null,
       );
+    case 'instructions_changed':
+      return instructionsChanged(model, body.data.files);
+    case 'event':
+      // The stored form of the same change, so a resumed session shows it too.
+      if ((body.data as { type?: unknown }).type === 'instructions_changed') {
+        const files = (body.data as { instructions?: { path?: unknown }[] }).instructions ?? [];
+        return instructionsChanged(model, files.map((f) => ({ path: asString(f.path) ?? '?' })));
+      }
+      return model;
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
       // decisions on the cards; events of a newer pen are not shown.
       return model;
   }
+}
+
+/** A root instruction file changed during the session: the prompt carried the new text. */
+function instructionsChanged(model: PanelModel, files: { path: string }[]): PanelModel {
+  const names = files.map((f) => f.path).join(', ');
+  return note(model, 'info', `The project's instructions changed (${names}); this prompt carried the new text to pen.`);
 }
 
 /** One live `pen/event` of the current session; events of other sessions are ignored. */

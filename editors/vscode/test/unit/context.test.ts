@@ -2,7 +2,7 @@
 
 import * as assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { emptyModel, focusLabel, instructionsLine, switchSession } from '../../src/panelState';
+import { applyEvent, emptyModel, focusLabel, instructionsLine, switchSession } from '../../src/panelState';
 
 describe('project context in the panel', () => {
   test('the chip names the file and the selected lines', () => {
@@ -28,5 +28,21 @@ describe('project context in the panel', () => {
     const switched = switchSession(model, 's_1');
     assert.equal(switched.focus, 'a.ts:1-2');
     assert.equal(switched.instructions, null);
+  });
+
+  test('a changed instruction file is a note in the log', () => {
+    const model = applyEvent(
+      { ...emptyModel(), sessionId: 's_1', running: true },
+      {
+        sessionId: 's_1',
+        turnId: 't_1',
+        seq: 1,
+        kind: 'instructions_changed',
+        data: { files: [{ path: 'AGENTS.md', bytes: 10, cut: false }] },
+      },
+    );
+    const last = model.items[model.items.length - 1];
+    assert.equal(last.kind, 'note');
+    assert.match((last as { text: string }).text, /instructions changed \(AGENTS\.md\)/);
   });
 });
