@@ -71,6 +71,16 @@ fn bodies(fake: &FakeProvider) -> Vec<Value> {
     fake.requests().into_iter().map(|r| r.body).collect()
 }
 
+/// The bodies of a run in `root` as a run in `as_root` sends them: the environment block of the
+/// system part names the workspace root, the one difference between two runs in two folders.
+fn in_root(bodies: Vec<Value>, root: &Path, as_root: &Path) -> Vec<Value> {
+    let (from, to) = (root.to_string_lossy(), as_root.to_string_lossy());
+    bodies
+        .into_iter()
+        .map(|body| serde_json::from_str(&body.to_string().replace(&*from, &to)).unwrap())
+        .collect()
+}
+
 /// 64 calls at a 16k window under the default policy (4): at least 85% of all request bytes
 /// are a prefix of the request before (policy 3 on the same turn: about a seventh), every
 /// request within the window and none rejected; each compaction is a `context_compacted`
@@ -175,7 +185,7 @@ fn a_resumed_session_plans_the_requests_the_first_daemon_sent() {
         second.prompt(&split_session, "Second pass.")["stopReason"],
         "end_turn"
     );
-    let split_bodies = bodies(&split);
+    let split_bodies = in_root(bodies(&split), split_root.path(), whole_root.path());
 
     assert_eq!(whole_bodies.len(), FIRST + SECOND + 2);
     assert_eq!(split_bodies.len(), whole_bodies.len());
@@ -259,7 +269,10 @@ fn a_resumed_anthropic_session_sends_the_same_breakpoints() {
         "end_turn"
     );
 
-    let (whole_bodies, split_bodies) = (bodies(&whole), bodies(&split));
+    let (whole_bodies, split_bodies) = (
+        bodies(&whole),
+        in_root(bodies(&split), split_root.path(), whole_root.path()),
+    );
     assert_eq!(whole_bodies.len(), FIRST + SECOND + 2);
     assert_eq!(split_bodies.len(), whole_bodies.len());
     for (i, (a, b)) in whole_bodies.iter().zip(&split_bodies).enumerate() {
