@@ -23,6 +23,10 @@ H.check(user:find('Visible lines: 1-3', 1, true), 'the visible lines: ' .. user)
 local system = body.messages[1].content
 H.check(system:find('## AGENTS.md\nAnswer in haiku.', 1, true), 'AGENTS.md in the system part: ' .. system)
 H.check(H.transcript_text():find('(with `lines.txt` lines 2-3)', 1, true), 'the range in the transcript')
+-- The panel shows the instruction files the session uses.
+H.wait(5000, function()
+  return H.transcript_text():find('> instructions: `AGENTS.md` 17 bytes', 1, true) ~= nil
+end, 'the instruction files in the transcript')
 -- The stored context is shown in a line, never as its JSON (on a resumed transcript).
 local lines = require('pen.transcript')
 local shown = {}

@@ -270,6 +270,7 @@ function M.prompt(text, range)
       M.state.last_result[session] = { error = err }
     else
       M.state.last_result[session] = result
+      M.show_instructions(client, session)
       transcript.on_event({ sessionId = session, turnId = result.turnId, kind = P.event_kind.TURN_ENDED,
         data = { stopReason = result.stopReason, lastError = result.lastError, errorKind = result.errorKind,
           usage = result.usage, sessionUsage = result.sessionUsage } })
@@ -283,6 +284,24 @@ function M.prompt(text, range)
     end
     vim.cmd('redrawstatus')
   end, buf)
+end
+
+--- Shows, once per session, the instruction files its requests carry (name, size, cut), from
+--- `pen/getSessionContext`; an older pen without the method shows nothing.
+function M.show_instructions(client, session)
+  M.state.instructions_shown = M.state.instructions_shown or {}
+  if M.state.instructions_shown[session] then
+    return
+  end
+  client:request(methods.GET_SESSION_CONTEXT, { sessionId = session }, function(err, result)
+    if err or type(result) ~= 'table' or not result.recorded then
+      return
+    end
+    M.state.instructions_shown[session] = true
+    if type(result.instructions) == 'table' and #result.instructions > 0 then
+      transcript.lines(session, { '> instructions: ' .. transcript.instruction_files(result.instructions) })
+    end
+  end)
 end
 
 --- The `errorKind`s after which a session cannot go on: a new session is the way on.
