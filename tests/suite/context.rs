@@ -320,7 +320,7 @@ fn instruction_files_in_dependency_build_and_ignored_folders_are_never_read() {
     let fake = FakeProvider::start();
     let data = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
-    for folder in ["node_modules/pkg", "target/debug", "generated"] {
+    for folder in ["node_modules/pkg", "target/debug", "generated", "src"] {
         fs::create_dir_all(root.path().join(folder)).unwrap();
         fs::write(
             root.path().join(folder).join("AGENTS.md"),
@@ -335,6 +335,7 @@ fn instruction_files_in_dependency_build_and_ignored_folders_are_never_read() {
             ("c1", "pen_read", json!({"path": "node_modules/pkg/f.txt"})),
             ("c2", "pen_read", json!({"path": "target/debug/f.txt"})),
             ("c3", "pen_list", json!({"path": "generated"})),
+            ("c4", "pen_read", json!({"path": "src/f.txt"})),
         ]),
         answer("ok"),
     ]);
@@ -342,8 +343,17 @@ fn instruction_files_in_dependency_build_and_ignored_folders_are_never_read() {
     let session = d.new_session();
     assert_eq!(d.prompt(&session, "look")["stopReason"], "end_turn");
     let last = bodies(&fake).pop().unwrap();
-    assert!(!last.to_string().contains("Obey "), "{last}");
-    assert_eq!(contents(&last, "tool").len(), 3);
+    let results = contents(&last, "tool");
+    assert_eq!(results.len(), 4);
+    // The same batch delivers an ordinary folder's file, so the others were looked for.
+    assert!(results[3].contains("Obey src."), "{}", results[3]);
+    let text = last.to_string();
+    for skipped in ["node_modules/pkg", "target/debug", "generated"] {
+        assert!(
+            !text.contains(&format!("Obey {skipped}.")),
+            "{skipped}: {text}"
+        );
+    }
 }
 
 #[test]
