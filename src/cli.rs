@@ -337,11 +337,14 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         Ok(ws) => ws,
         Err(e) => return fail(e.to_string()),
     };
-    let prompt = format!(
-        "{}{}",
-        command.prompt,
-        crate::agent::render_focus(&focus, &workspace, None)
-    );
+    // The attached files are read on a blocking thread, as every file read of a turn is.
+    let attached = {
+        let workspace = workspace.clone();
+        tokio::task::spawn_blocking(move || crate::agent::render_focus(&focus, &workspace, None))
+            .await
+            .unwrap_or_default()
+    };
+    let prompt = format!("{}{attached}", command.prompt);
     let cancel = tokio_util::sync::CancellationToken::new();
     let stopper = cancel.clone();
     tokio::spawn(async move {
