@@ -106,6 +106,9 @@ pub struct RunCommand {
     /// The API base URL (the `base_url` config key), e.g. http://127.0.0.1:11434/v1.
     #[arg(long)]
     pub base_url: Option<String>,
+    /// Attach a file (or lines L1-L2 of it) to the prompt: `--file src/a.rs:10-40`. Repeatable.
+    #[arg(long = "file", value_name = "PATH[:L1-L2]")]
+    pub files: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -316,6 +319,20 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         eprintln!("pen: {message}");
         ExitCode::from(1)
     };
+    // The attached files go into the prompt (checked before anything is written).
+    let mut focus = crate::agent::Focus::default();
+    for arg in &command.files {
+        match crate::agent::parse_file_arg(arg) {
+            Ok(file) => focus.files.push(file),
+            Err(message) => return fail(message),
+        }
+    }
+    if focus.files.len() > crate::limits::MAX_FOCUS_RANGES {
+        return fail(format!(
+            "at most {} --file arguments are taken",
+            crate::limits::MAX_FOCUS_RANGES
+        ));
+    }
     let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
         Ok(store) => std::sync::Arc::new(store),
         Err(e) => return fail(e.to_string()),
@@ -341,6 +358,14 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         Ok(ws) => ws,
         Err(e) => return fail(e.to_string()),
     };
+    // The attached files are read on a blocking thread, as every file read of a turn is.
+    let attached = {
+        let workspace = workspace.clone();
+        tokio::task::spawn_blocking(move || crate::agent::render_focus(&focus, &workspace, None))
+            .await
+            .unwrap_or_default()
+    };
+    let prompt = format!("{}{attached}", command.prompt);
     let cancel = tokio_util::sync::CancellationToken::new();
     let stopper = cancel.clone();
     tokio::spawn(async move {
@@ -432,7 +457,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         approver,
         on_event: std::sync::Arc::new(on_event),
     };
-    let outcome = pending.run(&command.prompt, spec).await;
+    let outcome = pending.run(&prompt, spec).await;
     let last = if json {
         serde_json::to_string(&crate::protocol::TurnOutcome::from(outcome.clone()))
             .unwrap_or_default()

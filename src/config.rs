@@ -8,10 +8,10 @@
 
 use crate::limits::{
     BUDGET_MARGIN_TOKENS, BUDGET_POLICY, Bounds, CHECKPOINT_STORE_BYTES,
-    COMPACTION_LOW_WATER_PERCENT, CONTEXT_WINDOW_TOKENS, LimitError, Limits, MAX_API_KEY_ENV_BYTES,
-    MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES, MAX_CONFIG_SHOWN_VALUE_BYTES,
-    MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES, MAX_TURN_REQUESTS,
-    REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
+    COMPACTION_LOW_WATER_PERCENT, CONTEXT_WINDOW_TOKENS, INSTRUCTION_BYTES, LimitError, Limits,
+    MAX_API_KEY_ENV_BYTES, MAX_ATTEMPTS, MAX_BASE_URL_BYTES, MAX_CONFIG_FILE_BYTES,
+    MAX_CONFIG_SHOWN_VALUE_BYTES, MAX_MODEL_BYTES, MAX_OUTPUT_TOKENS, MAX_TOOL_RESULT_BYTES,
+    MAX_TURN_REQUESTS, REASONING_BUDGET_TOKENS, REQUEST_TIMEOUT_SECS,
 };
 pub mod mcp;
 
@@ -74,6 +74,8 @@ pub const KEYS: &[&str] = &[
     "prompt_cache_key",
     "mcp_servers",
     "checkpoint_store_bytes",
+    "instruction_files",
+    "instruction_bytes",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -159,6 +161,11 @@ pub struct Config {
     pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
     /// The bytes of pre-images one session's checkpoints may hold (SPEC §13).
     pub checkpoint_store_bytes: u64,
+    /// The names of the project's instruction files, read in each folder in this order
+    /// (`AGENTS.override.md` before `AGENTS.md`, as codex does).
+    pub instruction_files: Vec<String>,
+    /// The budget of the instruction files of a session, in bytes.
+    pub instruction_bytes: u64,
 }
 
 impl Default for Config {
@@ -182,6 +189,8 @@ impl Default for Config {
             prompt_cache_key: None,
             mcp_servers: std::collections::BTreeMap::new(),
             checkpoint_store_bytes: CHECKPOINT_STORE_BYTES.default,
+            instruction_files: vec!["AGENTS.md".to_string()],
+            instruction_bytes: INSTRUCTION_BYTES.default,
         }
     }
 }
@@ -223,6 +232,48 @@ fn text(key: &str, value: &Value, max: usize) -> Result<Option<String>, ConfigEr
         Value::String(s) => Ok(Some(s.trim().to_string())),
         other => Err(wrong_type(key, "a string", other)),
     }
+}
+
+/// `instruction_files`: relative file names, each once, without `..` or an absolute path (a
+/// name is looked up inside a workspace folder and must stay there).
+fn instruction_names(key: &str, value: &Value) -> Result<Vec<String>, ConfigError> {
+    use crate::limits::{MAX_INSTRUCTION_FILES, MAX_INSTRUCTION_NAME_BYTES};
+    let items = value
+        .as_array()
+        .ok_or_else(|| wrong_type(key, "a list of file names", value))?;
+    let mut names: Vec<String> = Vec::new();
+    for item in items {
+        let Some(name) = text(key, item, MAX_INSTRUCTION_NAME_BYTES)? else {
+            continue;
+        };
+        let path = Path::new(&name);
+        let plain = !path.is_absolute()
+            && path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain {
+            return Err(ConfigError::Invalid {
+                key: key.to_string(),
+                why: format!(
+                    "lists {}: a name must be a path relative to a folder, without `..`",
+                    shown_value(&name)
+                ),
+            });
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.len() > MAX_INSTRUCTION_FILES {
+        return Err(ConfigError::Invalid {
+            key: key.to_string(),
+            why: format!(
+                "names {} files; at most {MAX_INSTRUCTION_FILES} are allowed",
+                names.len()
+            ),
+        });
+    }
+    Ok(names)
 }
 
 fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
@@ -355,6 +406,10 @@ impl Config {
                 self.auto_approve = tools;
             }
             "mcp_servers" => self.mcp_servers = mcp::parse_servers(key, value)?,
+            "instruction_files" => self.instruction_files = instruction_names(key, value)?,
+            "instruction_bytes" => {
+                self.instruction_bytes = integer(key, value, &INSTRUCTION_BYTES)?
+            }
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: shown_value(key),
@@ -425,6 +480,8 @@ impl Config {
             },
             "mcp_servers": mcp::to_json(&self.mcp_servers),
             "checkpoint_store_bytes": self.checkpoint_store_bytes,
+            "instruction_files": self.instruction_files,
+            "instruction_bytes": self.instruction_bytes,
         })
     }
 

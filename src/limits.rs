@@ -64,6 +64,39 @@ pub const CHECKPOINT_STORE_BYTES: Bounds = Bounds {
 
 /// The longest diff of one conflicting file a revert reports (SPEC §13): 16 KiB.
 pub const MAX_REVERT_DIFF_BYTES: usize = 16 * 1024;
+/// `instruction_bytes`: the budget of the project's instruction files (AGENTS.md and the others
+/// `instruction_files` names) across a session's whole chain, as codex's 32 KiB; a file past it
+/// is cut with a note. The floor keeps a short file whole; the ceiling keeps the system part
+/// well inside any window pen plans for.
+pub const INSTRUCTION_BYTES: Bounds = Bounds {
+    name: "instruction_bytes",
+    default: 32_768,
+    min: 1_024,
+    max: 262_144,
+};
+
+/// `instruction_files`: at most this many names, each at most [`MAX_INSTRUCTION_NAME_BYTES`].
+pub const MAX_INSTRUCTION_FILES: usize = 16;
+
+/// The longest name (a path relative to a folder) `instruction_files` may list.
+pub const MAX_INSTRUCTION_NAME_BYTES: usize = 256;
+
+/// The most paths the environment block lists from `git status` (the counts cover all).
+pub const MAX_GIT_STATUS_PATHS: usize = 20;
+
+/// How long a `git` child of the environment block may run before it is killed and the block
+/// goes without it.
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The most bytes of `git` output the environment block reads.
+pub const MAX_GIT_OUTPUT_BYTES: usize = 65_536;
+
+/// The editor's focus (active file, selection, visible ranges, `pen run --file`) added to one
+/// prompt: at most this many bytes, cut with a note.
+pub const MAX_FOCUS_BYTES: usize = 16_384;
+
+/// The most visible ranges and `--file` attachments one prompt's focus names.
+pub const MAX_FOCUS_RANGES: usize = 16;
 
 /// `context_window_tokens`: the model's context window, for the prompt budget.
 pub const CONTEXT_WINDOW_TOKENS: Bounds = Bounds {

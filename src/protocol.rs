@@ -29,13 +29,14 @@ pub mod methods {
     pub const MCP_STATUS: &str = "pen/mcpStatus";
     pub const REVERT_TURN: &str = "pen/revertTurn";
     pub const FORK_SESSION: &str = "pen/forkSession";
+    pub const GET_SESSION_CONTEXT: &str = "pen/getSessionContext";
     /// pen → client notification.
     pub const EVENT: &str = "pen/event";
     /// pen → client request.
     pub const REQUEST_APPROVAL: &str = "pen/requestApproval";
 
     /// The requests the server registers, in the order `docs/protocol.md` documents them.
-    pub const REQUESTS: [&str; 12] = [
+    pub const REQUESTS: [&str; 13] = [
         CALL_TOOL,
         LIST_TOOLS,
         GET_CONFIG,
@@ -48,11 +49,12 @@ pub mod methods {
         MCP_STATUS,
         REVERT_TURN,
         FORK_SESSION,
+        GET_SESSION_CONTEXT,
     ];
 
     /// Every `pen/…` method of the protocol, with its constant's name (for the generated
     /// tables).
-    pub const ALL: [(&str, &str); 14] = [
+    pub const ALL: [(&str, &str); 15] = [
         ("CALL_TOOL", CALL_TOOL),
         ("LIST_TOOLS", LIST_TOOLS),
         ("GET_CONFIG", GET_CONFIG),
@@ -65,6 +67,7 @@ pub mod methods {
         ("MCP_STATUS", MCP_STATUS),
         ("REVERT_TURN", REVERT_TURN),
         ("FORK_SESSION", FORK_SESSION),
+        ("GET_SESSION_CONTEXT", GET_SESSION_CONTEXT),
         ("EVENT", EVENT),
         ("REQUEST_APPROVAL", REQUEST_APPROVAL),
     ];
@@ -640,6 +643,13 @@ impl From<transcript::Item> for EntryBody {
             reverted @ Item::Event(Event::FilesReverted { .. }) => {
                 EntryBody::Event(reverted.to_payload())
             }
+            // The session's instructions and environment are shown as stored (their own
+            // method, pen/getSessionContext, gives them in wire casing).
+            context @ Item::Event(
+                Event::SessionContext(_)
+                | Event::InstructionsDelivered { .. }
+                | Event::InstructionsChanged { .. },
+            ) => EntryBody::Event(context.to_payload()),
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -664,6 +674,115 @@ pub struct TranscriptResponse {
 pub struct PromptParams {
     pub session_id: String,
     pub text: String,
+    /// What the owner has in view: it goes into this prompt (append-only), read from the
+    /// editor's buffer where the file is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub context: Option<PromptContext>,
+}
+
+/// The editor's focus sent with a prompt. Lines are 1-based and inclusive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(optional_fields))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptContext {
+    /// The active file: an absolute path, or one relative to the workspace.
+    pub active_file: Option<String>,
+    /// The selection in the active file; without `text`, pen reads those lines (from the
+    /// editor's buffer when the file is open).
+    pub selection: Option<PromptSelection>,
+    /// The active file's ranges on screen.
+    #[serde(default)]
+    pub visible_ranges: Option<Vec<LineRange>>,
+}
+
+/// A selection: its lines and, optionally, its text as the editor has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptSelection {
+    pub start_line: u64,
+    pub end_line: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub text: Option<String>,
+}
+
+/// A range of lines, 1-based and inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LineRange {
+    pub start_line: u64,
+    pub end_line: u64,
+}
+
+impl PromptContext {
+    /// The focus the turn renders, or why the context is invalid (a line range out of order).
+    pub fn to_focus(&self) -> Result<agent::Focus, String> {
+        let lines = |start: u64, end: u64| {
+            if start == 0 || end < start {
+                Err(format!(
+                    "context: lines {start}-{end} are not a range (1-based, startLine <= endLine)"
+                ))
+            } else {
+                Ok(agent::Lines { start, end })
+            }
+        };
+        let selection = match &self.selection {
+            Some(s) => Some((lines(s.start_line, s.end_line)?, s.text.clone())),
+            None => None,
+        };
+        let mut visible = Vec::new();
+        for range in self.visible_ranges.iter().flatten() {
+            visible.push(lines(range.start_line, range.end_line)?);
+        }
+        Ok(agent::Focus {
+            active_file: self.active_file.clone().filter(|p| !p.is_empty()),
+            selection,
+            visible,
+            files: Vec::new(),
+        })
+    }
+}
+
+/// `pen/getSessionContext` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetSessionContextParams {
+    pub session_id: String,
+}
+
+/// `pen/getSessionContext` result: the instructions and environment the session's requests
+/// carry. `recorded` is false for a session that ran no turn yet: then they are what its first
+/// turn would read now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionContextResponse {
+    pub session_id: String,
+    pub recorded: bool,
+    /// The root instruction files in the system part (as recorded at the session's start).
+    pub instructions: Vec<InstructionFileInfo>,
+    /// The root instruction files as the latest `instructions_changed` note gave them, when
+    /// one changed during the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub changed: Option<Vec<InstructionFileInfo>>,
+    /// The nested instruction files delivered with tool results so far.
+    pub delivered: Vec<InstructionFileInfo>,
+    /// The environment block as sent.
+    pub environment: String,
+    /// The text of the system part's instructions, as sent.
+    pub instructions_text: String,
+}
+
+impl From<&crate::transcript::InstructionFile> for InstructionFileInfo {
+    fn from(file: &crate::transcript::InstructionFile) -> InstructionFileInfo {
+        agent::InstructionSummary::of(file).into()
+    }
 }
 
 /// `pen/prompt` result, sent when the turn ends.
@@ -829,7 +948,37 @@ pub enum EventBody {
         state: String,
         reason: Option<String>,
     },
+    /// A root instruction file changed since the session recorded it; this turn's prompt
+    /// carries the new text.
+    InstructionsChanged {
+        files: Vec<InstructionFileInfo>,
+    },
     TurnEnded(TurnOutcome),
+}
+
+/// One project instruction file a session uses: its path (as tools show paths), its size, and
+/// whether the budget cut it or pen refused it (`refused` says why).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct InstructionFileInfo {
+    pub path: String,
+    pub bytes: u64,
+    pub cut: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub refused: Option<String>,
+}
+
+impl From<agent::InstructionSummary> for InstructionFileInfo {
+    fn from(s: agent::InstructionSummary) -> InstructionFileInfo {
+        InstructionFileInfo {
+            path: s.path,
+            bytes: s.bytes,
+            cut: s.cut,
+            refused: s.refused,
+        }
+    }
 }
 
 /// `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -932,6 +1081,9 @@ impl From<agent::TurnEvent> for EventBody {
                 server,
                 state,
                 reason,
+            },
+            E::InstructionsChanged { files } => EventBody::InstructionsChanged {
+                files: files.into_iter().map(InstructionFileInfo::from).collect(),
             },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }

@@ -298,9 +298,50 @@ pub struct Compaction {
     pub low_water: u64,
 }
 
+/// One project instruction file as a session was given it: where it lies (as tools show
+/// paths), its size on disk, whether the instruction budget cut it, and the text sent (or the
+/// note saying why it was not read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstructionFile {
+    pub path: String,
+    /// The file's size in bytes when it was read (0 when it could not be read).
+    pub bytes: u64,
+    /// Whether the text was cut to fit `instruction_bytes`.
+    pub cut: bool,
+    /// The text as sent, the cut note included.
+    pub text: String,
+    /// Why the file was not read (a link out of the workspace, not UTF-8 text, key material);
+    /// then `text` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// The project's instructions and the environment a session started with: recorded once,
+/// before the session's first request, and the system part of every request of the session is
+/// rendered from it (never from a fresh read), so the prefix stays byte-identical, also after a
+/// restart.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SessionContext {
+    /// The instruction files at the workspace roots, in the order they are sent.
+    pub instructions: Vec<InstructionFile>,
+    /// The environment block as sent (pen, OS, shell, roots, day, git).
+    pub environment: String,
+}
+
 /// An event entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The session's instructions and environment (see [`SessionContext`]).
+    SessionContext(SessionContext),
+    /// A nested folder's instruction files were delivered with the result of `call_id`, once
+    /// per session; `files` also names files that were refused, so none is tried again.
+    InstructionsDelivered {
+        call_id: String,
+        files: Vec<InstructionFile>,
+    },
+    /// A root instruction file changed during the session; the prompt after this entry carries
+    /// the new text, and later turns compare against `instructions`.
+    InstructionsChanged { instructions: Vec<InstructionFile> },
     TurnEnded {
         stop_reason: StopReason,
         last_error: Option<String>,
@@ -532,6 +573,9 @@ pub mod event_type {
     pub const CONTEXT_COMPACTED: &str = "context_compacted";
     pub const TOOL_ALLOWED_FOR_SESSION: &str = "tool_allowed_for_session";
     pub const FILES_REVERTED: &str = "files_reverted";
+    pub const SESSION_CONTEXT: &str = "session_context";
+    pub const INSTRUCTIONS_DELIVERED: &str = "instructions_delivered";
+    pub const INSTRUCTIONS_CHANGED: &str = "instructions_changed";
 }
 
 /// A file a revert handled, as [`Event::FilesReverted`] stores it: its path as results show it
@@ -656,12 +700,51 @@ impl Event {
                     note: str_field(fields, "note"),
                 }
             }
+            Some(event_type::SESSION_CONTEXT) => {
+                match serde_json::from_value::<SessionContext>(payload.clone()) {
+                    Ok(context) => Event::SessionContext(context),
+                    Err(_) => other(),
+                }
+            }
+            Some(event_type::INSTRUCTIONS_DELIVERED) => {
+                match Vec::<InstructionFile>::deserialize(
+                    fields.get("files").unwrap_or(&Value::Null),
+                ) {
+                    Ok(files) => Event::InstructionsDelivered {
+                        call_id: str_field(fields, "call_id"),
+                        files,
+                    },
+                    Err(_) => other(),
+                }
+            }
+            Some(event_type::INSTRUCTIONS_CHANGED) => {
+                match Vec::<InstructionFile>::deserialize(
+                    fields.get("instructions").unwrap_or(&Value::Null),
+                ) {
+                    Ok(instructions) => Event::InstructionsChanged { instructions },
+                    Err(_) => other(),
+                }
+            }
             _ => other(),
         }
     }
 
     fn to_payload(&self) -> Value {
         match self {
+            Event::SessionContext(context) => json!({
+                "type": event_type::SESSION_CONTEXT,
+                "instructions": context.instructions,
+                "environment": context.environment,
+            }),
+            Event::InstructionsDelivered { call_id, files } => json!({
+                "type": event_type::INSTRUCTIONS_DELIVERED,
+                "call_id": call_id,
+                "files": files,
+            }),
+            Event::InstructionsChanged { instructions } => json!({
+                "type": event_type::INSTRUCTIONS_CHANGED,
+                "instructions": instructions,
+            }),
             Event::TurnEnded {
                 stop_reason,
                 last_error,
@@ -841,6 +924,27 @@ mod tests {
             budget: 100,
             low_water: 55,
         })));
+        let file = InstructionFile {
+            path: "AGENTS.md".into(),
+            bytes: 5,
+            cut: false,
+            text: "hello".into(),
+            refused: None,
+        };
+        round_trip(Item::Event(Event::SessionContext(SessionContext {
+            instructions: vec![file.clone()],
+            environment: "- pen 1".into(),
+        })));
+        round_trip(Item::Event(Event::InstructionsDelivered {
+            call_id: "c".into(),
+            files: vec![InstructionFile {
+                refused: Some("not UTF-8".into()),
+                ..file.clone()
+            }],
+        }));
+        round_trip(Item::Event(Event::InstructionsChanged {
+            instructions: vec![file],
+        }));
         round_trip(Item::Event(Event::ToolAllowedForSession {
             tool: "pen_edit".into(),
         }));

@@ -192,4 +192,10 @@ impl ToolHost for AcpTools {
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
         self.inner.observation(result)
     }
+
+    /// The session's instructions and environment come from the same workspace as under
+    /// `pen serve` (the engine reads and records them).
+    fn workspace(&self) -> Option<&crate::workspace::Workspace> {
+        ToolHost::workspace(&self.inner)
+    }
 }

@@ -866,6 +866,17 @@ fn live_update(
             )),
         },
         TurnEvent::McpServer { .. } => return None,
+        // A changed instruction file is said, as the panels say it (the prompt carries it).
+        TurnEvent::InstructionsChanged { files } => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!(
+                "\n\n[pen: the project's instructions changed: {}]\n\n",
+                files
+                    .iter()
+                    .map(|f| f.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        },
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }

@@ -51,8 +51,32 @@ pub enum TurnEvent {
         state: String,
         reason: Option<String>,
     },
+    /// A root instruction file changed since the session recorded it: this turn's prompt
+    /// carries the new text.
+    InstructionsChanged { files: Vec<InstructionSummary> },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
+}
+
+/// One instruction file as the panels show it: its path, size, and whether it was cut or
+/// refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstructionSummary {
+    pub path: String,
+    pub bytes: u64,
+    pub cut: bool,
+    pub refused: Option<String>,
+}
+
+impl InstructionSummary {
+    pub fn of(file: &crate::transcript::InstructionFile) -> InstructionSummary {
+        InstructionSummary {
+            path: file.path.clone(),
+            bytes: file.bytes,
+            cut: file.cut,
+            refused: file.refused.clone(),
+        }
+    }
 }
 
 /// One request's usage, with the totals of its turn and its session so far.
@@ -88,11 +112,12 @@ pub enum EventKind {
     ContextTrimmed,
     Usage,
     McpServer,
+    InstructionsChanged,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -101,6 +126,7 @@ impl EventKind {
         EventKind::ContextTrimmed,
         EventKind::Usage,
         EventKind::McpServer,
+        EventKind::InstructionsChanged,
         EventKind::TurnEnded,
     ];
 
@@ -115,6 +141,7 @@ impl EventKind {
             EventKind::ContextTrimmed => "context_trimmed",
             EventKind::Usage => "usage",
             EventKind::McpServer => "mcp_server",
+            EventKind::InstructionsChanged => "instructions_changed",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -131,6 +158,7 @@ impl TurnEvent {
             TurnEvent::ContextTrimmed(_) => EventKind::ContextTrimmed,
             TurnEvent::Usage(_) => EventKind::Usage,
             TurnEvent::McpServer { .. } => EventKind::McpServer,
+            TurnEvent::InstructionsChanged { .. } => EventKind::InstructionsChanged,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

@@ -33,6 +33,15 @@ pub struct SessionHistory {
     usage: Option<crate::providers::Usage>,
     /// The notes of the reverts since the last prompt, for the next one.
     revert_note: Option<String>,
+    /// The session's recorded instructions and environment (its first `session_context`).
+    context: Option<crate::transcript::SessionContext>,
+    /// The root instruction files as the session last recorded them (the context's, or the
+    /// latest `instructions_changed`).
+    root_instructions: Vec<crate::transcript::InstructionFile>,
+    /// The nested instruction files already delivered (or refused), by path.
+    delivered: std::collections::BTreeSet<String>,
+    /// The instruction budget the session's files used so far, in bytes.
+    instruction_bytes: usize,
 }
 
 impl SessionHistory {
@@ -54,6 +63,26 @@ impl SessionHistory {
     /// The usage every answer of the session reported, summed; `None` when none reported any.
     pub fn usage(&self) -> Option<crate::providers::Usage> {
         self.usage
+    }
+
+    /// The session's recorded instructions and environment, if recorded.
+    pub fn context(&self) -> Option<&crate::transcript::SessionContext> {
+        self.context.as_ref()
+    }
+
+    /// The root instruction files as last recorded.
+    pub fn root_instructions(&self) -> &[crate::transcript::InstructionFile] {
+        &self.root_instructions
+    }
+
+    /// The nested instruction files delivered so far, by path.
+    pub fn delivered(&self) -> &std::collections::BTreeSet<String> {
+        &self.delivered
+    }
+
+    /// The bytes of the instruction budget the session's files used.
+    pub fn instruction_bytes(&self) -> usize {
+        self.instruction_bytes
     }
 
     /// The planner's state of the session.
@@ -103,6 +132,24 @@ impl SessionHistory {
                 }
             }
             Item::UserPrompt { .. } => self.revert_note = None,
+            Item::Event(Event::SessionContext(context)) if self.context.is_none() => {
+                self.root_instructions = context.instructions.clone();
+                self.instruction_bytes += context
+                    .instructions
+                    .iter()
+                    .map(|f| f.text.len())
+                    .sum::<usize>();
+                self.context = Some(context.clone());
+            }
+            Item::Event(Event::InstructionsChanged { instructions }) => {
+                self.root_instructions = instructions.clone();
+            }
+            Item::Event(Event::InstructionsDelivered { files, .. }) => {
+                for file in files {
+                    self.delivered.insert(file.path.clone());
+                    self.instruction_bytes += file.text.len();
+                }
+            }
             Item::AssistantMessage(message) => {
                 if let Some(usage) = &message.usage {
                     self.usage

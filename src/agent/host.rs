@@ -114,6 +114,10 @@ impl ToolHost for LocalTools {
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
         tools::observation(result, &self.limits)
     }
+
+    fn workspace(&self) -> Option<&Workspace> {
+        Some(&self.workspace)
+    }
 }
 
 /// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
@@ -196,6 +200,10 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
             self.mcp.refresh().await;
             self.mcp.take_notices()
         })
+    }
+
+    fn workspace(&self) -> Option<&Workspace> {
+        self.local.workspace()
     }
 
     fn budget_hint(&self) -> Option<String> {

@@ -25,6 +25,7 @@
 //! - The loop never reads provider wording; backends classify their errors.
 
 mod checkpoint;
+mod context;
 mod engine;
 mod events;
 mod history;
@@ -33,8 +34,12 @@ mod lease;
 mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
+pub use context::{
+    Focus, Lines, environment, gather, parse_file_arg, render_file, render_focus,
+    root_instructions, system_text,
+};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
-pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent};
+pub use events::{AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
@@ -177,6 +182,11 @@ pub trait ToolHost: Send + Sync {
     fn budget_hint(&self) -> Option<String> {
         None
     }
+    /// The workspace the tools run in: where the session's instruction files are read. `None`
+    /// for a host without one (then requests carry pen's prompt alone).
+    fn workspace(&self) -> Option<&crate::workspace::Workspace> {
+        None
+    }
 }
 
 /// The `tool` of an [`ApprovalRequest`] that asks to start a project's MCP server (never a
@@ -303,6 +313,12 @@ impl Turn {
             None => prompt.to_string(),
         };
         *self.lock_history() = history;
+        // The session's context is recorded before its first prompt; a changed root instruction
+        // file is announced after this one's text (appended too).
+        let mut text = text;
+        if let Some(note) = self.record_context(seq).await? {
+            text.push_str(&note);
+        }
         self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
@@ -395,6 +411,114 @@ impl Turn {
         }
     }
 
+    /// Records the session's instructions and environment before its first request; at a later
+    /// turn, records a root instruction file that changed since, and returns the note the prompt
+    /// carries for it.
+    async fn record_context(&self, seq: &AtomicU64) -> Result<Option<String>, TurnError> {
+        let Some(workspace) = self.tools.workspace().cloned() else {
+            return Ok(None);
+        };
+        let config = self.config.clone();
+        let (recorded, before) = {
+            let history = self.lock_history();
+            (
+                history.context().is_some(),
+                history.root_instructions().to_vec(),
+            )
+        };
+        if !recorded {
+            let gathered = blocking(move || Ok(context::gather(&workspace, &config))).await?;
+            self.append_item(Item::Event(Event::SessionContext(gathered)))
+                .await?;
+            return Ok(None);
+        }
+        let now = blocking(move || Ok(context::root_instructions(&workspace, &config))).await?;
+        if now == before {
+            return Ok(None);
+        }
+        let note = context::changed_note(&now, &before);
+        self.append_item(Item::Event(Event::InstructionsChanged {
+            instructions: now.clone(),
+        }))
+        .await?;
+        self.emit(
+            seq,
+            TurnEvent::InstructionsChanged {
+                files: now.iter().map(InstructionSummary::of).collect(),
+            },
+        );
+        Ok(Some(note))
+    }
+
+    /// The system part of the session's requests: pen's prompt and the recorded context.
+    fn system_text(&self) -> String {
+        context::system_text(SYSTEM_PROMPT, self.lock_history().context())
+    }
+
+    /// The nested instruction files a successful call reaches that the session has not been
+    /// given: the text to append to its result, and the files to record as delivered.
+    async fn nested_instructions(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+    ) -> Option<(String, Vec<crate::transcript::InstructionFile>)> {
+        let workspace = self.tools.workspace()?.clone();
+        let (delivered, used) = {
+            let history = self.lock_history();
+            history.context()?;
+            (history.delivered().clone(), history.instruction_bytes())
+        };
+        let config = self.config.clone();
+        let tool = call.name.clone();
+        let arguments = arguments.clone();
+        let files = blocking(move || {
+            // The delivery counts toward the session's instruction budget, and is never more
+            // than one tool result may be.
+            let mut left = (config.instruction_bytes as usize)
+                .saturating_sub(used)
+                .min(config.max_tool_result_bytes as usize);
+            Ok(context::nested_for_call(
+                &workspace, &config, &tool, &arguments, &delivered, &mut left,
+            ))
+        })
+        .await
+        .ok()?;
+        if files.is_empty() {
+            return None;
+        }
+        Some((context::delivery_text(&files), files))
+    }
+
+    /// Records a call's successful result with the nested instruction files it reaches
+    /// appended (then recorded as delivered, so no later call, in this pen or a resumed one,
+    /// delivers them again).
+    async fn record_output(
+        &self,
+        call: &ToolCall,
+        arguments: Option<&Value>,
+        content: &str,
+        seq: &AtomicU64,
+    ) -> Result<(), TurnError> {
+        let nested = match arguments {
+            Some(arguments) => self.nested_instructions(call, arguments).await,
+            None => None,
+        };
+        let Some((appended, files)) = nested else {
+            return self
+                .record_result(call, content, false, CallOutcome::Done, seq)
+                .await;
+        };
+        let text = format!("{content}{appended}");
+        self.record_result(call, &text, false, CallOutcome::Done, seq)
+            .await?;
+        self.append_item(Item::Event(Event::InstructionsDelivered {
+            call_id: call.id.clone(),
+            files,
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// One provider request, planned under the prompt budget; on a context-window rejection the
     /// newest large results are cut, the budget drops under the rejected estimate, and the
     /// request is retried once. `None` when Stop cancelled the request.
@@ -405,8 +529,9 @@ impl Turn {
     ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
+            let system = self.system_text();
             let (planned, report, estimator) =
-                self.plan_request(definitions, rejection.as_ref())?;
+                self.plan_request(&system, definitions, rejection.as_ref())?;
             // Policy 4's compaction is recorded before the request goes out, so every later
             // request (and a resumed session) renders the same prefix.
             if let Some(compaction) = &planned.compaction {
@@ -439,7 +564,7 @@ impl Turn {
                     key: Some(self.session_id.clone()),
                     previous_end,
                     sizes: Some(PartSizes {
-                        head: estimator.text(SYSTEM_PROMPT) + estimator.tools(definitions),
+                        head: estimator.text(&system) + estimator.tools(definitions),
                         messages: planned
                             .messages
                             .iter()
@@ -450,7 +575,7 @@ impl Turn {
             };
             let request = ModelRequest {
                 model: self.model.clone(),
-                system: SYSTEM_PROMPT.to_string(),
+                system,
                 messages: planned.messages,
                 tools: definitions.to_vec(),
                 max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
@@ -517,6 +642,7 @@ impl Turn {
     /// with the report to record when it cuts something new and the estimator it planned with.
     fn plan_request(
         &self,
+        system: &str,
         definitions: &[ToolDefinition],
         rejection: Option<&ProviderError>,
     ) -> Result<
@@ -529,6 +655,7 @@ impl Turn {
     > {
         let guard = self.lock_history();
         let history = guard.planned();
+        let history_context = guard.context();
         let family = provider_family(&self.config);
         let estimator = history.estimator(&self.model, family);
         let mut limit = Budget::new(
@@ -544,7 +671,7 @@ impl Turn {
             self.config.compaction_low_water_percent,
         );
         let plan = history
-            .plan_with(policy, SYSTEM_PROMPT, definitions, limit, &estimator)
+            .plan_with(policy, system, definitions, limit, &estimator)
             .map_err(
             |err| match (rejection, err) {
                 (Some(rejected), err @ BudgetError::TooLarge { .. }) => TurnError::ContextWindow(format!(
@@ -553,7 +680,18 @@ impl Turn {
                 )),
                 // The tool schemas alone do not fit: name the MCP server whose take most.
                 (_, err @ BudgetError::TooLarge { part: budget::Part::ToolSchemas, .. }) => {
-                    TurnError::TooLarge(match self.tools.budget_hint() {
+                    let hints: Vec<String> = instructions_hint(history_context)
+                        .into_iter()
+                        .chain(self.tools.budget_hint())
+                        .collect();
+                    TurnError::TooLarge(if hints.is_empty() {
+                        format!("The request does not fit the prompt budget: {err}.")
+                    } else {
+                        format!("The request does not fit the prompt budget: {err}. {}.", hints.join(". "))
+                    })
+                }
+                (_, err @ BudgetError::TooLarge { part: budget::Part::SystemPrompt, .. }) => {
+                    TurnError::TooLarge(match instructions_hint(history_context) {
                         Some(hint) => format!("The request does not fit the prompt budget: {err}. {hint}."),
                         None => format!("The request does not fit the prompt budget: {err}."),
                     })
@@ -578,8 +716,10 @@ impl Turn {
     /// does) and they are recorded.
     async fn run_read_only(&self, calls: &[ToolCall], seq: &AtomicU64) -> Result<(), TurnError> {
         let mut runs = Vec::with_capacity(calls.len());
+        let mut parsed = Vec::with_capacity(calls.len());
         for call in calls {
             let arguments = self.start_call(call, seq).await?;
+            parsed.push(arguments.as_ref().ok().cloned());
             let host = Arc::clone(&self.tools);
             let name = call.name.clone();
             runs.push(async move {
@@ -601,7 +741,7 @@ impl Turn {
             });
         }
         let results = futures::future::join_all(runs).await;
-        for (call, result) in calls.iter().zip(results) {
+        for ((call, result), arguments) in calls.iter().zip(results).zip(parsed) {
             let text = match &result {
                 Err(err)
                     if err.code == tools::ErrorCode::InvalidArguments
@@ -611,13 +751,13 @@ impl Turn {
                 }
                 _ => self.tools.observation(&result),
             };
-            let outcome = if result.is_ok() {
-                CallOutcome::Done
+            if result.is_ok() {
+                self.record_output(call, arguments.as_ref(), &text, seq)
+                    .await?;
             } else {
-                CallOutcome::Error
-            };
-            self.record_result(call, &text, result.is_err(), outcome, seq)
-                .await?;
+                self.record_result(call, &text, true, CallOutcome::Error, seq)
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -751,6 +891,7 @@ impl Turn {
             }
         }
         let approved_plan = plan.is_some();
+        let arguments_seen = arguments.clone();
         let added = spec.is_none() && self.tools.added(&call.name).is_some();
         let result = match (plan, spec) {
             (None, None) if added => {
@@ -800,11 +941,12 @@ impl Turn {
                 true,
                 CallOutcome::Error,
             ),
-            Ok(_) => (
-                self.tools.observe(&call.name, &result),
-                false,
-                CallOutcome::Done,
-            ),
+            Ok(_) => {
+                let text = self.tools.observe(&call.name, &result);
+                return self
+                    .record_output(call, Some(&arguments_seen), &text, seq)
+                    .await;
+            }
         };
         self.record_result(call, &text, is_error, state, seq).await
     }
@@ -922,6 +1064,24 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(SessionError::Task(e.to_string())))
+}
+
+/// What to add to a "does not fit" failure when the system part holds the project's
+/// instruction files: which, how large, and the setting that bounds them.
+fn instructions_hint(context: Option<&crate::transcript::SessionContext>) -> Option<String> {
+    let files: Vec<String> = context?
+        .instructions
+        .iter()
+        .filter(|f| f.refused.is_none())
+        .map(|f| format!("{} ({} bytes sent)", f.path, f.text.len()))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "The system part holds the project's instruction files {}: shorten them, or lower instruction_bytes          (pen/setConfig) and start a new session (pen/newSession), since a session keeps the instructions it started with",
+        files.join(", ")
+    ))
 }
 
 /// The turn's last error after a second context-window rejection.

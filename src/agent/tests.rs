@@ -254,6 +254,8 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
     assert_eq!(
         kinds,
         [
+            // The session's context, recorded before its first request.
+            EntryKind::Event,
             EntryKind::UserPrompt,
             EntryKind::AssistantMessage,
             EntryKind::ToolCall,
@@ -265,7 +267,7 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
     let requests = provider.requests.lock().unwrap();
     assert_eq!(requests.len(), 2);
     // The system prompt travels once, beside the messages, never as a message.
-    assert!(requests.iter().all(|r| r.system == SYSTEM_PROMPT));
+    assert!(requests.iter().all(|r| r.system.starts_with(SYSTEM_PROMPT)));
     let Message::ToolResult {
         content, is_error, ..
     } = &requests[1].messages[2]
@@ -891,9 +893,19 @@ async fn reported_usage_calibrates_the_next_plan() {
             .find(|e| e.kind == EntryKind::AssistantMessage)
             .unwrap();
         assert_eq!(answer_entry.payload["model"], "test-model");
+        // The system part sent is pen's prompt with the session's recorded environment.
+        let sent_estimate = TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
+            &requests[0].system,
+            &tool_definitions(&crate::tools::registry::catalog(
+                &crate::limits::Limits::default(),
+            )),
+            &[Message::User {
+                text: first.clone(),
+            }],
+        );
         assert_eq!(
             answer_entry.payload["estimated_input_tokens"],
-            json!(first_request)
+            json!(sent_estimate)
         );
         let trimmed = stored
             .iter()

@@ -124,6 +124,12 @@ fn typescript() -> String {
     decl::<AssistantCall>(&cfg, &mut out);
     decl::<Usage>(&cfg, &mut out);
     decl::<PromptParams>(&cfg, &mut out);
+    decl::<PromptContext>(&cfg, &mut out);
+    decl::<PromptSelection>(&cfg, &mut out);
+    decl::<LineRange>(&cfg, &mut out);
+    decl::<GetSessionContextParams>(&cfg, &mut out);
+    decl::<SessionContextResponse>(&cfg, &mut out);
+    decl::<InstructionFileInfo>(&cfg, &mut out);
     decl::<PromptResponse>(&cfg, &mut out);
     decl::<TurnOutcome>(&cfg, &mut out);
     decl::<UsageData>(&cfg, &mut out);

@@ -70,6 +70,19 @@ impl Backend {
             ledger: Arc::clone(&self.state.ledger),
             editor: Some(editor),
         };
+        // What the owner has in view goes into this prompt, read from the editor's buffers.
+        let mut prompt = params.text.clone();
+        if let Some(context) = &params.context {
+            let focus = context.to_focus().map_err(jsonrpc::Error::invalid_params)?;
+            let workspace = local.workspace.clone();
+            let buffers = Arc::clone(&self.state);
+            let rendered = tokio::task::spawn_blocking(move || {
+                agent::render_focus(&focus, &workspace, Some(&*buffers as &dyn tools::Editor))
+            })
+            .await
+            .map_err(|e| internal(&e.to_string()))?;
+            prompt.push_str(&rendered);
+        }
         // The MCP servers start (or are found running) as the turn begins; a project server
         // asks the owner first, through this turn's approvals.
         let root = local.workspace.roots()[0].path.clone();
@@ -97,10 +110,84 @@ impl Backend {
                 let _ = events_tx.send(Outgoing::Event(event));
             }),
         };
-        let outcome = pending.run(&params.text, spec).await;
+        let outcome = pending.run(&prompt, spec).await;
         // Every event of the turn reaches the client before the answer does.
         let _ = forwarder.await;
         Ok(PromptResponse::new(session_id, turn_id, outcome))
+    }
+
+    /// `pen/getSessionContext`: the instructions and environment the session's requests carry
+    /// (recorded at its first turn), or, before that, what its first turn would read now.
+    pub(super) async fn get_session_context(
+        &self,
+        params: protocol::GetSessionContextParams,
+    ) -> jsonrpc::Result<protocol::SessionContextResponse> {
+        use crate::transcript::{Event, Item};
+        let session_id = params.session_id.clone();
+        let scanned = self
+            .with_sessions(move |store| {
+                store.get_session(&session_id)?;
+                let mut found = (None, None, Vec::new());
+                let mut after = None;
+                loop {
+                    let page = store.transcript(
+                        &session_id,
+                        after,
+                        crate::limits::MAX_TRANSCRIPT_PAGE_ENTRIES,
+                    )?;
+                    for entry in &page.entries {
+                        match entry.item() {
+                            Item::Event(Event::SessionContext(context)) if found.0.is_none() => {
+                                found.0 = Some(context)
+                            }
+                            Item::Event(Event::InstructionsChanged { instructions }) => {
+                                found.1 = Some(instructions)
+                            }
+                            Item::Event(Event::InstructionsDelivered { files, .. }) => {
+                                found.2.extend(files)
+                            }
+                            _ => {}
+                        }
+                    }
+                    match page.next_after_seq {
+                        Some(next) => after = Some(next),
+                        None => break,
+                    }
+                }
+                Ok(found)
+            })
+            .await?;
+        let (context, changed, delivered) = scanned;
+        let recorded = context.is_some();
+        let context = match context {
+            Some(context) => context,
+            None => {
+                let workspace = self.state.current_workspace().map_err(|e| internal(&e))?;
+                let config = read(&self.state.config).clone();
+                tokio::task::spawn_blocking(move || agent::gather(&workspace, &config))
+                    .await
+                    .map_err(|e| internal(&e.to_string()))?
+            }
+        };
+        let info = |files: &[crate::transcript::InstructionFile]| {
+            files
+                .iter()
+                .map(protocol::InstructionFileInfo::from)
+                .collect::<Vec<_>>()
+        };
+        Ok(protocol::SessionContextResponse {
+            session_id: params.session_id,
+            recorded,
+            instructions: info(&context.instructions),
+            changed: changed.as_deref().map(info),
+            delivered: info(&delivered),
+            environment: context.environment.clone(),
+            instructions_text: context
+                .instructions
+                .iter()
+                .map(agent::render_file)
+                .collect(),
+        })
     }
 
     pub(super) async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {

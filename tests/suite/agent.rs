@@ -199,6 +199,8 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         assert_eq!(
             kinds,
             [
+                // The session's context, recorded before its first request.
+                "event",
                 "user_prompt",
                 "assistant_message",
                 "tool_call",
@@ -538,7 +540,8 @@ fn a_session_an_oversized_result_made_unusable_is_recovered() {
         .filter(|e| e["kind"] == "context_trimmed")
         .collect();
     assert_eq!(trimmed.len(), 1);
-    assert_eq!(trimmed[0]["data"]["droppedExchanges"], json!([[1, 4]]));
+    // Entry 1 is the session's context, so the first exchange's span reaches entry 5.
+    assert_eq!(trimmed[0]["data"]["droppedExchanges"], json!([[1, 5]]));
     // Configured with a window far larger than the model's, the request goes out, is rejected,
     // and the same step as before recovers it: the result is cut to 2 KiB and retried once.
     d.client.request(
@@ -590,7 +593,11 @@ fn a_daemon_killed_mid_turn_leaves_every_committed_entry_and_an_interrupted_call
         .iter()
         .map(|e| e["kind"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(before, ["user_prompt", "assistant_message", "tool_call"]);
+    // The session's context (an event) was recorded before the first prompt.
+    assert_eq!(
+        before,
+        ["event", "user_prompt", "assistant_message", "tool_call"]
+    );
     assert_eq!(
         d.prompt(&session, "what happened?")["stopReason"],
         "end_turn"

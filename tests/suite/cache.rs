@@ -76,6 +76,16 @@ fn bodies(fake: &FakeProvider) -> Vec<Value> {
     fake.requests().into_iter().map(|r| r.body).collect()
 }
 
+/// The bodies of a run in `root` as a run in `as_root` sends them: the environment block of the
+/// system part names the workspace root, the one difference between two runs in two folders.
+fn in_root(bodies: Vec<Value>, root: &Path, as_root: &Path) -> Vec<Value> {
+    let (from, to) = (root.to_string_lossy(), as_root.to_string_lossy());
+    bodies
+        .into_iter()
+        .map(|body| serde_json::from_str(&body.to_string().replace(&*from, &to)).unwrap())
+        .collect()
+}
+
 /// 120 calls at a 16k window under the default policy (4): at least 85% of all request bytes
 /// are a prefix of the request before (policy 3 on the same turn: about a seventh), at least
 /// 90% of the requests reuse 90% of their bytes, no result over the page the window fits, every
@@ -199,7 +209,7 @@ fn a_resumed_session_plans_the_requests_the_first_daemon_sent() {
         second.prompt(&split_session, "Second pass.")["stopReason"],
         "end_turn"
     );
-    let split_bodies = bodies(&split);
+    let split_bodies = in_root(bodies(&split), split_root.path(), whole_root.path());
 
     assert_eq!(whole_bodies.len(), FIRST + SECOND + 2);
     assert_eq!(split_bodies.len(), whole_bodies.len());
@@ -283,7 +293,10 @@ fn a_resumed_anthropic_session_sends_the_same_breakpoints() {
         "end_turn"
     );
 
-    let (whole_bodies, split_bodies) = (bodies(&whole), bodies(&split));
+    let (whole_bodies, split_bodies) = (
+        bodies(&whole),
+        in_root(bodies(&split), split_root.path(), whole_root.path()),
+    );
     assert_eq!(whole_bodies.len(), FIRST + SECOND + 2);
     assert_eq!(split_bodies.len(), whole_bodies.len());
     for (i, (a, b)) in whole_bodies.iter().zip(&split_bodies).enumerate() {
@@ -375,9 +388,16 @@ fn a_daemon_killed_after_recording_a_compaction_resumes_with_its_prefix() {
     // clean one sent before it.
     assert!(entries.iter().any(is_compaction));
     assert!(entries.len() <= compaction + 2, "{} entries", entries.len());
+    // (The two runs are in two folders, which the recorded environment names.)
+    let (here, there) = (
+        root.path().to_string_lossy(),
+        clean_root.path().to_string_lossy(),
+    );
     for (a, b) in entries.iter().zip(&clean_entries) {
-        assert_eq!((a.kind, &a.payload), (b.kind, &b.payload));
+        let payload = a.payload.to_string().replace(&*here, &there);
+        assert_eq!((a.kind, payload), (b.kind, b.payload.to_string()));
     }
+    let sent = in_root(sent, root.path(), clean_root.path());
     let next = sent.len();
     let answered = entries
         .iter()
@@ -402,7 +422,7 @@ fn a_daemon_killed_after_recording_a_compaction_resumes_with_its_prefix() {
     ))]);
     let mut resumed = daemon(&fake, data.path(), root.path());
     assert_eq!(resumed.prompt(&session, "Go on.")["stopReason"], "end_turn");
-    let after = bodies(&fake);
+    let after = in_root(bodies(&fake), root.path(), clean_root.path());
     assert_eq!(after.len(), 1);
     let planned = cache_order(&clean_bodies[next]);
     let first = cache_order(&after[0]);

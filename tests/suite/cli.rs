@@ -303,9 +303,10 @@ fn pen_run_whose_reader_goes_away_stops_the_turn_cleanly() {
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
+    // The session's context (an event) comes before the first prompt.
     assert_eq!(
-        kinds[..2],
-        ["user_prompt", "assistant_message"],
+        kinds[..3],
+        ["event", "user_prompt", "assistant_message"],
         "{kinds:?}"
     );
     // Every call of every assistant message has exactly one result.

@@ -17,10 +17,11 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-/// The committed appends of one clean run of [`turn_script`]: the prompt; per step the
+/// The committed appends of one clean run of [`turn_script`]: the session's context (its
+/// instructions and environment, before the first request); the prompt; per step the
 /// assistant message and a call and a result per call (3 + 2 + 2 calls); the final answer;
 /// the `turn_ended` event.
-const CLEAN_RUN_APPENDS: u64 = 1 + (1 + 6) + (1 + 4) + (1 + 4) + 1 + 1;
+const CLEAN_RUN_APPENDS: u64 = 1 + 1 + (1 + 6) + (1 + 4) + (1 + 4) + 1 + 1;
 
 /// Real SIGKILLs while the first of two calls (a `sleep`) runs, besides the crash points.
 const SIGKILL_RUNS: usize = 3;

@@ -9,6 +9,7 @@ mod checkpoints;
 mod cli;
 mod common;
 mod confinement;
+mod context;
 mod daemon_sessions;
 mod documents;
 mod durability;

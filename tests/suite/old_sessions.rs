@@ -134,7 +134,14 @@ fn the_old_session_is_resumed_and_continued() {
     let kinds: Vec<&str> = entries[15..].iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds,
-        ["tool_result", "user_prompt", "assistant_message", "event"]
+        // An old session gets its context (an event) recorded before its next prompt.
+        [
+            "tool_result",
+            "event",
+            "user_prompt",
+            "assistant_message",
+            "event"
+        ]
     );
     assert_eq!(entries[15].payload["status"], Value::from("interrupted"));
 }

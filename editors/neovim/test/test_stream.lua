@@ -27,7 +27,7 @@ vim.cmd('1,1Pen explain this')
 H.wait_turn()
 local sent = vim.fn.readfile(H.requests_file)
 local last = sent[#sent]
-H.check(last:find('Selection from `main.rs` lines 1-1', 1, true) and last:find('fn main() {}', 1, true),
+H.check(last:find('Selection: lines 1-1', 1, true) and last:find('fn main() {}', 1, true),
   'selection in the prompt: ' .. last)
 -- setup() again while the daemon runs hands settings over with pen/setConfig.
 local pen = require('pen')

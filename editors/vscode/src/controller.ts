@@ -16,13 +16,16 @@ import type {
   GetTranscriptParams,
   ListSessionsParams,
   ListSessionsResponse,
+  GetSessionContextParams,
   NewSessionParams,
+  PromptContext,
   PromptParams,
   PromptResponse,
   ForkSessionParams,
   ForkSessionResult,
   RevertTurnParams,
   RevertTurnResult,
+  SessionContextResponse,
   SessionSummary,
   StopParams,
   TranscriptResponse,
@@ -38,6 +41,9 @@ export class Controller implements vscode.Disposable {
   private readonly approvals = new Map<string, (answer: ApprovalResponse) => void>();
   private readonly statusItem: vscode.StatusBarItem;
   private restored = false;
+  /** The owner removed the focus chip; it comes back when the editor or selection changes. */
+  private focusDropped = false;
+  private readonly focusWatch: vscode.Disposable[] = [];
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -49,6 +55,62 @@ export class Controller implements vscode.Disposable {
     this.statusItem = vscode.window.createStatusBarItem('pen.status', vscode.StatusBarAlignment.Left, 100);
     this.statusItem.name = 'pen';
     this.statusItem.command = 'pen.ask';
+    const refocus = (): void => {
+      this.focusDropped = false;
+      this.showFocus();
+    };
+    this.focusWatch.push(
+      vscode.window.onDidChangeActiveTextEditor(refocus),
+      vscode.window.onDidChangeTextEditorSelection(refocus),
+    );
+  }
+
+  /** What the owner has in view, for `pen/prompt`: the active file editor, its selection
+   * (its text as the buffer has it, unsaved changes included) and visible ranges. */
+  private focusContext(): PromptContext | null {
+    const editor = vscode.window.activeTextEditor;
+    if (this.focusDropped || editor === undefined || editor.document.uri.scheme !== 'file') {
+      return null;
+    }
+    const lines = (r: vscode.Range) => ({
+      startLine: r.start.line + 1,
+      // A selection that ends at the start of a line does not take that line.
+      endLine: Math.max(r.start.line + 1, r.end.character === 0 && r.end.line > r.start.line ? r.end.line : r.end.line + 1),
+    });
+    const context: PromptContext = {
+      activeFile: editor.document.uri.fsPath,
+      visibleRanges: editor.visibleRanges.map(lines),
+    };
+    if (!editor.selection.isEmpty) {
+      context.selection = { ...lines(editor.selection), text: editor.document.getText(editor.selection) };
+    }
+    return context;
+  }
+
+  /** Updates the chip in the prompt box. */
+  private showFocus(): void {
+    const context = this.focusContext();
+    const focus =
+      context === null || context.activeFile === undefined
+        ? null
+        : state.focusLabel(vscode.workspace.asRelativePath(context.activeFile), context.selection ?? null);
+    if (focus !== this.model.focus) {
+      this.set({ ...this.model, focus });
+    }
+  }
+
+  /** Shows the session's instruction files (name, size, cut) from `pen/getSessionContext`. */
+  private async refreshInstructions(client: LanguageClient, sessionId: string): Promise<void> {
+    try {
+      const params: GetSessionContextParams = { sessionId };
+      const context = await client.sendRequest<SessionContextResponse>(METHODS.GET_SESSION_CONTEXT, params);
+      const instructions = state.instructionsLine(context.changed ?? context.instructions);
+      if (this.model.sessionId === sessionId) {
+        this.set({ ...this.model, instructions });
+      }
+    } catch {
+      // An older pen without the method: the panel shows no instruction line.
+    }
   }
 
   private set(model: state.PanelModel): void {
@@ -130,6 +192,10 @@ export class Controller implements vscode.Disposable {
       case 'action':
         void this.runAction(message.action);
         break;
+      case 'dropFocus':
+        this.focusDropped = true;
+        this.set({ ...this.model, focus: null });
+        break;
     }
   }
 
@@ -158,8 +224,13 @@ export class Controller implements vscode.Disposable {
     this.set(state.promptSent(this.model, text));
     try {
       const params: PromptParams = { sessionId, text };
+      const focus = this.focusContext();
+      if (focus !== null) {
+        params.context = focus;
+      }
       const result = await client.sendRequest<PromptResponse>(METHODS.PROMPT, params);
       this.set(state.promptAnswered(this.model, result));
+      void this.refreshInstructions(client, sessionId);
       if (result.stopReason === 'error' && result.lastError) {
         this.output.appendLine(`turn ${result.turnId} failed: ${result.lastError}`);
       }
@@ -220,6 +291,7 @@ export class Controller implements vscode.Disposable {
       return;
     }
     this.set(model);
+    void this.refreshInstructions(client, sessionId);
     await this.context.workspaceState.update(SESSION_KEY, sessionId);
   }
 
@@ -342,6 +414,9 @@ export class Controller implements vscode.Disposable {
 
   dispose(): void {
     this.statusItem.dispose();
+    for (const watch of this.focusWatch) {
+      watch.dispose();
+    }
   }
 }
 

@@ -105,7 +105,9 @@ export class PanelView implements vscode.WebviewViewProvider {
 <main id="log" role="log" aria-label="pen conversation" aria-live="polite"></main>
 <div id="status" role="status" aria-live="polite"></div>
 <div id="session-usage" aria-label="Session usage"></div>
+<div id="instructions" aria-label="Instruction files"></div>
 <form id="composer">
+  <div id="focus-chip" class="chip" hidden><i class="codicon codicon-file" aria-hidden="true"></i> <span id="focus-label"></span><button id="drop-focus" type="button" class="icon" aria-label="Do not send the active file with this prompt" title="Do not send it"><i class="codicon codicon-close" aria-hidden="true"></i></button></div>
   <textarea id="prompt" rows="3" aria-label="Ask pen" placeholder="Ask pen (Enter to send, Shift+Enter for a new line)"></textarea>
   <div class="actions">
     <button id="stop" type="button" class="secondary" aria-label="Stop" title="Stop the running turn"><i class="codicon codicon-debug-stop" aria-hidden="true"></i> Stop</button>

@@ -120,7 +120,35 @@ export interface PanelModel {
   /** The session's usage so far in a line, from the last `usage` event or turn end; null
    * until one reports it. */
   sessionUsage: string | null;
+  /** The editor focus the next prompt carries, as its chip shows it ("a.ts:3-9"); null when
+   * there is none or the owner removed the chip. */
+  focus: string | null;
+  /** The instruction files the session uses, in a line ("AGENTS.md 1.2 KB (cut)"); null
+   * when it has none. */
+  instructions: string | null;
   nextId: number;
+}
+
+/** A chip's label for the active file and its selection (lines 1-based, inclusive). */
+export function focusLabel(file: string, selection: { startLine: number; endLine: number } | null): string {
+  const name = file.split(/[\\/]/).pop() ?? file;
+  return selection === null ? name : `${name}:${selection.startLine}-${selection.endLine}`;
+}
+
+/** The panel's line for the instruction files of a session (`pen/getSessionContext`). */
+export function instructionsLine(
+  files: { path: string; bytes: number; cut: boolean; refused?: string }[],
+): string | null {
+  if (files.length === 0) {
+    return null;
+  }
+  const size = (bytes: number): string => (bytes < 1024 ? `${bytes} B` : `${(bytes / 1024).toFixed(1)} KB`);
+  return (
+    'Instructions: ' +
+    files
+      .map((f) => (f.refused !== undefined ? `${f.path} (not read)` : `${f.path} ${size(f.bytes)}${f.cut ? ' (cut)' : ''}`))
+      .join(', ')
+  );
 }
 
 export function emptyModel(): PanelModel {
@@ -132,6 +160,8 @@ export function emptyModel(): PanelModel {
     status: '',
     endedTurns: [],
     sessionUsage: null,
+    focus: null,
+    instructions: null,
     nextId: 1,
   };
 }
@@ -555,6 +585,15 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
         body.data.usage ?? null,
         body.data.sessionUsage ?? null,
       );
+    case 'instructions_changed':
+      return instructionsChanged(model, body.data.files);
+    case 'event':
+      // The stored form of the same change, so a resumed session shows it too.
+      if ((body.data as { type?: unknown }).type === 'instructions_changed') {
+        const files = (body.data as { instructions?: { path?: unknown }[] }).instructions ?? [];
+        return instructionsChanged(model, files.map((f) => ({ path: asString(f.path) ?? '?' })));
+      }
+      return model;
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
       // decisions on the cards; events of a newer pen are not shown.
@@ -576,6 +615,12 @@ export function reverted(model: PanelModel, turnId: string, result: RevertTurnRe
     commands: result.commands.map((c) => ({ tool: c.tool, summary: c.summary })),
     conflicts: !forced && files.some((f) => f.status === 'conflict'),
   } as RevertItem);
+}
+
+/** A root instruction file changed during the session: the prompt carried the new text. */
+function instructionsChanged(model: PanelModel, files: { path: string }[]): PanelModel {
+  const names = files.map((f) => f.path).join(', ');
+  return note(model, 'info', `The project's instructions changed (${names}); this prompt carried the new text to pen.`);
 }
 
 /** One live `pen/event` of the current session; events of other sessions are ignored. */
@@ -649,7 +694,7 @@ export function withSessions(model: PanelModel, sessions: SessionSummary[]): Pan
 
 /** Show another session (or a new, empty one): its items come from its transcript. */
 export function switchSession(model: PanelModel, sessionId: string | null): PanelModel {
-  return { ...emptyModel(), sessions: model.sessions, sessionId, nextId: model.nextId };
+  return { ...emptyModel(), sessions: model.sessions, sessionId, focus: model.focus, nextId: model.nextId };
 }
 
 /**
@@ -691,7 +736,8 @@ export type FromWebview =
   | { type: 'openDiff'; callId: string }
   | { type: 'revertTurn'; turnId: string; force: boolean }
   | { type: 'forkSession'; turnId: string }
-  | { type: 'action'; action: TurnAction };
+  | { type: 'action'; action: TurnAction }
+  | { type: 'dropFocus' };
 
 /** Messages the extension sends to the webview. */
 export type ToWebview =

@@ -17,6 +17,7 @@ export const METHODS = {
   MCP_STATUS: 'pen/mcpStatus',
   REVERT_TURN: 'pen/revertTurn',
   FORK_SESSION: 'pen/forkSession',
+  GET_SESSION_CONTEXT: 'pen/getSessionContext',
   EVENT: 'pen/event',
   REQUEST_APPROVAL: 'pen/requestApproval',
 } as const;
@@ -27,7 +28,7 @@ export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'networ
 
 export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
 
-export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'turn_ended'] as const;
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'turn_ended'] as const;
 
 export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
 
@@ -239,7 +240,79 @@ export type Usage = { inputTokens: number, outputTokens: number, cacheReadTokens
 /**
  * `pen/prompt` params: run one turn of the agent in a session.
  */
-export type PromptParams = { sessionId: string, text: string, };
+export type PromptParams = { sessionId: string, text: string, 
+/**
+ * What the owner has in view: it goes into this prompt (append-only), read from the
+ * editor's buffer where the file is open.
+ */
+context?: PromptContext, };
+
+/**
+ * The editor's focus sent with a prompt. Lines are 1-based and inclusive.
+ */
+export type PromptContext = { 
+/**
+ * The active file: an absolute path, or one relative to the workspace.
+ */
+activeFile?: string, 
+/**
+ * The selection in the active file; without `text`, pen reads those lines (from the
+ * editor's buffer when the file is open).
+ */
+selection?: PromptSelection, 
+/**
+ * The active file's ranges on screen.
+ */
+visibleRanges?: Array<LineRange>, };
+
+/**
+ * A selection: its lines and, optionally, its text as the editor has it.
+ */
+export type PromptSelection = { startLine: number, endLine: number, text?: string, };
+
+/**
+ * A range of lines, 1-based and inclusive.
+ */
+export type LineRange = { startLine: number, endLine: number, };
+
+/**
+ * `pen/getSessionContext` params.
+ */
+export type GetSessionContextParams = { sessionId: string, };
+
+/**
+ * `pen/getSessionContext` result: the instructions and environment the session's requests
+ * carry. `recorded` is false for a session that ran no turn yet: then they are what its first
+ * turn would read now.
+ */
+export type SessionContextResponse = { sessionId: string, recorded: boolean, 
+/**
+ * The root instruction files in the system part (as recorded at the session's start).
+ */
+instructions: Array<InstructionFileInfo>, 
+/**
+ * The root instruction files as the latest `instructions_changed` note gave them, when
+ * one changed during the session.
+ */
+changed?: Array<InstructionFileInfo>, 
+/**
+ * The nested instruction files delivered with tool results so far.
+ */
+delivered: Array<InstructionFileInfo>, 
+/**
+ * The environment block as sent.
+ */
+environment: string, 
+/**
+ * The text of the system part's instructions, as sent.
+ */
+instructionsText: string, };
+
+/**
+ * One project instruction file a session uses: its path (as tools show paths), its size, and
+ * whether the budget cut it or pen refused it (`refused` says why).
+ */
+export type InstructionFileInfo = { path: string, bytes: number, cut: boolean, refused?: string, };
 
 /**
  * `pen/prompt` result, sent when the turn ends.
@@ -293,7 +366,7 @@ export type EventParams = { sessionId: string, turnId: string, seq: number, } & 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -302,7 +375,7 @@ export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.

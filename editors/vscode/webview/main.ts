@@ -34,6 +34,10 @@ const send = document.getElementById('send') as HTMLButtonElement;
 const stop = document.getElementById('stop') as HTMLButtonElement;
 const sessionSelect = document.getElementById('session') as HTMLSelectElement;
 const newSession = document.getElementById('new-session') as HTMLButtonElement;
+const instructions = document.getElementById('instructions') as HTMLElement;
+const focusChip = document.getElementById('focus-chip') as HTMLElement;
+const focusLabel = document.getElementById('focus-label') as HTMLElement;
+const dropFocus = document.getElementById('drop-focus') as HTMLButtonElement;
 
 const rendered = new Map<string, { rev: number; el: HTMLElement }>();
 let model: PanelModel | null = null;
@@ -315,6 +319,10 @@ function render(m: PanelModel): void {
   }
   status.textContent = m.running ? `pen: ${m.status || 'running'}` : '';
   sessionUsage.textContent = m.sessionUsage === null ? '' : `Session: ${m.sessionUsage}`;
+  instructions.textContent = m.instructions ?? '';
+  focusChip.hidden = m.focus === null;
+  focusLabel.textContent = m.focus ?? '';
+  focusChip.title = m.focus === null ? '' : `Sent with the prompt: ${m.focus}`;
   prompt.disabled = m.running;
   send.disabled = m.running;
   stop.disabled = !m.running;
@@ -343,6 +351,7 @@ prompt.addEventListener('keydown', (e) => {
 });
 prompt.addEventListener('input', () => vscode.setState({ draft: prompt.value }));
 stop.addEventListener('click', () => vscode.postMessage({ type: 'stop' }));
+dropFocus.addEventListener('click', () => vscode.postMessage({ type: 'dropFocus' }));
 newSession.addEventListener('click', () => vscode.postMessage({ type: 'newSession' }));
 sessionSelect.addEventListener('change', () => {
   if (sessionSelect.value !== '') {

@@ -197,6 +197,28 @@ local function with_selection(text, buf, line1, line2)
     text, name, line1, line2, ft, table.concat(lines, '\n'))
 end
 
+--- What the owner has in view, for `pen/prompt`'s `context`: the current buffer's file, the
+--- range of `:'<,'>Pen` and the window's visible lines. pen reads the lines from the buffer it
+--- is sent (unsaved text included), so only the range goes; nil for a buffer without a file.
+local function focus_context(buf, range)
+  local name = vim.api.nvim_buf_get_name(buf)
+  if name == '' or vim.bo[buf].buftype ~= '' then
+    return nil
+  end
+  local context = { activeFile = vim.fn.fnamemodify(name, ':p') }
+  if range then
+    context.selection = { startLine = range[1], endLine = range[2] }
+  end
+  local win = vim.fn.bufwinid(buf)
+  if win ~= -1 then
+    local top, bottom = vim.fn.line('w0', win), vim.fn.line('w$', win)
+    if top > 0 and bottom >= top then
+      context.visibleRanges = { { startLine = top, endLine = bottom } }
+    end
+  end
+  return context
+end
+
 --- `:Pen {prompt}`: send one turn; the answer streams into the transcript.
 function M.prompt(text, range)
   local buf = vim.api.nvim_get_current_buf()
@@ -204,8 +226,15 @@ function M.prompt(text, range)
     -- Prompting from the transcript: use the file window's buffer for the root instead.
     buf = vim.fn.bufnr('#') > 0 and vim.fn.bufnr('#') or buf
   end
-  if range then
+  local context = focus_context(buf, range)
+  local shown = text
+  if range and not context then
+    -- A buffer without a file: its selected lines go into the prompt text itself.
     text = with_selection(text, buf, range[1], range[2])
+    shown = text
+  elseif range then
+    shown = ('%s\n\n(with `%s` lines %d-%d)'):format(text, vim.fn.fnamemodify(vim.api.nvim_buf_get_name(buf), ':.'),
+      range[1], range[2])
   end
   local client = M.client(buf)
   if not client then
@@ -220,13 +249,14 @@ function M.prompt(text, range)
     return
   end
   transcript.show(session, M.config.split)
-  transcript.prompt(session, text)
+  transcript.prompt(session, shown)
   -- Remember which daemon runs the turn: :PenStop must go to that one.
   M.state.running[session] = client.id
   M.state.last_prompt[session] = text
   M.state.status = 'pen: thinking'
   -- pen/prompt answers when the turn ends: asynchronous, the UI never waits on it.
-  client:request(methods.PROMPT, { sessionId = session, text = text }, function(err, result)
+  -- Sent for the file's buffer, so its pending changes reach pen first.
+  client:request(methods.PROMPT, { sessionId = session, text = text, context = context }, function(err, result)
     M.state.running[session] = nil
     M.state.status = ''
     if err then
@@ -240,6 +270,7 @@ function M.prompt(text, range)
       M.state.last_result[session] = { error = err }
     else
       M.state.last_result[session] = result
+      M.show_instructions(client, session)
       transcript.on_event({ sessionId = session, turnId = result.turnId, kind = P.event_kind.TURN_ENDED,
         data = { stopReason = result.stopReason, lastError = result.lastError, errorKind = result.errorKind,
           usage = result.usage, sessionUsage = result.sessionUsage } })
@@ -252,6 +283,24 @@ function M.prompt(text, range)
       end
     end
     vim.cmd('redrawstatus')
+  end, buf)
+end
+
+--- Shows, once per session, the instruction files its requests carry (name, size, cut), from
+--- `pen/getSessionContext`; an older pen without the method shows nothing.
+function M.show_instructions(client, session)
+  M.state.instructions_shown = M.state.instructions_shown or {}
+  if M.state.instructions_shown[session] then
+    return
+  end
+  client:request(methods.GET_SESSION_CONTEXT, { sessionId = session }, function(err, result)
+    if err or type(result) ~= 'table' or not result.recorded then
+      return
+    end
+    M.state.instructions_shown[session] = true
+    if type(result.instructions) == 'table' and #result.instructions > 0 then
+      transcript.lines(session, { '> instructions: ' .. transcript.instruction_files(result.instructions) })
+    end
   end)
 end
 

@@ -16,6 +16,7 @@ M.methods = {
   MCP_STATUS = 'pen/mcpStatus',
   REVERT_TURN = 'pen/revertTurn',
   FORK_SESSION = 'pen/forkSession',
+  GET_SESSION_CONTEXT = 'pen/getSessionContext',
   EVENT = 'pen/event',
   REQUEST_APPROVAL = 'pen/requestApproval',
 }
@@ -59,6 +60,7 @@ M.event_kind = {
   CONTEXT_TRIMMED = 'context_trimmed',
   USAGE = 'usage',
   MCP_SERVER = 'mcp_server',
+  INSTRUCTIONS_CHANGED = 'instructions_changed',
   TURN_ENDED = 'turn_ended',
 }
 

@@ -298,10 +298,37 @@ function M.step(s, turn_id, kind, d)
     M.session_usage[s] = M.usage_line(d.session) or M.session_usage[s]
   elseif kind == E.TURN_ENDED then
     M.turn_ended(s, turn_id, d)
+  elseif kind == E.INSTRUCTIONS_CHANGED then
+    M.lines(s, { '> the project\'s instructions changed: ' .. M.instruction_files(d.files)
+      .. '; this prompt carries the new text' })
+  elseif kind == R.EVENT and d.type == 'session_context' then
+    -- The instructions and environment the session's requests carry (pen/getSessionContext).
+    if type(d.instructions) == 'table' and #d.instructions > 0 then
+      M.lines(s, { '> instructions: ' .. M.instruction_files(d.instructions) })
+    end
+  elseif kind == R.EVENT and d.type == 'instructions_delivered' then
+    M.lines(s, { '> instructions delivered with a result: ' .. M.instruction_files(d.files) })
+  elseif kind == R.EVENT and d.type == 'instructions_changed' then
+    M.lines(s, { '> the project\'s instructions changed: ' .. M.instruction_files(d.instructions) })
   elseif kind == R.EVENT then
     -- An event of a newer pen: shown as it is stored.
     M.lines(s, { '> ' .. vim.json.encode(d) })
   end
+end
+
+--- Instruction files in a line: name, size, cut or not read.
+function M.instruction_files(files)
+  local out = {}
+  for _, f in ipairs(type(files) == 'table' and files or {}) do
+    local note = ''
+    if f.refused ~= nil and f.refused ~= vim.NIL then
+      note = ' (not read)'
+    elseif f.cut then
+      note = ' (cut)'
+    end
+    table.insert(out, ('`%s` %s bytes%s'):format(tostring(f.path), tostring(f.bytes or '?'), note))
+  end
+  return table.concat(out, ', ')
 end
 
 --- Render one live `pen/event`.

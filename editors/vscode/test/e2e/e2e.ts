@@ -44,6 +44,8 @@ const replies: unknown[] = [
     text: 'Hello from the **fake model**, streamed in pieces.\n\n```rust\nfn main() {}\n```\n\nRaw <img src=x onerror="document.title=1"> stays text.\n',
     usage: { prompt_tokens: 2006, completion_tokens: 300, total_tokens: 2306, prompt_tokens_details: { cached_tokens: 1920 } },
   },
+  // 1b. A prompt sent with the editor's selection (the chip in the prompt box).
+  { text: 'Saw your selection.' },
   // 2. An edit of the open, unsaved CRLF file, approved in the panel.
   { tool_calls: [{ id: 'call_read_a', name: 'pen_read', arguments: { path: 'a.txt' } }] },
   {
@@ -451,6 +453,31 @@ async function main(): Promise<void> {
       await page.keyboard.press('End');
       await page.keyboard.type(' KEPT');
       await page.locator('.tab.active.dirty', { hasText: 'a.txt' }).waitFor();
+    });
+
+    await step(page, 'selection-chip', async () => {
+      // Select the first line: the chip shows it, and the prompt carries it to the model.
+      await page.keyboard.press('Control+Home');
+      await page.keyboard.press('Shift+End');
+      const chip = p.locator('#focus-chip');
+      await chip.locator('#focus-label', { hasText: 'a.txt:1-1' }).waitFor({ timeout: UI_MS });
+      const before = requestsMade().length;
+      const ends = await ask(p, 'what did I select');
+      await turnDone(p, ends);
+      await p.getByText('Saw your selection.').waitFor();
+      const sent = requestsMade().slice(before);
+      const carried = sent.some(
+        (body) => body.includes('What the owner has in view') && body.includes('Selection: lines 1-1') && body.includes('line one'),
+      );
+      if (!carried) {
+        throw new Error(`the selection did not reach the request: ${sent.join('\n').slice(0, 2000)}`);
+      }
+      // The chip can be removed; a new selection brings it back.
+      await chip.getByRole('button', { name: 'Do not send the active file with this prompt' }).click();
+      await chip.waitFor({ state: 'hidden', timeout: UI_MS });
+      await page.locator('.editor-instance .monaco-editor .view-lines').first().click();
+      await page.keyboard.press('Control+Home');
+      await chip.waitFor({ state: 'visible', timeout: UI_MS });
     });
 
     let ends = 0;

@@ -1,0 +1,48 @@
+-- :'<,'>Pen sends the range as pen/prompt's context; pen reads the lines from the buffer
+-- (unsaved text included), and the project's AGENTS.md is in the system part.
+local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
+local ws = H.setup({ { text = 'It is the middle.' }, { text = 'It is the file.' } })
+vim.fn.writefile({ 'Answer in haiku.' }, ws .. '/AGENTS.md')
+vim.fn.writefile({ 'one on disk', 'two on disk', 'three on disk' }, ws .. '/lines.txt')
+vim.cmd.edit('lines.txt')
+require('pen').client(0)
+-- Unsaved changes: pen must see these, not the disk.
+vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'one UNSAVED', 'two UNSAVED', 'three UNSAVED' })
+
+vim.cmd('2,3Pen explain these lines')
+local res = H.wait_turn()
+H.check(res.stopReason == 'end_turn', 'stopReason ' .. vim.inspect(res))
+local sent = vim.fn.readfile(H.requests_file)
+local body = vim.json.decode(sent[#sent])
+local user = body.messages[#body.messages].content
+H.check(user:find('explain these lines\n\n[What the owner has in view', 1, true), 'the context note: ' .. user)
+H.check(user:find('Active file: lines.txt\nSelection: lines 2-3\n```\ntwo UNSAVED\nthree UNSAVED\n```', 1, true),
+  'the range from the buffer: ' .. user)
+H.check(not user:find('on disk', 1, true), 'the disk text was sent: ' .. user)
+H.check(user:find('Visible lines: 1-3', 1, true), 'the visible lines: ' .. user)
+local system = body.messages[1].content
+H.check(system:find('## AGENTS.md\nAnswer in haiku.', 1, true), 'AGENTS.md in the system part: ' .. system)
+H.check(H.transcript_text():find('(with `lines.txt` lines 2-3)', 1, true), 'the range in the transcript')
+-- The panel shows the instruction files the session uses.
+H.wait(5000, function()
+  return H.transcript_text():find('> instructions: `AGENTS.md` 17 bytes', 1, true) ~= nil
+end, 'the instruction files in the transcript')
+-- The stored context is shown in a line, never as its JSON (on a resumed transcript).
+local lines = require('pen.transcript')
+local shown = {}
+local real = lines.lines
+lines.lines = function(_, l) vim.list_extend(shown, l) end
+lines.step('s', nil, 'event', { type = 'session_context', environment = 'x',
+  instructions = { { path = 'AGENTS.md', bytes = 17, cut = false, text = 'Answer in haiku.' } } })
+lines.lines = real
+H.check(shown[1] == '> instructions: `AGENTS.md` 17 bytes', 'the stored context line: ' .. vim.inspect(shown))
+
+-- Without a range the current buffer is still named.
+require('pen').state.last_result = {}
+vim.cmd('Pen and the file')
+H.wait_turn()
+sent = vim.fn.readfile(H.requests_file)
+body = vim.json.decode(sent[#sent])
+user = body.messages[#body.messages].content
+H.check(user:find('Active file: lines.txt', 1, true) and not user:find('Selection:', 1, true), 'the buffer: ' .. user)
+H.done()
