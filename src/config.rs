@@ -89,14 +89,18 @@ pub enum ProviderKind {
     Anthropic,
     /// Amazon Bedrock Converse.
     Bedrock,
+    /// Ollama's native `/api/chat`, which honours `options.num_ctx` (its OpenAI-compatible
+    /// endpoint does not).
+    Ollama,
 }
 
 impl ProviderKind {
     /// Every kind, in the order the config's error message lists them.
-    pub const ALL: [ProviderKind; 3] = [
+    pub const ALL: [ProviderKind; 4] = [
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Bedrock,
+        ProviderKind::Ollama,
     ];
 
     /// The name the config and the wire use (the serde name).
@@ -105,6 +109,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Ollama => "ollama",
         }
     }
 
@@ -137,7 +142,9 @@ pub struct Config {
     pub base_url: Option<String>,
     /// The name of the environment variable that holds the API key (never the key itself).
     pub api_key_env: Option<String>,
-    pub context_window_tokens: u64,
+    /// The model's context window as the user set it; `None` (the default) lets pen find it
+    /// (see [`crate::providers::window`]).
+    pub context_window_tokens: Option<u64>,
     pub max_output_tokens: u64,
     /// Extended thinking's budget (Anthropic, Bedrock); 0 is off.
     pub reasoning_budget_tokens: u64,
@@ -166,7 +173,7 @@ impl Default for Config {
             model: None,
             base_url: None,
             api_key_env: None,
-            context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
+            context_window_tokens: None,
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
             reasoning_budget_tokens: REASONING_BUDGET_TOKENS.default,
             budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
@@ -276,8 +283,12 @@ impl Config {
             "max_tool_result_bytes" => {
                 self.max_tool_result_bytes = integer(key, value, &MAX_TOOL_RESULT_BYTES)?
             }
+            // `null` unsets it, so pen finds the window again.
             "context_window_tokens" => {
-                self.context_window_tokens = integer(key, value, &CONTEXT_WINDOW_TOKENS)?
+                self.context_window_tokens = match value {
+                    Value::Null => None,
+                    value => Some(integer(key, value, &CONTEXT_WINDOW_TOKENS)?),
+                }
             }
             "max_output_tokens" => {
                 self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
@@ -649,7 +660,7 @@ mod tests {
             Some("http://127.0.0.1:11434/v1")
         );
         assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
-        assert_eq!(config.context_window_tokens, 8192);
+        assert_eq!(config.context_window_tokens, Some(8192));
     }
 
     #[test]

@@ -511,6 +511,7 @@ impl From<transcript::Item> for EntryBody {
                 model,
                 estimated_tokens,
                 reason,
+                ..
             }) => EntryBody::ContextWindowRejected {
                 model,
                 estimated_tokens,
@@ -519,10 +520,13 @@ impl From<transcript::Item> for EntryBody {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 EntryBody::ToolAllowedForSession { tool }
             }
-            // Policy 4's compaction is shown as stored (what the planner reads).
-            compacted @ Item::Event(Event::ContextCompacted(_)) => {
-                EntryBody::Event(compacted.to_payload())
-            }
+            // Policy 4's compaction, the window found and a provider's warning are shown as
+            // stored.
+            stored @ Item::Event(
+                Event::ContextCompacted(_)
+                | Event::ContextWindowFound { .. }
+                | Event::ProviderWarning { .. },
+            ) => EntryBody::Event(stored.to_payload()),
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -712,6 +716,21 @@ pub enum EventBody {
         state: String,
         reason: Option<String>,
     },
+    /// The context window the session plans under, when it is new to the session: `tokens`,
+    /// where it came from (`source`: `config`, `llama_cpp_props`, `ollama_show`,
+    /// `vllm_models`, `lm_studio_models`, `hosted_table` or `default`), and `line`, the one
+    /// line to show.
+    ContextWindow {
+        model: String,
+        tokens: u64,
+        source: String,
+        line: String,
+    },
+    /// A provider's answer looks wrong (native Ollama: a likely silent truncation), and the
+    /// fix.
+    ProviderWarning {
+        message: String,
+    },
     TurnEnded(TurnOutcome),
 }
 
@@ -816,6 +835,13 @@ impl From<agent::TurnEvent> for EventBody {
                 state,
                 reason,
             },
+            E::ContextWindow { model, window } => EventBody::ContextWindow {
+                line: agent::window_line(&model, &window),
+                tokens: window.tokens,
+                source: window.source.as_str().to_string(),
+                model,
+            },
+            E::ProviderWarning { message } => EventBody::ProviderWarning { message },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

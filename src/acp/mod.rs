@@ -863,10 +863,15 @@ fn live_update(
             )),
         },
         TurnEvent::McpServer { .. } => return None,
+        // A likely truncation is never silent either.
+        TurnEvent::ProviderWarning { message } => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
+        },
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }
         | TurnEvent::Usage(_)
+        | TurnEvent::ContextWindow { .. }
         | TurnEvent::TurnEnded(_) => return None,
     })
 }

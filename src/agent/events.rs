@@ -51,6 +51,13 @@ pub enum TurnEvent {
         state: String,
         reason: Option<String>,
     },
+    /// The context window the session plans under, when it is new to the session.
+    ContextWindow {
+        model: String,
+        window: crate::providers::window::ModelWindow,
+    },
+    /// A provider's answer looks wrong (native Ollama: a likely silent truncation).
+    ProviderWarning { message: String },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -88,11 +95,13 @@ pub enum EventKind {
     ContextTrimmed,
     Usage,
     McpServer,
+    ContextWindow,
+    ProviderWarning,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -101,6 +110,8 @@ impl EventKind {
         EventKind::ContextTrimmed,
         EventKind::Usage,
         EventKind::McpServer,
+        EventKind::ContextWindow,
+        EventKind::ProviderWarning,
         EventKind::TurnEnded,
     ];
 
@@ -115,6 +126,8 @@ impl EventKind {
             EventKind::ContextTrimmed => "context_trimmed",
             EventKind::Usage => "usage",
             EventKind::McpServer => "mcp_server",
+            EventKind::ContextWindow => "context_window",
+            EventKind::ProviderWarning => "provider_warning",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -131,9 +144,31 @@ impl TurnEvent {
             TurnEvent::ContextTrimmed(_) => EventKind::ContextTrimmed,
             TurnEvent::Usage(_) => EventKind::Usage,
             TurnEvent::McpServer { .. } => EventKind::McpServer,
+            TurnEvent::ContextWindow { .. } => EventKind::ContextWindow,
+            TurnEvent::ProviderWarning { .. } => EventKind::ProviderWarning,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }
+}
+
+/// The one line that says which window a session plans under (`pen run` prints it at the
+/// start; the panels show the `context_window` event).
+pub fn window_line(model: &str, window: &crate::providers::window::ModelWindow) -> String {
+    let source = match window.source {
+        crate::providers::window::WindowSource::Config => "context_window_tokens",
+        crate::providers::window::WindowSource::LlamaCppProps => "llama.cpp /props",
+        crate::providers::window::WindowSource::OllamaShow => "Ollama /api/show",
+        crate::providers::window::WindowSource::VllmModels => "vLLM /v1/models",
+        crate::providers::window::WindowSource::LmStudioModels => "LM Studio /api/v0/models",
+        crate::providers::window::WindowSource::HostedTable => "pen's table of hosted models",
+        crate::providers::window::WindowSource::Default => {
+            "default: nothing knew the model; set context_window_tokens"
+        }
+    };
+    format!(
+        "model {model}, context window {} tokens ({source})",
+        window.tokens
+    )
 }
 
 impl Trim {

@@ -33,7 +33,7 @@ mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
-pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent};
+pub use events::{AgentEvent, EventKind, RequestUsage, Trim, TurnEvent, window_line};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
@@ -41,6 +41,7 @@ pub use system_prompt::SYSTEM_PROMPT;
 
 use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
+use crate::providers::window::{ModelWindow, WindowSource};
 use crate::providers::{
     CacheHints, ModelRequest, ModelResponse, PartSizes, Provider, ProviderError, ProviderKind,
     StreamEvent, ToolCall, ToolDefinition, Usage,
@@ -177,6 +178,9 @@ struct Turn {
     turn_id: String,
     provider: Arc<dyn Provider>,
     model: String,
+    /// The window the engine found for the model (or the user's setting); see
+    /// [`Turn::window`].
+    found_window: ModelWindow,
     config: Config,
     tools: Arc<dyn ToolHost>,
     approver: Arc<dyn Approver>,
@@ -283,6 +287,7 @@ impl Turn {
         })
         .await?;
         *self.lock_history() = history;
+        self.record_window(seq).await?;
         self.append_item(Item::UserPrompt {
             text: prompt.to_string(),
         })
@@ -314,7 +319,7 @@ impl Turn {
                 .request_with_recovery(&definitions, seq)
                 .instrument(span)
                 .await?;
-            let (response, estimated) = match answer {
+            let (response, estimated, warning) = match answer {
                 Some(answer) => answer,
                 None => return Ok(StopReason::Cancelled),
             };
@@ -323,6 +328,9 @@ impl Turn {
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
             let calls = response.tool_calls.clone();
             let usage = response.usage;
+            // Only a total calibrates (SPEC §7): an answer from a backend whose count is not
+            // one is recorded without the estimate calibration pairs it with.
+            let total = self.provider.usage_is_total();
             self.append_item(Item::AssistantMessage(AssistantMessage {
                 text: response.text,
                 tool_calls: response.tool_calls,
@@ -330,10 +338,19 @@ impl Turn {
                 finish_reason: Some(response.finish_reason),
                 usage,
                 model: Some(self.model.clone()),
-                estimated_input_tokens: Some(estimated),
+                estimated_input_tokens: total.then_some(estimated),
                 malformed_calls: false,
             }))
             .await?;
+            if let Some(message) = warning {
+                tracing::warn!(model = %self.model, "{message}");
+                self.append_item(Item::Event(Event::ProviderWarning {
+                    model: self.model.clone(),
+                    message: message.clone(),
+                }))
+                .await?;
+                self.emit(seq, TurnEvent::ProviderWarning { message });
+            }
             if let Some(usage) = usage {
                 self.report_usage(usage, seq);
             }
@@ -385,7 +402,7 @@ impl Turn {
         &self,
         definitions: &[ToolDefinition],
         seq: &AtomicU64,
-    ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
+    ) -> Result<Option<(ModelResponse, u64, Option<String>)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
             let (planned, report, estimator) =
@@ -436,7 +453,10 @@ impl Turn {
                 system: SYSTEM_PROMPT.to_string(),
                 messages: planned.messages,
                 tools: definitions.to_vec(),
-                max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
+                max_output_tokens: u32::try_from(
+                    self.window().output_tokens(self.config.max_output_tokens),
+                )
+                .unwrap_or(u32::MAX),
                 cache,
             };
             let on_event = |event: StreamEvent| match event {
@@ -458,7 +478,10 @@ impl Turn {
                             "the model repeated tool call ids; gave them new ones"
                         );
                     }
-                    return Ok(Some((response, planned.uncalibrated_tokens)));
+                    let warning = response
+                        .usage
+                        .and_then(|usage| self.provider.check_usage(&request, &usage));
+                    return Ok(Some((response, planned.uncalibrated_tokens, warning)));
                 }
                 Err(err) if err.kind == crate::providers::ErrorKind::Cancelled => return Ok(None),
                 Err(err) => err,
@@ -471,6 +494,7 @@ impl Turn {
                 model: self.model.clone(),
                 estimated_tokens: planned.estimated_tokens,
                 reason: err.message.clone(),
+                uncalibrated_tokens: Some(planned.uncalibrated_tokens),
             }))
             .await?;
             if rejection.is_some() {
@@ -514,12 +538,13 @@ impl Turn {
         let history = guard.planned();
         let family = provider_family(&self.config);
         let estimator = history.estimator(&self.model, family);
+        let window = self.window_with(history);
         let mut limit = Budget::new(
-            self.config.context_window_tokens,
-            self.config.max_output_tokens,
-            self.config.budget_margin_tokens,
+            window.tokens,
+            window.output_tokens(self.config.max_output_tokens),
+            window.margin_tokens(self.config.budget_margin_tokens),
         );
-        if let Some(rejected) = history.rejected_at(&self.model) {
+        if let Some(rejected) = history.rejected_at(&self.model, &estimator) {
             limit = limit.below_rejection(rejected);
         }
         let policy = budget::Policy::of(
@@ -553,6 +578,46 @@ impl Turn {
             .filter(|report| history.is_new_trim(report))
             .cloned();
         Ok((plan, report, estimator))
+    }
+
+    /// The window this turn plans under: the user's setting, else what the engine found, else
+    /// (when nothing answered) the window the session recorded for the model before, so a
+    /// resumed session plans as it did while its server cannot be asked.
+    fn window(&self) -> ModelWindow {
+        self.window_with(self.lock_history().planned())
+    }
+
+    fn window_with(&self, history: &budget::History) -> ModelWindow {
+        let found = self.found_window;
+        match (found.source, history.recorded_window(&self.model)) {
+            (WindowSource::Default, Some(recorded)) if recorded.source != WindowSource::Config => {
+                recorded
+            }
+            _ => found,
+        }
+    }
+
+    /// Records the window the session plans under when it is new to the session (the first
+    /// turn, or a window that changed), and says so (one `context_window` event).
+    async fn record_window(&self, seq: &AtomicU64) -> Result<(), TurnError> {
+        let window = self.window();
+        let recorded = self.lock_history().planned().recorded_window(&self.model);
+        if recorded == Some(window) {
+            return Ok(());
+        }
+        self.append_item(Item::Event(Event::ContextWindowFound {
+            model: self.model.clone(),
+            window,
+        }))
+        .await?;
+        self.emit(
+            seq,
+            TurnEvent::ContextWindow {
+                model: self.model.clone(),
+                window,
+            },
+        );
+        Ok(())
     }
 
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call

@@ -838,7 +838,7 @@ fn raw_estimate(messages: &[Message]) -> u64 {
 /// A config whose budget is `budget` input tokens.
 fn budget_config(budget: u64) -> Config {
     Config {
-        context_window_tokens: budget + 100,
+        context_window_tokens: Some(budget + 100),
         max_output_tokens: 100,
         budget_margin_tokens: 0,
         ..Config::default()
