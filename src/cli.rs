@@ -391,10 +391,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     // One line: the model, the window it is planned under and where that came from (found
     // once here; the turn reuses the engine's answer).
     if let Ok((target, window)) = engine.window(&config).await {
-        eprintln!(
-            "pen: {}",
-            crate::agent::window_line(&target.model, &window)
-        );
+        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
     }
     let approver: std::sync::Arc<dyn crate::agent::Approver> =
         std::sync::Arc::new(TerminalApprover);

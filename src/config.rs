@@ -462,7 +462,12 @@ impl Config {
             .filter_map(|(name, text)| {
                 let key = name.strip_prefix("PEN_")?.to_ascii_lowercase();
                 KEYS.contains(&key.as_str()).then(|| {
-                    let value = env_value(&config.get(&key), text);
+                    // An unset window is still a number when set.
+                    let current = match key.as_str() {
+                        "context_window_tokens" => json!(0),
+                        _ => config.get(&key),
+                    };
+                    let value = env_value(&current, text);
                     (key, value)
                 })
             })
@@ -586,7 +591,7 @@ mod tests {
         let err = config.set("provider", &json!("gemini")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "config key `provider` must be one of openai, anthropic, bedrock, got `gemini`"
+            "config key `provider` must be one of openai, anthropic, bedrock, ollama, got `gemini`"
         );
         config.set("model", &json!(null)).unwrap();
         assert_eq!(config.model, None);

@@ -597,19 +597,30 @@ impl Turn {
         }
     }
 
-    /// Records the window the session plans under when it is new to the session (the first
-    /// turn, or a window that changed), and says so (one `context_window` event).
+    /// Says which window the session plans under (one `context_window` event) at its first
+    /// turn and whenever the window changes. A window pen found (from the server or the
+    /// table) is recorded, so a resumed session plans under it while the server cannot be
+    /// asked; the user's setting and the default are not (the config says them again).
     async fn record_window(&self, seq: &AtomicU64) -> Result<(), TurnError> {
         let window = self.window();
-        let recorded = self.lock_history().planned().recorded_window(&self.model);
-        if recorded == Some(window) {
+        let (recorded, first_turn) = {
+            let history = self.lock_history();
+            (
+                history.planned().recorded_window(&self.model),
+                history.last_seq() == 0,
+            )
+        };
+        let found = !matches!(window.source, WindowSource::Config | WindowSource::Default);
+        if recorded == Some(window) || (!found && !first_turn) {
             return Ok(());
         }
-        self.append_item(Item::Event(Event::ContextWindowFound {
-            model: self.model.clone(),
-            window,
-        }))
-        .await?;
+        if found {
+            self.append_item(Item::Event(Event::ContextWindowFound {
+                model: self.model.clone(),
+                window,
+            }))
+            .await?;
+        }
         self.emit(
             seq,
             TurnEvent::ContextWindow {

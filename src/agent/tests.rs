@@ -281,9 +281,11 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         .iter()
         .map(|e| e.event.kind().as_str().to_string())
         .collect();
+    // The session's first turn says its window first.
     assert_eq!(
         kinds,
         [
+            "context_window",
             "text_delta",
             "tool_call_started",
             "tool_call_finished",

@@ -25,8 +25,8 @@ use super::{
     ProviderSettings, ReasoningBlock, StreamEvent, ToolCall, Usage,
 };
 use crate::limits::{MAX_NDJSON_LINE_BYTES, OLLAMA_NUM_CTX_STEP};
-use futures::future::BoxFuture;
 use futures::TryStreamExt;
+use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -89,8 +89,8 @@ impl OllamaProvider {
     ) -> Result<ModelResponse, ProviderError> {
         let estimate = estimated_tokens(request);
         let output = u64::from(request.max_output_tokens);
-        let trained = wire::until_stopped(cancel, async { Ok(self.trained_window().await) })
-            .await?;
+        let trained =
+            wire::until_stopped(cancel, async { Ok(self.trained_window().await) }).await?;
         let num_ctx = num_ctx(estimate, output, trained);
         if estimate + output > num_ctx {
             return Err(ProviderError::new(
@@ -103,7 +103,10 @@ impl OllamaProvider {
             ));
         }
         let body = request_body(request, num_ctx);
-        let http = self.client.post(format!("{}/api/chat", self.root)).json(&body);
+        let http = self
+            .client
+            .post(format!("{}/api/chat", self.root))
+            .json(&body);
         let sent = wire::send(http, NDJSON_CONTENT_TYPE, |status, _, body| {
             classify_error(Some(status), body, &self.model)
         });
@@ -542,9 +545,15 @@ mod tests {
     #[test]
     fn the_body_has_ollamas_shapes_for_tools_calls_results_and_num_ctx() {
         let body = request_body(&request(), 4_096);
-        assert_eq!(body["options"], json!({"num_ctx": 4096, "num_predict": 512}));
+        assert_eq!(
+            body["options"],
+            json!({"num_ctx": 4096, "num_predict": 512})
+        );
         assert_eq!(body["stream"], json!(true));
-        assert_eq!(body["messages"][0], json!({"role": "system", "content": "sys"}));
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "sys"})
+        );
         assert_eq!(
             body["messages"][2]["tool_calls"][0],
             json!({"function": {"name": "pen_read", "arguments": {"path": "a"}}})
@@ -590,7 +599,11 @@ mod tests {
     fn errors_are_classified() {
         let missing = classify_error(Some(404), r#"{"error":"model 'qwen' not found"}"#, "qwen");
         assert_eq!(missing.kind, ErrorKind::BadRequest);
-        assert!(missing.message.contains("ollama pull qwen"), "{}", missing.message);
+        assert!(
+            missing.message.contains("ollama pull qwen"),
+            "{}",
+            missing.message
+        );
         let over = classify_error(
             Some(400),
             r#"{"error":"the input length exceeds the context length"}"#,
@@ -598,13 +611,20 @@ mod tests {
         );
         assert_eq!(over.kind, ErrorKind::ContextWindowExceeded);
         assert_eq!(
-            classify_error(Some(500), r#"{"error":"llama runner process has terminated"}"#, "m")
-                .kind,
+            classify_error(
+                Some(500),
+                r#"{"error":"llama runner process has terminated"}"#,
+                "m"
+            )
+            .kind,
             ErrorKind::Server
         );
         assert!(classify_error(Some(503), "busy", "m").is_retryable());
         let in_stream = r#"{"error":"an error was encountered while running the model"}"#;
-        assert_eq!(decode(&(in_stream.to_string() + "\n")).unwrap_err().kind, ErrorKind::Server);
+        assert_eq!(
+            decode(&(in_stream.to_string() + "\n")).unwrap_err().kind,
+            ErrorKind::Server
+        );
     }
 
     #[test]

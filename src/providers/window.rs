@@ -135,15 +135,16 @@ struct HostedTable {
 
 /// The table, parsed once. It is part of the binary and checked by a unit test, so a row that
 /// does not parse is a build defect; it then counts as an empty table rather than a crash.
-static HOSTED: LazyLock<Vec<HostedRow>> = LazyLock::new(|| {
-    match serde_json::from_str::<HostedTable>(include_str!("models.json")) {
-        Ok(table) => table.models,
-        Err(err) => {
-            tracing::error!("the hosted-model table does not parse: {err}");
-            Vec::new()
-        }
-    }
-});
+static HOSTED: LazyLock<Vec<HostedRow>> =
+    LazyLock::new(
+        || match serde_json::from_str::<HostedTable>(include_str!("models.json")) {
+            Ok(table) => table.models,
+            Err(err) => {
+                tracing::error!("the hosted-model table does not parse: {err}");
+                Vec::new()
+            }
+        },
+    );
 
 /// The hosted-model table's window for `model` of `kind`: the longest prefix match. Bedrock
 /// ids lose their cross-region prefix (`us.`, `eu.`, `apac.`, `global.`…) first, and an
@@ -152,10 +153,12 @@ pub fn hosted(kind: ProviderKind, model: &str) -> Option<ModelWindow> {
     let model = model.trim().to_ascii_lowercase();
     let (kind, id) = match kind {
         ProviderKind::Bedrock => {
-            let id = ["us.", "eu.", "apac.", "au.", "jp.", "ca.", "us-gov.", "global."]
-                .iter()
-                .find_map(|region| model.strip_prefix(region))
-                .unwrap_or(&model);
+            let id = [
+                "us.", "eu.", "apac.", "au.", "jp.", "ca.", "us-gov.", "global.",
+            ]
+            .iter()
+            .find_map(|region| model.strip_prefix(region))
+            .unwrap_or(&model);
             match id.strip_prefix("anthropic.") {
                 Some(rest) => (ProviderKind::Anthropic, rest.to_string()),
                 None => (ProviderKind::Bedrock, id.to_string()),
@@ -283,7 +286,10 @@ async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
     };
     let url = response.url().path().to_string();
     if !response.status().is_success() {
-        tracing::debug!("context-window discovery: {url} answered {}", response.status());
+        tracing::debug!(
+            "context-window discovery: {url} answered {}",
+            response.status()
+        );
         return None;
     }
     if response
@@ -322,7 +328,11 @@ mod tests {
         assert!(table.models.len() >= 20);
         for row in &table.models {
             assert!(row.source.starts_with("https://"), "{}", row.prefix);
-            assert!(row.max_output_tokens <= row.context_window, "{}", row.prefix);
+            assert!(
+                row.max_output_tokens <= row.context_window,
+                "{}",
+                row.prefix
+            );
             assert_eq!(row.prefix, row.prefix.to_ascii_lowercase());
         }
     }
@@ -393,11 +403,7 @@ mod tests {
         assert_eq!(ollama_context_length(&show), Some(32_768));
         let list = serde_json::json!({"data": [{"id": "a", "max_model_len": 1}, {"id": "m", "loaded_context_length": 4096, "max_context_length": 32768}]});
         assert_eq!(
-            listed(
-                &list,
-                "m",
-                &["loaded_context_length", "max_context_length"]
-            ),
+            listed(&list, "m", &["loaded_context_length", "max_context_length"]),
             Some(4096)
         );
         assert_eq!(listed(&list, "x", &["max_model_len"]), None);

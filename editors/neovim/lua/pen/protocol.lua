@@ -57,6 +57,8 @@ M.event_kind = {
   CONTEXT_TRIMMED = 'context_trimmed',
   USAGE = 'usage',
   MCP_SERVER = 'mcp_server',
+  CONTEXT_WINDOW = 'context_window',
+  PROVIDER_WARNING = 'provider_warning',
   TURN_ENDED = 'turn_ended',
 }
 
