@@ -294,7 +294,7 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         ]
     );
     let seqs: Vec<u64> = fx.events.lock().unwrap().iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
 }
 
 #[tokio::test]
