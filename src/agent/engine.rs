@@ -193,10 +193,14 @@ impl Engine {
         if let Some(found) = windows.get(target) {
             return *found;
         }
+        // Only local-server APIs are asked; Anthropic and Bedrock (even behind a proxy's
+        // base URL) have no such endpoint, and the table knows their models.
         let server = match (&target.base_url, target.kind) {
-            (Some(base_url), _) => Some(base_url.as_str()),
+            (Some(base_url), ProviderKind::OpenAi | ProviderKind::Ollama) => {
+                Some(base_url.as_str())
+            }
             (None, ProviderKind::Ollama) => Some(crate::providers::ollama::DEFAULT_BASE_URL),
-            (None, _) => None,
+            _ => None,
         };
         let discovered = match server {
             Some(server) => window::discover(target.kind, server, &target.model).await,

@@ -165,8 +165,13 @@ pub fn window_line(model: &str, window: &crate::providers::window::ModelWindow) 
             "default: nothing knew the model; set context_window_tokens"
         }
     };
+    let tools = if window.tools_dropped {
+        "; its chat template renders no tools, so pen sends none"
+    } else {
+        ""
+    };
     format!(
-        "model {model}, context window {} tokens ({source})",
+        "model {model}, context window {} tokens ({source}){tools}",
         window.tokens
     )
 }

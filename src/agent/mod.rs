@@ -313,7 +313,13 @@ impl Turn {
                     },
                 );
             }
-            let definitions = tool_definitions(&self.tools.catalog());
+            // A server whose template renders no tools never shows them to the model: pen
+            // sends (and counts) none rather than plan for schemas the prompt will not hold.
+            let definitions = if self.window().tools_dropped {
+                Vec::new()
+            } else {
+                tool_definitions(&self.tools.catalog())
+            };
             let span = tracing::debug_span!("request", n = requests);
             let answer = self
                 .request_with_recovery(&definitions, seq)

@@ -67,6 +67,11 @@ pub struct ModelWindow {
     /// The window the model was trained on, when the server says (Ollama's `num_ctx` cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_tokens: Option<u64>,
+    /// The server says its chat template renders no tool definitions (llama.cpp
+    /// `chat_template_caps.supports_tools: false`): they would never reach the model, so pen
+    /// neither sends nor counts them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tools_dropped: bool,
     pub source: WindowSource,
 }
 
@@ -76,6 +81,7 @@ impl ModelWindow {
             tokens,
             max_output_tokens: None,
             trained_tokens: None,
+            tools_dropped: false,
             source,
         }
     }
@@ -176,6 +182,7 @@ pub fn hosted(kind: ProviderKind, model: &str) -> Option<ModelWindow> {
             tokens: row.context_window,
             max_output_tokens: Some(row.max_output_tokens),
             trained_tokens: None,
+            tools_dropped: false,
             source: WindowSource::HostedTable,
         })
 }
@@ -234,7 +241,11 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
     let llama = async {
         let props = get_json(client.get(format!("{root}/props"))).await?;
         let n_ctx = props["default_generation_settings"]["n_ctx"].as_u64()?;
-        Some(ModelWindow::new(n_ctx, WindowSource::LlamaCppProps))
+        let tools_dropped = props["chat_template_caps"]["supports_tools"].as_bool() == Some(false);
+        Some(ModelWindow {
+            tools_dropped,
+            ..ModelWindow::new(n_ctx, WindowSource::LlamaCppProps)
+        })
     };
     let vllm = async {
         let models = get_json(client.get(format!("{base}/models"))).await?;

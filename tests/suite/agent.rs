@@ -117,9 +117,11 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         let events = d.events();
         assert_eq!(events.last().unwrap()["kind"], "turn_ended", "{api}");
         let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        // The session's first turn says its window first.
         assert_eq!(
             kinds,
             [
+                "context_window",
                 "text_delta",
                 "text_delta",
                 "usage",
@@ -133,7 +135,7 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             "{api}"
         );
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=9).collect::<Vec<u64>>());
+        assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
         // Each request's usage, and the totals of the turn and the session at the end.
         let one =
             json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});

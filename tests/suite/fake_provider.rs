@@ -224,12 +224,20 @@ impl FakeProvider {
 
     /// The discovery requests received so far, by path, in arrival order.
     pub fn discovery_requests(&self) -> Vec<String> {
-        self.shared.discovery_seen.lock().expect("script lock").clone()
+        self.shared
+            .discovery_seen
+            .lock()
+            .expect("script lock")
+            .clone()
     }
 
     /// Makes `/api/chat` count prompt tokens as a truncating Ollama does (see [`Shared`]).
     pub fn truncate_like_ollama(&self, on: bool) {
-        *self.shared.truncate_like_ollama.lock().expect("script lock") = on;
+        *self
+            .shared
+            .truncate_like_ollama
+            .lock()
+            .expect("script lock") = on;
     }
 
     /// Every request received so far, in arrival order.
