@@ -141,12 +141,12 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
         let two = json!({"inputTokens": 2 * usage().input_tokens, "outputTokens": 2 * usage().output_tokens});
         assert_eq!(
-            events[7]["data"],
+            events[8]["data"],
             json!({"model": "fake-model", "request": one, "turn": two, "session": two}),
             "{api}"
         );
-        assert_eq!(events[8]["data"]["usage"], two, "{api}");
-        assert_eq!(events[8]["data"]["sessionUsage"], two, "{api}");
+        assert_eq!(events[9]["data"]["usage"], two, "{api}");
+        assert_eq!(events[9]["data"]["sessionUsage"], two, "{api}");
         assert_eq!(answer["usage"], two, "{api}");
         assert_eq!(answer["sessionUsage"], two, "{api}");
         assert!(
