@@ -301,3 +301,91 @@ pub fn plausible(reported: u64, estimated: u64) -> bool {
     reported.saturating_mul(crate::limits::MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR)
         >= estimated.saturating_mul(4)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::Usage;
+    use crate::transcript::AssistantMessage;
+
+    fn answer(seq: u64, reported: u64, estimated: u64) -> Record {
+        Record {
+            seq,
+            turn_id: None,
+            created_at: 0,
+            item: Item::AssistantMessage(AssistantMessage {
+                text: "ok".into(),
+                tool_calls: vec![],
+                reasoning: vec![],
+                finish_reason: None,
+                usage: Some(Usage::new(reported, 1)),
+                model: Some("m".into()),
+                estimated_input_tokens: Some(estimated),
+                malformed_calls: false,
+            }),
+        }
+    }
+
+    fn ratio(records: &[Record]) -> f64 {
+        History::of(records)
+            .estimator("m", ProviderKind::OpenAi)
+            .ratio
+    }
+
+    #[test]
+    fn a_report_under_the_bytes_over_eight_does_not_calibrate() {
+        // 4 × the uncalibrated estimate is the request's bytes: 1,000 tokens ≈ 4,000 bytes.
+        assert!(plausible(500, 1_000));
+        assert!(!plausible(499, 1_000));
+        assert_eq!(ratio(&[answer(1, 1_200, 1_000)]), 1.2);
+        // Under half the estimate: ignored, where the old clamp made it 0.5.
+        assert_eq!(ratio(&[answer(1, 300, 1_000)]), 1.0);
+        // An earlier plausible report stays the calibration.
+        assert_eq!(ratio(&[answer(1, 900, 1_000), answer(2, 100, 2_000)]), 0.9);
+    }
+
+    #[test]
+    fn a_constant_report_across_growing_requests_calibrates_nothing_after() {
+        // 100 tokens for a 150-token request is plausible alone…
+        assert!((ratio(&[answer(1, 100, 150)]) - 100.0 / 150.0).abs() < 1e-9);
+        // …but the same 100 for a request that grew (within the plausible range) is not a
+        // count of the prompt: nothing of this model calibrates any more, the first included.
+        let constant = [answer(1, 100, 150), answer(2, 100, 190), answer(3, 400, 380)];
+        assert_eq!(ratio(&constant), 1.0);
+        // A repeated count for a request of the same size is a cache-stable server, not this.
+        assert!((ratio(&[answer(1, 100, 150), answer(2, 100, 155)]) - 100.0 / 155.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_rejection_bounds_later_requests_before_calibration() {
+        let rejected = Record {
+            seq: 2,
+            turn_id: None,
+            created_at: 0,
+            item: Item::Event(Event::ContextWindowRejected {
+                model: "m".into(),
+                estimated_tokens: 2_000,
+                reason: "too long".into(),
+                uncalibrated_tokens: Some(2_000),
+            }),
+        };
+        let history = History::of([&rejected]);
+        // At a ratio of 0.6 (a later calibration that shrinks estimates), a request of the
+        // rejected size estimates 1,200: the bound follows, so it cannot go again.
+        let shrunk = TokenEstimator::new(ProviderKind::OpenAi, 0.6);
+        assert_eq!(history.rejected_at("m", &shrunk), Some(1_200));
+        let plain = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
+        assert_eq!(history.rejected_at("m", &plain), Some(2_000));
+        // An older pen's entry, without the uncalibrated size, bounds as before.
+        let old = Record {
+            item: Item::Event(Event::ContextWindowRejected {
+                model: "m".into(),
+                estimated_tokens: 2_000,
+                reason: "too long".into(),
+                uncalibrated_tokens: None,
+            }),
+            ..rejected
+        };
+        assert_eq!(History::of([&old]).rejected_at("m", &shrunk), Some(2_000));
+    }
+}
