@@ -137,7 +137,7 @@ fn per_step_at(
     let spec = TurnSpec {
         config: pen::config::Config {
             max_turn_requests: STEPS,
-            context_window_tokens: 12_000,
+            context_window_tokens: Some(12_000),
             max_output_tokens: 1_000,
             budget_margin_tokens: 0,
             ..pen::config::Config::default()

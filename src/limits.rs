@@ -540,23 +540,6 @@ pub const MCP_TOOL_TIMEOUT_SECS: Bounds = Bounds {
     max: 3_600,
 };
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cap_bounds_are_checked_and_named() {
-        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_024), Ok(1_024));
-        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_048_576), Ok(1_048_576));
-        let err = MAX_TOOL_RESULT_BYTES.check(1_023).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "max_tool_result_bytes = 1023 is out of range: it must be between 1024 and 1048576"
-        );
-        assert!(Limits::with_max_tool_result_bytes(1_048_577).is_err());
-    }
-}
-
 /// How long each context-window discovery request (llama.cpp `/props`, Ollama `/api/show`,
 /// vLLM and LM Studio model lists) may take: a server that does not answer in time is taken to
 /// know nothing, and the turn goes on with the next source.
@@ -591,3 +574,20 @@ pub const MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR: u64 = 8;
 /// The longest line of a streamed NDJSON answer (native Ollama) pen buffers: one line is one
 /// piece of the answer, a few KiB at most; a longer one is a server gone wrong.
 pub const MAX_NDJSON_LINE_BYTES: usize = 16 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_bounds_are_checked_and_named() {
+        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_024), Ok(1_024));
+        assert_eq!(MAX_TOOL_RESULT_BYTES.check(1_048_576), Ok(1_048_576));
+        let err = MAX_TOOL_RESULT_BYTES.check(1_023).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "max_tool_result_bytes = 1023 is out of range: it must be between 1024 and 1048576"
+        );
+        assert!(Limits::with_max_tool_result_bytes(1_048_577).is_err());
+    }
+}

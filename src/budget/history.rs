@@ -350,7 +350,11 @@ mod tests {
         assert!((ratio(&[answer(1, 100, 150)]) - 100.0 / 150.0).abs() < 1e-9);
         // …but the same 100 for a request that grew (within the plausible range) is not a
         // count of the prompt: nothing of this model calibrates any more, the first included.
-        let constant = [answer(1, 100, 150), answer(2, 100, 190), answer(3, 400, 380)];
+        let constant = [
+            answer(1, 100, 150),
+            answer(2, 100, 190),
+            answer(3, 400, 380),
+        ];
         assert_eq!(ratio(&constant), 1.0);
         // A repeated count for a request of the same size is a cache-stable server, not this.
         assert!((ratio(&[answer(1, 100, 150), answer(2, 100, 155)]) - 100.0 / 155.0).abs() < 1e-9);

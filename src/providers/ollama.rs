@@ -538,7 +538,7 @@ mod tests {
         assert_eq!(num_ctx(30_000, 4_096, Some(8_192)), 8_192);
         for estimate in [0u64, 1, 999, 5_000, 100_000] {
             let n = num_ctx(estimate, 700, None);
-            assert!(n >= estimate + 700 && n % OLLAMA_NUM_CTX_STEP == 0);
+            assert!(n >= estimate + 700 && n.is_multiple_of(OLLAMA_NUM_CTX_STEP));
         }
     }
 
