@@ -137,7 +137,7 @@ fn per_step_at(
     let spec = TurnSpec {
         config: pen::config::Config {
             max_turn_requests: STEPS,
-            context_window_tokens: 12_000,
+            context_window_tokens: Some(12_000),
             max_output_tokens: 1_000,
             budget_margin_tokens: 0,
             ..pen::config::Config::default()
@@ -147,6 +147,7 @@ fn per_step_at(
             limits: pen::limits::Limits::default(),
             ledger: Arc::default(),
             editor: None,
+            fitted: Default::default(),
         }),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),
@@ -239,6 +240,7 @@ fn main() {
             limits: pen::limits::Limits::default(),
             ledger: Arc::default(),
             editor: None,
+            fitted: Default::default(),
         }),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),

@@ -112,6 +112,7 @@ fn run(runtime: &tokio::runtime::Runtime, window: u64, policy: u64, low_water: O
             limits,
             ledger: Arc::default(),
             editor: None,
+            fitted: Default::default(),
         }),
         approver: Arc::new(Nobody),
         on_event: Arc::new(move |event: AgentEvent| {

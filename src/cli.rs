@@ -418,6 +418,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
                 eprintln!("pen: ← {tool} {}", outcome.as_str())
             }
             TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
+            TurnEvent::ProviderWarning { message } => eprintln!("pen: warning: {message}"),
             _ => {}
         }
     };
@@ -433,6 +434,11 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         Err(e) => return fail(e.to_string()),
     };
     eprintln!("pen: session {session_id}");
+    // One line: the model, the window it is planned under and where that came from (found
+    // once here; the turn reuses the engine's answer).
+    if let Ok((target, window)) = engine.window(&config).await {
+        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
+    }
     let approver: std::sync::Arc<dyn crate::agent::Approver> =
         std::sync::Arc::new(TerminalApprover);
     let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
@@ -449,6 +455,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
                 limits: config.limits(),
                 ledger: std::sync::Arc::default(),
                 editor: None,
+                fitted: Default::default(),
             },
             mcp,
             max_result_bytes: config.limits().max_tool_result_bytes,

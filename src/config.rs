@@ -92,14 +92,18 @@ pub enum ProviderKind {
     Anthropic,
     /// Amazon Bedrock Converse.
     Bedrock,
+    /// Ollama's native `/api/chat`, which honours `options.num_ctx` (its OpenAI-compatible
+    /// endpoint does not).
+    Ollama,
 }
 
 impl ProviderKind {
     /// Every kind, in the order the config's error message lists them.
-    pub const ALL: [ProviderKind; 3] = [
+    pub const ALL: [ProviderKind; 4] = [
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Bedrock,
+        ProviderKind::Ollama,
     ];
 
     /// The name the config and the wire use (the serde name).
@@ -108,6 +112,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Ollama => "ollama",
         }
     }
 
@@ -140,7 +145,9 @@ pub struct Config {
     pub base_url: Option<String>,
     /// The name of the environment variable that holds the API key (never the key itself).
     pub api_key_env: Option<String>,
-    pub context_window_tokens: u64,
+    /// The model's context window as the user set it; `None` (the default) lets pen find it
+    /// (see [`crate::providers::window`]).
+    pub context_window_tokens: Option<u64>,
     pub max_output_tokens: u64,
     /// Extended thinking's budget (Anthropic, Bedrock); 0 is off.
     pub reasoning_budget_tokens: u64,
@@ -176,7 +183,7 @@ impl Default for Config {
             model: None,
             base_url: None,
             api_key_env: None,
-            context_window_tokens: CONTEXT_WINDOW_TOKENS.default,
+            context_window_tokens: None,
             max_output_tokens: MAX_OUTPUT_TOKENS.default,
             reasoning_budget_tokens: REASONING_BUDGET_TOKENS.default,
             budget_margin_tokens: BUDGET_MARGIN_TOKENS.default,
@@ -334,8 +341,12 @@ impl Config {
             "checkpoint_store_bytes" => {
                 self.checkpoint_store_bytes = integer(key, value, &CHECKPOINT_STORE_BYTES)?
             }
+            // `null` unsets it, so pen finds the window again.
             "context_window_tokens" => {
-                self.context_window_tokens = integer(key, value, &CONTEXT_WINDOW_TOKENS)?
+                self.context_window_tokens = match value {
+                    Value::Null => None,
+                    value => Some(integer(key, value, &CONTEXT_WINDOW_TOKENS)?),
+                }
             }
             "max_output_tokens" => {
                 self.max_output_tokens = integer(key, value, &MAX_OUTPUT_TOKENS)?
@@ -486,24 +497,28 @@ impl Config {
     }
 
     /// The tool limits this config implies.
-    /// Under budget policy 4 pages are also sized to the prompt budget (SPEC §3,
-    /// [`Limits::fitted_to_budget`]), so the requests between two compactions extend each other
-    /// in steps small against the window; policy 3 keeps the pages it always had.
+    /// Under budget policy 4, with `context_window_tokens` set, pages are also sized to the
+    /// prompt budget (SPEC §3, [`Limits::fitted_to_budget`]), so the requests between two
+    /// compactions extend each other in steps small against the window. With the window unset
+    /// the turn's engine fits them to the window it finds ([`crate::agent::ToolHost::fit_pages`]);
+    /// policy 3 keeps the pages it always had.
     pub fn limits(&self) -> Limits {
         let limits = Limits {
             max_tool_result_bytes: self.max_tool_result_bytes as usize,
             ..Limits::default()
         };
-        if self.budget_policy < 4 {
-            return limits;
+        match self.context_window_tokens {
+            Some(window) if self.budget_policy >= 4 => {
+                // The prompt budget as `budget::Budget::new` makes it (computed here, as config
+                // is below budget in the module graph).
+                limits.fitted_to_budget(
+                    window
+                        .saturating_sub(self.max_output_tokens)
+                        .saturating_sub(self.budget_margin_tokens),
+                )
+            }
+            _ => limits,
         }
-        // The prompt budget as `budget::Budget::new` makes it (computed here, as config is
-        // below budget in the module graph).
-        limits.fitted_to_budget(
-            self.context_window_tokens
-                .saturating_sub(self.max_output_tokens)
-                .saturating_sub(self.budget_margin_tokens),
-        )
     }
 
     /// The config at boot: defaults, then the config file, then `PEN_*` variables from `env`
@@ -529,7 +544,12 @@ impl Config {
             .filter_map(|(name, text)| {
                 let key = name.strip_prefix("PEN_")?.to_ascii_lowercase();
                 KEYS.contains(&key.as_str()).then(|| {
-                    let value = env_value(&config.get(&key), text);
+                    // An unset window is still a number when set.
+                    let current = match key.as_str() {
+                        "context_window_tokens" => json!(0),
+                        _ => config.get(&key),
+                    };
+                    let value = env_value(&current, text);
                     (key, value)
                 })
             })
@@ -671,7 +691,7 @@ mod tests {
         let err = config.set("provider", &json!("gemini")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "config key `provider` must be one of openai, anthropic, bedrock, got `gemini`"
+            "config key `provider` must be one of openai, anthropic, bedrock, ollama, got `gemini`"
         );
         config.set("model", &json!(null)).unwrap();
         assert_eq!(config.model, None);
@@ -745,7 +765,7 @@ mod tests {
             Some("http://127.0.0.1:11434/v1")
         );
         assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
-        assert_eq!(config.context_window_tokens, 8192);
+        assert_eq!(config.context_window_tokens, Some(8192));
     }
 
     #[test]

@@ -98,10 +98,13 @@ pub const MAX_FOCUS_BYTES: usize = 16_384;
 /// The most visible ranges and `--file` attachments one prompt's focus names.
 pub const MAX_FOCUS_RANGES: usize = 16;
 
-/// `context_window_tokens`: the model's context window, for the prompt budget.
+/// `context_window_tokens`: the model's context window, for the prompt budget. Unset by
+/// default: pen asks the server or its table of hosted models (`providers::window`), and only
+/// when neither knows the model plans under `default`, a window most current models have (and
+/// says so once), rather than the 128,000 that overflowed small local servers.
 pub const CONTEXT_WINDOW_TOKENS: Bounds = Bounds {
     name: "context_window_tokens",
-    default: 128_000,
+    default: 32_768,
     min: 512,
     max: 10_000_000,
 };
@@ -612,6 +615,41 @@ pub const MCP_TOOL_TIMEOUT_SECS: Bounds = Bounds {
     min: 1,
     max: 3_600,
 };
+
+/// How long each context-window discovery request (llama.cpp `/props`, Ollama `/api/show`,
+/// vLLM and LM Studio model lists) may take: a server that does not answer in time is taken to
+/// know nothing, and the turn goes on with the next source.
+pub const WINDOW_DISCOVERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The largest discovery answer read (a model list of a big vLLM or LM Studio install is a few
+/// KiB; more is not a model list).
+pub const MAX_DISCOVERY_BODY_BYTES: usize = 1 << 20;
+
+/// Native Ollama's `options.num_ctx` is rounded up to a multiple of this, so consecutive
+/// requests of a session ask for the same window and Ollama keeps the loaded model and its KV
+/// cache instead of reloading it for every few tokens of growth.
+pub const OLLAMA_NUM_CTX_STEP: u64 = 2_048;
+
+/// The window Ollama gives a model through its OpenAI-compatible endpoint, which ignores
+/// `num_ctx`: its documented default below 24 GiB of VRAM. pen plans under it when it finds
+/// Ollama behind `provider = "openai"` (the native `provider = "ollama"` sets num_ctx itself).
+pub const OLLAMA_COMPAT_WINDOW_TOKENS: u64 = 4_096;
+
+/// For a window pen found (not one the user set), the share of it the output reserve may take
+/// at most (1/4) and the share the safety margin may take at most (1/32): the defaults of
+/// `max_output_tokens` and `budget_margin_tokens` suit a 128k window and would leave nothing of
+/// a 2k or 4k local window.
+pub const FOUND_WINDOW_OUTPUT_DIVISOR: u64 = 4;
+pub const FOUND_WINDOW_MARGIN_DIVISOR: u64 = 32;
+
+/// Calibration ignores a report of fewer prompt tokens than the request's bytes ÷ this: no
+/// tokenizer packs 8 bytes of text a token, so such a report counts only part of the prompt
+/// (the tokens evaluated after a cache hit, a template that dropped the tools) or a truncation.
+pub const MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR: u64 = 8;
+
+/// The longest line of a streamed NDJSON answer (native Ollama) pen buffers: one line is one
+/// piece of the answer, a few KiB at most; a longer one is a server gone wrong.
+pub const MAX_NDJSON_LINE_BYTES: usize = 16 << 20;
 
 #[cfg(test)]
 mod tests {

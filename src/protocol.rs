@@ -627,6 +627,7 @@ impl From<transcript::Item> for EntryBody {
                 model,
                 estimated_tokens,
                 reason,
+                ..
             }) => EntryBody::ContextWindowRejected {
                 model,
                 estimated_tokens,
@@ -635,21 +636,19 @@ impl From<transcript::Item> for EntryBody {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 EntryBody::ToolAllowedForSession { tool }
             }
-            // Policy 4's compaction is shown as stored (what the planner reads).
-            compacted @ Item::Event(Event::ContextCompacted(_)) => {
-                EntryBody::Event(compacted.to_payload())
-            }
-            // A revert is shown as stored: `{type: "files_reverted", turns, files, note}`.
-            reverted @ Item::Event(Event::FilesReverted { .. }) => {
-                EntryBody::Event(reverted.to_payload())
-            }
-            // The session's instructions and environment are shown as stored (their own
-            // method, pen/getSessionContext, gives them in wire casing).
-            context @ Item::Event(
-                Event::SessionContext(_)
+            // Shown as stored (what the planner reads, or its own record): policy 4's
+            // compaction, a revert (`{type: "files_reverted", turns, files, note}`), the session's
+            // instructions and environment (pen/getSessionContext gives them in wire casing),
+            // the window found and a provider's warning.
+            stored @ Item::Event(
+                Event::ContextCompacted(_)
+                | Event::FilesReverted { .. }
+                | Event::SessionContext(_)
                 | Event::InstructionsDelivered { .. }
-                | Event::InstructionsChanged { .. },
-            ) => EntryBody::Event(context.to_payload()),
+                | Event::InstructionsChanged { .. }
+                | Event::ContextWindowFound { .. }
+                | Event::ProviderWarning { .. },
+            ) => EntryBody::Event(stored.to_payload()),
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -953,6 +952,21 @@ pub enum EventBody {
     InstructionsChanged {
         files: Vec<InstructionFileInfo>,
     },
+    /// The context window the session plans under, when it is new to the session: `tokens`,
+    /// where it came from (`source`: `config`, `llama_cpp_props`, `ollama_show`,
+    /// `vllm_models`, `lm_studio_models`, `hosted_table` or `default`), and `line`, the one
+    /// line to show.
+    ContextWindow {
+        model: String,
+        tokens: u64,
+        source: String,
+        line: String,
+    },
+    /// A provider's answer looks wrong (native Ollama: a likely silent truncation), and the
+    /// fix.
+    ProviderWarning {
+        message: String,
+    },
     TurnEnded(TurnOutcome),
 }
 
@@ -1085,6 +1099,13 @@ impl From<agent::TurnEvent> for EventBody {
             E::InstructionsChanged { files } => EventBody::InstructionsChanged {
                 files: files.into_iter().map(InstructionFileInfo::from).collect(),
             },
+            E::ContextWindow { model, window } => EventBody::ContextWindow {
+                line: agent::window_line(&model, &window),
+                tokens: window.tokens,
+                source: window.source.as_str().to_string(),
+                model,
+            },
+            E::ProviderWarning { message } => EventBody::ProviderWarning { message },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

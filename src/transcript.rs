@@ -358,7 +358,20 @@ pub enum Event {
         model: String,
         estimated_tokens: u64,
         reason: String,
+        /// The same request's estimate before calibration (`None` in entries an older pen
+        /// stored): the bound later calibration can never lift.
+        uncalibrated_tokens: Option<u64>,
     },
+    /// The context window the session's requests to `model` are planned under from here on,
+    /// when it is not the user's setting: what discovery, the hosted table or the default
+    /// gave. A resumed session plans under it when the server cannot be asked.
+    ContextWindowFound {
+        model: String,
+        window: crate::providers::window::ModelWindow,
+    },
+    /// A provider's usage said something is wrong with a request (native Ollama: a likely
+    /// silent truncation), with the fix.
+    ProviderWarning { model: String, message: String },
     /// After a rejection, these calls' results are cut to `head_bytes` in every later request.
     ResultsShrunk {
         call_ids: Vec<String>,
@@ -576,6 +589,8 @@ pub mod event_type {
     pub const SESSION_CONTEXT: &str = "session_context";
     pub const INSTRUCTIONS_DELIVERED: &str = "instructions_delivered";
     pub const INSTRUCTIONS_CHANGED: &str = "instructions_changed";
+    pub const CONTEXT_WINDOW_FOUND: &str = "context_window_found";
+    pub const PROVIDER_WARNING: &str = "provider_warning";
 }
 
 /// A file a revert handled, as [`Event::FilesReverted`] stores it: its path as results show it
@@ -619,8 +634,22 @@ impl Event {
                     model: str_field(fields, "model"),
                     estimated_tokens,
                     reason: str_field(fields, "reason"),
+                    uncalibrated_tokens: u64_field(fields, "uncalibrated_tokens"),
                 }
             }
+            Some(event_type::CONTEXT_WINDOW_FOUND) => {
+                match crate::providers::window::ModelWindow::deserialize(payload) {
+                    Ok(window) => Event::ContextWindowFound {
+                        model: str_field(fields, "model"),
+                        window,
+                    },
+                    Err(_) => other(),
+                }
+            }
+            Some(event_type::PROVIDER_WARNING) => Event::ProviderWarning {
+                model: str_field(fields, "model"),
+                message: str_field(fields, "message"),
+            },
             Some(event_type::RESULTS_SHRUNK) => Event::ResultsShrunk {
                 call_ids: strings(fields.get("call_ids")),
                 head_bytes: u64_field(fields, "head_bytes").unwrap_or_default(),
@@ -771,11 +800,35 @@ impl Event {
                 model,
                 estimated_tokens,
                 reason,
-            } => json!({
-                "type": event_type::CONTEXT_WINDOW_REJECTED,
+                uncalibrated_tokens,
+            } => {
+                let mut payload = json!({
+                    "type": event_type::CONTEXT_WINDOW_REJECTED,
+                    "model": model,
+                    "estimated_tokens": estimated_tokens,
+                    "reason": reason,
+                });
+                if let Some(tokens) = uncalibrated_tokens {
+                    payload["uncalibrated_tokens"] = json!(tokens);
+                }
+                payload
+            }
+            Event::ContextWindowFound { model, window } => {
+                let mut payload = json!({
+                    "type": event_type::CONTEXT_WINDOW_FOUND,
+                    "model": model,
+                });
+                if let (Some(fields), Value::Object(window)) =
+                    (payload.as_object_mut(), json!(window))
+                {
+                    fields.extend(window);
+                }
+                payload
+            }
+            Event::ProviderWarning { model, message } => json!({
+                "type": event_type::PROVIDER_WARNING,
                 "model": model,
-                "estimated_tokens": estimated_tokens,
-                "reason": reason,
+                "message": message,
             }),
             Event::ResultsShrunk {
                 call_ids,
@@ -900,6 +953,21 @@ mod tests {
             model: "m".into(),
             estimated_tokens: 5,
             reason: "r".into(),
+            uncalibrated_tokens: Some(4),
+        }));
+        round_trip(Item::Event(Event::ContextWindowFound {
+            model: "m".into(),
+            window: crate::providers::window::ModelWindow {
+                trained_tokens: Some(8192),
+                ..crate::providers::window::ModelWindow::new(
+                    2048,
+                    crate::providers::window::WindowSource::LlamaCppProps,
+                )
+            },
+        }));
+        round_trip(Item::Event(Event::ProviderWarning {
+            model: "m".into(),
+            message: "w".into(),
         }));
         round_trip(Item::Event(Event::ResultsShrunk {
             call_ids: vec!["a".into()],

@@ -301,11 +301,172 @@ async fn pen_run_against_llama_server() {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // pen asked the server for its window (512), so it knows before sending that the prompt
+    // cannot fit, and says so instead of spending a request on the rejection.
     assert!(
-        stderr.contains("over the model's context window"),
+        stderr.contains("context window 512 tokens (llama.cpp /props)"),
         "{stderr}"
     );
-    assert!(stderr.contains("start a new session"), "{stderr}");
+    assert!(
+        stderr.contains("does not fit the prompt budget"),
+        "{stderr}"
+    );
+}
+
+/// The window of the chat-session test below: small, so eight turns overflow it.
+const CHAT_CONTEXT_TOKENS: u64 = 2_048;
+
+/// One paragraph of a chat turn, about 300 tokens: eight of them with pen's system prompt are
+/// more than the window.
+fn chat_prompt(turn: usize) -> String {
+    format!(
+        "Turn {turn}. Here is a note about the project for you to keep in mind. {}Reply with \
+         one short sentence.",
+        "The parser reads the configuration file, checks every key against its bounds, and \
+         reports each value it refuses together with the default it keeps instead. "
+            .repeat(7)
+    )
+}
+
+/// Runs `pen run PROMPT` in `session` (a new one when `None`) against `base_url`, with no
+/// `context_window_tokens` unless `window` forces one; the session id and stderr.
+fn pen_chat_turn(
+    data: &Path,
+    root: &Path,
+    base_url: &str,
+    session: Option<&str>,
+    prompt: &str,
+    window: Option<u64>,
+) -> (String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pen"));
+    command
+        .args(["run", prompt, "--provider", "openai", "--model", "smollm2"])
+        .arg("--base-url")
+        .arg(format!("{base_url}/v1"))
+        .current_dir(root)
+        .env("PEN_DATA_DIR", data)
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        // Short answers: the history grows by the prompts, and the test stays quick on a
+        // loaded machine (generation is the slow part).
+        .env("PEN_MAX_OUTPUT_TOKENS", "16")
+        .env_remove("PEN_CONTEXT_WINDOW_TOKENS")
+        .stdin(Stdio::null());
+    if let Some(session) = session {
+        command.args(["--session", session]);
+    }
+    if let Some(window) = window {
+        command.env("PEN_CONTEXT_WINDOW_TOKENS", window.to_string());
+    }
+    let output = command.output().expect("run pen");
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    // Under a forced window a turn may end over the window even after its recovery.
+    if window.is_none() {
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+    }
+    let id = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("pen: session "))
+        .unwrap_or_else(|| panic!("no session line: {stderr}"))
+        .trim()
+        .to_string();
+    (id, stderr)
+}
+
+/// The session's stored entries (`pen transcript ID`), one JSON value each.
+fn transcript(data: &Path, session: &str) -> Vec<Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .args(["transcript", session])
+        .env("PEN_DATA_DIR", data)
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .output()
+        .expect("pen transcript");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON entry"))
+        .collect()
+}
+
+/// Eight chat turns through `pen run --session` against a server started with `-c 2048`;
+/// the session's entries and each turn's stderr.
+async fn eight_turn_chat(window: Option<u64>) -> (Vec<Value>, Vec<String>) {
+    let (server_path, model) = configured("eight_turn_chat").expect("a real llama-server");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTP client");
+    let mut server = LlamaServer::start(&server_path, &model, CHAT_CONTEXT_TOKENS);
+    server.wait_until_healthy(&client).await;
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    let mut session: Option<String> = None;
+    let mut stderrs = Vec::new();
+    for turn in 1..=8 {
+        let (id, stderr) = pen_chat_turn(
+            data.path(),
+            root.path(),
+            &server.base_url,
+            session.as_deref(),
+            &chat_prompt(turn),
+            window,
+        );
+        session = Some(id);
+        stderrs.push(stderr);
+    }
+    let session = session.expect("a session");
+    (transcript(data.path(), &session), stderrs)
+}
+
+fn rejections(entries: &[Value]) -> usize {
+    entries
+        .iter()
+        .filter(|entry| entry["payload"]["type"] == "context_window_rejected")
+        .count()
+}
+
+/// Issue 18's proof against the real peer: with no `context_window_tokens`, pen asks the
+/// server for its window (`/props`: 2048) before the first request and plans every request of
+/// an eight-turn session under it, so the server never rejects one. (With the window forced
+/// to 128,000, as every unset window was before, the same session is rejected.)
+#[tokio::test]
+async fn an_eight_turn_chat_plans_under_the_discovered_window() {
+    if configured("an_eight_turn_chat_plans_under_the_discovered_window").is_none() {
+        return;
+    }
+    let (entries, stderrs) = eight_turn_chat(None).await;
+    assert!(
+        stderrs[0].contains("model smollm2, context window 2048 tokens (llama.cpp /props)"),
+        "{}",
+        stderrs[0]
+    );
+    let found: Vec<&Value> = entries
+        .iter()
+        .filter(|entry| entry["payload"]["type"] == "context_window_found")
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["payload"]["tokens"], CHAT_CONTEXT_TOKENS);
+    assert_eq!(found[0]["payload"]["source"], "llama_cpp_props");
+    // Recorded before the session's first prompt: the first request was planned under it.
+    assert_eq!(entries[0]["payload"]["type"], "context_window_found");
+    let answers = entries
+        .iter()
+        .filter(|entry| entry["kind"] == "assistant_message")
+        .count();
+    assert_eq!(answers, 8, "every turn answered");
+    assert_eq!(rejections(&entries), 0, "{stderrs:#?}");
+}
+
+/// The same session with the window forced to the old default (what main planned under when
+/// nothing was set): the server rejects requests. This is the figure issue 18 starts from.
+#[tokio::test]
+async fn an_eight_turn_chat_under_the_old_default_window_is_rejected() {
+    if configured("an_eight_turn_chat_under_the_old_default_window_is_rejected").is_none() {
+        return;
+    }
+    let (entries, _) = eight_turn_chat(Some(128_000)).await;
+    let count = rejections(&entries);
+    eprintln!("context_window_rejected entries under a forced 128,000-token window: {count}");
+    assert!(count >= 1, "{count}");
 }
 
 /// pen's usage from the real llama-server: the same prompt sent twice through pen's own

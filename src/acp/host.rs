@@ -76,7 +76,7 @@ impl AcpTools {
     fn text_of(&self, path: &str) -> Text {
         let ctx = ToolContext {
             workspace: &self.inner.workspace,
-            limits: &self.inner.limits,
+            limits: self.inner.limits(),
             ledger: None,
             editor: self
                 .inner
@@ -197,5 +197,9 @@ impl ToolHost for AcpTools {
     /// `pen serve` (the engine reads and records them).
     fn workspace(&self) -> Option<&crate::workspace::Workspace> {
         ToolHost::workspace(&self.inner)
+    }
+
+    fn fit_pages(&self, input_tokens: u64) {
+        ToolHost::fit_pages(&self.inner, input_tokens);
     }
 }

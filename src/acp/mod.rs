@@ -641,12 +641,14 @@ impl AgentState {
                         limits: config.limits(),
                         ledger: Arc::clone(&session.ledger),
                         editor,
+                        fitted: Default::default(),
                     },
                     search: LocalTools {
                         workspace: session.workspace.clone(),
                         limits: config.limits(),
                         ledger: Arc::clone(&session.ledger),
                         editor: search_editor,
+                        fitted: Default::default(),
                     },
                     changes,
                 },
@@ -877,10 +879,15 @@ fn live_update(
                     .join(", ")
             )),
         },
+        // A likely truncation is never silent either.
+        TurnEvent::ProviderWarning { message } => SessionUpdate::AgentMessageChunk {
+            content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
+        },
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }
         | TurnEvent::Usage(_)
+        | TurnEvent::ContextWindow { .. }
         | TurnEvent::TurnEnded(_) => return None,
     })
 }

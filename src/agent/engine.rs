@@ -10,11 +10,11 @@
 //! session. Every SQLite call runs on a blocking thread.
 
 use super::history::SessionHistory;
-use super::{
-    Approver, ToolHost, Turn, TurnErrorKind, TurnLease, TurnOutcome, provider_from_config,
-};
-use crate::config::Config;
+use super::{Approver, ToolHost, Turn, TurnErrorKind, TurnLease, TurnOutcome};
+use crate::config::{Config, ProviderKind};
 use crate::providers::Provider;
+use crate::providers::choice::{Target, chosen_from_config};
+use crate::providers::window::{self, ModelWindow, WindowSource};
 use crate::session::{SessionError, SessionStore};
 use crate::transcript::StopReason;
 use std::collections::HashMap;
@@ -61,8 +61,8 @@ impl BeginError {
     }
 }
 
-/// A provider built for a configuration: the configuration's key, the provider, its model.
-type BuiltProvider = (String, Arc<dyn Provider>, String);
+/// A provider built for a configuration: the configuration's key, the provider, its target.
+type BuiltProvider = (String, Arc<dyn Provider>, Target);
 
 /// Where the engine's provider comes from.
 enum Providers {
@@ -81,6 +81,11 @@ pub struct Engine {
     /// The history of each session a turn ran in, while no turn holds it (a running turn
     /// holds its own). At most `MAX_CACHED_HISTORIES`; the least recently used is forgotten.
     histories: Mutex<Vec<(String, SessionHistory)>>,
+    /// The window found for each server and model, for the process (a failed discovery is not
+    /// kept, so a server started later is asked again).
+    windows: tokio::sync::Mutex<HashMap<Target, ModelWindow>>,
+    /// The targets already told that nothing knew their window (the notice is said once).
+    unknown_windows: Mutex<std::collections::HashSet<Target>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -122,6 +127,8 @@ impl Engine {
             providers,
             running: Mutex::default(),
             histories: Mutex::default(),
+            windows: tokio::sync::Mutex::default(),
+            unknown_windows: Mutex::default(),
         })
     }
 
@@ -132,19 +139,100 @@ impl Engine {
     /// The provider and model for `config`: the one built for the same configuration before,
     /// else a new one (a failure is not kept, so a provider started later is found).
     pub async fn provider(&self, config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+        self.provider_and_target(config)
+            .await
+            .map(|(provider, target)| (provider, target.model))
+    }
+
+    /// [`Engine::provider`] with what it talks to. A fixed provider's target is the config's
+    /// provider and base URL.
+    pub async fn provider_and_target(
+        &self,
+        config: &Config,
+    ) -> Result<(Arc<dyn Provider>, Target), String> {
         match &self.providers {
-            Providers::Fixed(provider, model) => Ok((Arc::clone(provider), model.clone())),
+            Providers::Fixed(provider, model) => Ok((
+                Arc::clone(provider),
+                Target {
+                    kind: config.provider.unwrap_or(ProviderKind::OpenAi),
+                    base_url: config.base_url.clone(),
+                    model: model.clone(),
+                },
+            )),
             Providers::FromConfig(cache) => {
                 let key = config.to_json().to_string();
                 let mut cached = cache.lock().await;
-                if let Some((built_for, provider, model)) = cached.as_ref()
+                if let Some((built_for, provider, target)) = cached.as_ref()
                     && *built_for == key
                 {
-                    return Ok((Arc::clone(provider), model.clone()));
+                    return Ok((Arc::clone(provider), target.clone()));
                 }
-                let (provider, model) = provider_from_config(config).await?;
-                *cached = Some((key, Arc::clone(&provider), model.clone()));
-                Ok((provider, model))
+                let chosen = chosen_from_config(config).await?;
+                *cached = Some((key, Arc::clone(&chosen.provider), chosen.target.clone()));
+                Ok((chosen.provider, chosen.target))
+            }
+        }
+    }
+
+    /// The context window for `config`'s model and where it came from (SPEC §7): the user's
+    /// `context_window_tokens`, else what the server reports (asked once per server and model
+    /// in this process), else the hosted-model table, else the conservative default, said once
+    /// per server and model. Never fails for want of a window: only for want of a provider.
+    pub async fn window(&self, config: &Config) -> Result<(Target, ModelWindow), String> {
+        let (_, target) = self.provider_and_target(config).await?;
+        let window = self.window_for(config, &target).await;
+        Ok((target, window))
+    }
+
+    /// [`Engine::window`] for a known target.
+    pub async fn window_for(&self, config: &Config, target: &Target) -> ModelWindow {
+        if let Some(tokens) = config.context_window_tokens {
+            return ModelWindow::new(tokens, WindowSource::Config);
+        }
+        let mut windows = self.windows.lock().await;
+        if let Some(found) = windows.get(target) {
+            return *found;
+        }
+        // Only local-server APIs are asked; Anthropic and Bedrock (even behind a proxy's
+        // base URL) have no such endpoint, and the table knows their models.
+        let server = match (&target.base_url, target.kind) {
+            (Some(base_url), ProviderKind::OpenAi | ProviderKind::Ollama) => {
+                Some(base_url.as_str())
+            }
+            (None, ProviderKind::Ollama) => Some(crate::providers::ollama::DEFAULT_BASE_URL),
+            _ => None,
+        };
+        let discovered = match server {
+            Some(server) => window::discover(target.kind, server, &target.model).await,
+            None => None,
+        };
+        let found = discovered.or_else(|| window::hosted(target.kind, &target.model));
+        match found {
+            Some(found) => {
+                tracing::info!(
+                    model = %target.model,
+                    tokens = found.tokens,
+                    source = %found.source,
+                    "context window found"
+                );
+                windows.insert(target.clone(), found);
+                found
+            }
+            None => {
+                let fallback = ModelWindow::fallback();
+                let first = self
+                    .unknown_windows
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(target.clone());
+                if first {
+                    tracing::warn!(
+                        model = %target.model,
+                        "{}",
+                        unknown_window_notice(&target.model, fallback.tokens)
+                    );
+                }
+                fallback
             }
         }
     }
@@ -252,13 +340,15 @@ impl PendingTurn {
             return TurnOutcome::failed(TurnErrorKind::Store, "the turn has no lease".into());
         };
         let engine = Arc::clone(&self.engine);
-        let (provider, model) = match engine.provider(&spec.config).await {
+        let (provider, target) = match engine.provider_and_target(&spec.config).await {
             Ok(found) => found,
             Err(message) => {
                 lease.release().await;
                 return TurnOutcome::failed(TurnErrorKind::NoProvider, message);
             }
         };
+        let found_window = engine.window_for(&spec.config, &target).await;
+        let model = target.model;
         let history = engine.take_history(&self.session_id);
         let turn = Turn {
             store: Arc::clone(&engine.store),
@@ -266,6 +356,7 @@ impl PendingTurn {
             turn_id: self.turn_id.clone(),
             provider,
             model,
+            found_window,
             config: spec.config,
             tools: spec.tools,
             approver: spec.approver,
@@ -302,6 +393,14 @@ impl Drop for PendingTurn {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.session_id);
     }
+}
+
+/// What pen says once when nothing knows a model's window.
+pub fn unknown_window_notice(model: &str, tokens: u64) -> String {
+    format!(
+        "no server or table knows the context window of `{model}`: planning under {tokens} \
+         tokens; set context_window_tokens to the model's window"
+    )
 }
 
 impl TurnOutcome {

@@ -54,6 +54,13 @@ pub enum TurnEvent {
     /// A root instruction file changed since the session recorded it: this turn's prompt
     /// carries the new text.
     InstructionsChanged { files: Vec<InstructionSummary> },
+    /// The context window the session plans under, when it is new to the session.
+    ContextWindow {
+        model: String,
+        window: crate::providers::window::ModelWindow,
+    },
+    /// A provider's answer looks wrong (native Ollama: a likely silent truncation).
+    ProviderWarning { message: String },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -113,11 +120,13 @@ pub enum EventKind {
     Usage,
     McpServer,
     InstructionsChanged,
+    ContextWindow,
+    ProviderWarning,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -127,6 +136,8 @@ impl EventKind {
         EventKind::Usage,
         EventKind::McpServer,
         EventKind::InstructionsChanged,
+        EventKind::ContextWindow,
+        EventKind::ProviderWarning,
         EventKind::TurnEnded,
     ];
 
@@ -142,6 +153,8 @@ impl EventKind {
             EventKind::Usage => "usage",
             EventKind::McpServer => "mcp_server",
             EventKind::InstructionsChanged => "instructions_changed",
+            EventKind::ContextWindow => "context_window",
+            EventKind::ProviderWarning => "provider_warning",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -159,9 +172,36 @@ impl TurnEvent {
             TurnEvent::Usage(_) => EventKind::Usage,
             TurnEvent::McpServer { .. } => EventKind::McpServer,
             TurnEvent::InstructionsChanged { .. } => EventKind::InstructionsChanged,
+            TurnEvent::ContextWindow { .. } => EventKind::ContextWindow,
+            TurnEvent::ProviderWarning { .. } => EventKind::ProviderWarning,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }
+}
+
+/// The one line that says which window a session plans under (`pen run` prints it at the
+/// start; the panels show the `context_window` event).
+pub fn window_line(model: &str, window: &crate::providers::window::ModelWindow) -> String {
+    let source = match window.source {
+        crate::providers::window::WindowSource::Config => "context_window_tokens",
+        crate::providers::window::WindowSource::LlamaCppProps => "llama.cpp /props",
+        crate::providers::window::WindowSource::OllamaShow => "Ollama /api/show",
+        crate::providers::window::WindowSource::VllmModels => "vLLM /v1/models",
+        crate::providers::window::WindowSource::LmStudioModels => "LM Studio /api/v0/models",
+        crate::providers::window::WindowSource::HostedTable => "pen's table of hosted models",
+        crate::providers::window::WindowSource::Default => {
+            "default: nothing knew the model; set context_window_tokens"
+        }
+    };
+    let tools = if window.tools_dropped {
+        "; its chat template renders no tools, so pen sends none"
+    } else {
+        ""
+    };
+    format!(
+        "model {model}, context window {} tokens ({source}){tools}",
+        window.tokens
+    )
 }
 
 impl Trim {

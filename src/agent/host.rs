@@ -18,13 +18,26 @@ pub struct LocalTools {
     pub limits: Limits,
     pub ledger: Arc<ReadLedger>,
     pub editor: Option<Arc<dyn Editor + Send + Sync>>,
+    /// `limits` with pages fitted to the turn's prompt budget, once the engine knows it
+    /// ([`ToolHost::fit_pages`]); `Default::default()` when building one.
+    pub fitted: FittedLimits,
 }
 
+/// The limits a turn's engine fitted to its prompt budget (SPEC §3 under policy 4): set once,
+/// at the start of the turn, before the catalog is taken or any tool runs.
+#[derive(Debug, Default)]
+pub struct FittedLimits(std::sync::OnceLock<Limits>);
+
 impl LocalTools {
+    /// The limits the tools run under: fitted to the turn's budget when the engine did so.
+    pub fn limits(&self) -> &Limits {
+        self.fitted.0.get().unwrap_or(&self.limits)
+    }
+
     fn context<'a>(&'a self, recorder: Option<&'a dyn WriteRecorder>) -> ToolContext<'a> {
         ToolContext {
             workspace: &self.workspace,
-            limits: &self.limits,
+            limits: self.limits(),
             ledger: Some(&self.ledger),
             editor: self.editor.as_deref().map(|e| e as &dyn Editor),
             recorder,
@@ -33,13 +46,13 @@ impl LocalTools {
 
     /// The catalog the model is given: every tool, described for this host's limits.
     pub fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        registry::catalog(&self.limits)
+        registry::catalog(self.limits())
     }
 
     /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
     pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        write::check_write_size(arguments, &self.limits)?;
+        write::check_write_size(arguments, self.limits())?;
         write::plan(tools::parse_arguments(arguments)?, &self.context(None))
     }
 
@@ -62,7 +75,7 @@ impl LocalTools {
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
         let workspace = self.workspace.clone();
-        let limits = self.limits.clone();
+        let limits = self.limits().clone();
         Box::pin(async move {
             let ctx = ToolContext {
                 workspace: &workspace,
@@ -112,11 +125,19 @@ impl ToolHost for LocalTools {
     }
 
     fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        tools::observation(result, &self.limits)
+        tools::observation(result, self.limits())
     }
 
     fn workspace(&self) -> Option<&Workspace> {
         Some(&self.workspace)
+    }
+
+    fn fit_pages(&self, input_tokens: u64) {
+        // Set once: the first fit of the turn stands (the engine fits at the turn's start).
+        let _ = self
+            .fitted
+            .0
+            .set(self.limits.clone().fitted_to_budget(input_tokens));
     }
 }
 
@@ -206,6 +227,10 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
         self.local.workspace()
     }
 
+    fn fit_pages(&self, input_tokens: u64) {
+        self.local.fit_pages(input_tokens);
+    }
+
     fn budget_hint(&self) -> Option<String> {
         self.mcp.largest_server().map(|(server, tokens)| {
             format!(
@@ -267,6 +292,7 @@ mod tests {
             limits: Limits::default(),
             ledger: Arc::new(ReadLedger::default()),
             editor: None,
+            fitted: Default::default(),
         }
     }
 

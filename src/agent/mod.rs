@@ -39,7 +39,9 @@ pub use context::{
     root_instructions, system_text,
 };
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
-pub use events::{AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent};
+pub use events::{
+    AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent, window_line,
+};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
@@ -47,6 +49,7 @@ pub use system_prompt::SYSTEM_PROMPT;
 
 use crate::budget::{self, Budget, BudgetError};
 use crate::config::Config;
+use crate::providers::window::{ModelWindow, WindowSource};
 use crate::providers::{
     CacheHints, ModelRequest, ModelResponse, PartSizes, Provider, ProviderError, ProviderKind,
     StreamEvent, ToolCall, ToolDefinition, Usage,
@@ -187,6 +190,10 @@ pub trait ToolHost: Send + Sync {
     fn workspace(&self) -> Option<&crate::workspace::Workspace> {
         None
     }
+    /// Fits the pages of the host's tools to a prompt budget of `input_tokens` (budget policy
+    /// 4, SPEC §3: `Limits::fitted_to_budget`); the engine calls it once, as the turn starts,
+    /// with the budget of the window it found. A host without pages ignores it.
+    fn fit_pages(&self, _input_tokens: u64) {}
 }
 
 /// The `tool` of an [`ApprovalRequest`] that asks to start a project's MCP server (never a
@@ -201,6 +208,9 @@ struct Turn {
     turn_id: String,
     provider: Arc<dyn Provider>,
     model: String,
+    /// The window the engine found for the model (or the user's setting); see
+    /// [`Turn::window`].
+    found_window: ModelWindow,
     config: Config,
     tools: Arc<dyn ToolHost>,
     approver: Arc<dyn Approver>,
@@ -313,6 +323,13 @@ impl Turn {
             None => prompt.to_string(),
         };
         *self.lock_history() = history;
+        self.record_window(seq).await?;
+        if self.config.budget_policy >= 4 {
+            // Pages fitted to the budget of the window this turn plans under (SPEC §3), before
+            // the catalog is taken or a tool runs.
+            let budget = self.budget_of(self.window());
+            self.tools.fit_pages(budget.max_input_tokens);
+        }
         // The session's context is recorded before its first prompt; a changed root instruction
         // file is announced after this one's text (appended too).
         let mut text = text;
@@ -341,13 +358,19 @@ impl Turn {
                     },
                 );
             }
-            let definitions = tool_definitions(&self.tools.catalog());
+            // A server whose template renders no tools never shows them to the model: pen
+            // sends (and counts) none rather than plan for schemas the prompt will not hold.
+            let definitions = if self.window().tools_dropped {
+                Vec::new()
+            } else {
+                tool_definitions(&self.tools.catalog())
+            };
             let span = tracing::debug_span!("request", n = requests);
             let answer = self
                 .request_with_recovery(&definitions, seq)
                 .instrument(span)
                 .await?;
-            let (response, estimated) = match answer {
+            let (response, estimated, warning) = match answer {
                 Some(answer) => answer,
                 None => return Ok(StopReason::Cancelled),
             };
@@ -356,6 +379,9 @@ impl Turn {
             // uncalibrated estimate of its request calibrate later estimates against `usage`.
             let calls = response.tool_calls.clone();
             let usage = response.usage;
+            // Only a total calibrates (SPEC §7): an answer from a backend whose count is not
+            // one is recorded without the estimate calibration pairs it with.
+            let total = self.provider.usage_is_total();
             self.append_item(Item::AssistantMessage(AssistantMessage {
                 text: response.text,
                 tool_calls: response.tool_calls,
@@ -363,10 +389,19 @@ impl Turn {
                 finish_reason: Some(response.finish_reason),
                 usage,
                 model: Some(self.model.clone()),
-                estimated_input_tokens: Some(estimated),
+                estimated_input_tokens: total.then_some(estimated),
                 malformed_calls: false,
             }))
             .await?;
+            if let Some(message) = warning {
+                tracing::warn!(model = %self.model, "{message}");
+                self.append_item(Item::Event(Event::ProviderWarning {
+                    model: self.model.clone(),
+                    message: message.clone(),
+                }))
+                .await?;
+                self.emit(seq, TurnEvent::ProviderWarning { message });
+            }
             if let Some(usage) = usage {
                 self.report_usage(usage, seq);
             }
@@ -526,7 +561,7 @@ impl Turn {
         &self,
         definitions: &[ToolDefinition],
         seq: &AtomicU64,
-    ) -> Result<Option<(ModelResponse, u64)>, TurnError> {
+    ) -> Result<Option<(ModelResponse, u64, Option<String>)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
             let system = self.system_text();
@@ -578,7 +613,10 @@ impl Turn {
                 system,
                 messages: planned.messages,
                 tools: definitions.to_vec(),
-                max_output_tokens: u32::try_from(self.config.max_output_tokens).unwrap_or(u32::MAX),
+                max_output_tokens: u32::try_from(
+                    self.window().output_tokens(self.config.max_output_tokens),
+                )
+                .unwrap_or(u32::MAX),
                 cache,
             };
             let on_event = |event: StreamEvent| match event {
@@ -600,7 +638,10 @@ impl Turn {
                             "the model repeated tool call ids; gave them new ones"
                         );
                     }
-                    return Ok(Some((response, planned.uncalibrated_tokens)));
+                    let warning = response
+                        .usage
+                        .and_then(|usage| self.provider.check_usage(&request, &usage));
+                    return Ok(Some((response, planned.uncalibrated_tokens, warning)));
                 }
                 Err(err) if err.kind == crate::providers::ErrorKind::Cancelled => return Ok(None),
                 Err(err) => err,
@@ -613,6 +654,7 @@ impl Turn {
                 model: self.model.clone(),
                 estimated_tokens: planned.estimated_tokens,
                 reason: err.message.clone(),
+                uncalibrated_tokens: Some(planned.uncalibrated_tokens),
             }))
             .await?;
             if rejection.is_some() {
@@ -658,12 +700,9 @@ impl Turn {
         let history_context = guard.context();
         let family = provider_family(&self.config);
         let estimator = history.estimator(&self.model, family);
-        let mut limit = Budget::new(
-            self.config.context_window_tokens,
-            self.config.max_output_tokens,
-            self.config.budget_margin_tokens,
-        );
-        if let Some(rejected) = history.rejected_at(&self.model) {
+        let window = self.window_with(history);
+        let mut limit = self.budget_of(window);
+        if let Some(rejected) = history.rejected_at(&self.model, &estimator) {
             limit = limit.below_rejection(rejected);
         }
         let policy = budget::Policy::of(
@@ -708,6 +747,66 @@ impl Turn {
             .filter(|report| history.is_new_trim(report))
             .cloned();
         Ok((plan, report, estimator))
+    }
+
+    /// The window this turn plans under: the user's setting, else what the engine found, else
+    /// (when nothing answered) the window the session recorded for the model before, so a
+    /// resumed session plans as it did while its server cannot be asked.
+    /// The prompt budget of `window`: less the output it reserves and the margin.
+    fn budget_of(&self, window: ModelWindow) -> Budget {
+        Budget::new(
+            window.tokens,
+            window.output_tokens(self.config.max_output_tokens),
+            window.margin_tokens(self.config.budget_margin_tokens),
+        )
+    }
+
+    fn window(&self) -> ModelWindow {
+        self.window_with(self.lock_history().planned())
+    }
+
+    fn window_with(&self, history: &budget::History) -> ModelWindow {
+        let found = self.found_window;
+        match (found.source, history.recorded_window(&self.model)) {
+            (WindowSource::Default, Some(recorded)) if recorded.source != WindowSource::Config => {
+                recorded
+            }
+            _ => found,
+        }
+    }
+
+    /// Says which window the session plans under (one `context_window` event) at its first
+    /// turn and whenever the window changes. A window pen found (from the server or the
+    /// table) is recorded, so a resumed session plans under it while the server cannot be
+    /// asked; the user's setting and the default are not (the config says them again).
+    async fn record_window(&self, seq: &AtomicU64) -> Result<(), TurnError> {
+        let window = self.window();
+        let (recorded, first_turn) = {
+            let history = self.lock_history();
+            (
+                history.planned().recorded_window(&self.model),
+                history.last_seq() == 0,
+            )
+        };
+        let found = !matches!(window.source, WindowSource::Config | WindowSource::Default);
+        if recorded == Some(window) || (!found && !first_turn) {
+            return Ok(());
+        }
+        if found {
+            self.append_item(Item::Event(Event::ContextWindowFound {
+                model: self.model.clone(),
+                window,
+            }))
+            .await?;
+        }
+        self.emit(
+            seq,
+            TurnEvent::ContextWindow {
+                model: self.model.clone(),
+                window,
+            },
+        );
+        Ok(())
     }
 
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call

@@ -197,6 +197,7 @@ impl Fixture {
                 limits: crate::limits::Limits::default(),
                 ledger: Arc::default(),
                 editor: None,
+                fitted: Default::default(),
             }),
             config,
             approver,
@@ -283,9 +284,11 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         .iter()
         .map(|e| e.event.kind().as_str().to_string())
         .collect();
+    // The session's first turn says its window first.
     assert_eq!(
         kinds,
         [
+            "context_window",
             "text_delta",
             "tool_call_started",
             "tool_call_finished",
@@ -294,7 +297,7 @@ async fn a_tool_round_then_an_answer_ends_the_turn_and_every_step_is_durable() {
         ]
     );
     let seqs: Vec<u64> = fx.events.lock().unwrap().iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
 }
 
 #[tokio::test]
@@ -658,13 +661,14 @@ async fn a_context_window_rejection_cuts_the_newest_large_results_and_retries_on
         "{}",
         content.len()
     );
-    // The stored result is whole; the decision is an event.
+    // The stored result is whole (a page fitted to the default window, more than the 2 KiB
+    // head); the decision is an event.
     let stored = fx
         .entries()
         .into_iter()
         .find(|e| e.kind == EntryKind::ToolResult)
         .unwrap();
-    assert!(stored.payload["content"].as_str().unwrap().len() > 30_000);
+    assert!(stored.payload["content"].as_str().unwrap().len() > 3_000);
     assert!(
         fx.entries()
             .iter()
@@ -840,7 +844,7 @@ fn raw_estimate(messages: &[Message]) -> u64 {
 /// A config whose budget is `budget` input tokens.
 fn budget_config(budget: u64) -> Config {
     Config {
-        context_window_tokens: budget + 100,
+        context_window_tokens: Some(budget + 100),
         max_output_tokens: 100,
         budget_margin_tokens: 0,
         ..Config::default()
@@ -896,9 +900,7 @@ async fn reported_usage_calibrates_the_next_plan() {
         // The system part sent is pen's prompt with the session's recorded environment.
         let sent_estimate = TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
             &requests[0].system,
-            &tool_definitions(&crate::tools::registry::catalog(
-                &crate::limits::Limits::default(),
-            )),
+            &requests[0].tools,
             &[Message::User {
                 text: first.clone(),
             }],
@@ -990,11 +992,15 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
         Step::Answer(answer("", &[read("r1")])),
         Step::Answer(answer("", &[read("r2")])),
     ]);
+    // (Under policy 3: policy 4 fits each page to the window, so two reads always fit.)
     let outcome = fx
         .turn(
             Arc::clone(&provider),
             owner(vec![]),
-            budget_config(bare + 4_500),
+            Config {
+                budget_policy: 3,
+                ..budget_config(bare + 4_500)
+            },
         )
         .run("read it twice")
         .await;
@@ -1430,6 +1436,7 @@ async fn the_history_catches_up_with_entries_another_pen_appended() {
             limits: crate::limits::Limits::default(),
             ledger: Arc::default(),
             editor: None,
+            fitted: Default::default(),
         }),
         approver: owner(vec![]),
         on_event: Arc::new(|_| {}),
@@ -1569,6 +1576,7 @@ fn rendezvous(fx: &Fixture, expected: usize, stop: Option<CancellationToken>) ->
             limits: crate::limits::Limits::default(),
             ledger: Arc::default(),
             editor: None,
+            fitted: Default::default(),
         },
         expected,
         running: Arc::default(),

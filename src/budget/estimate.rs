@@ -44,7 +44,7 @@ impl ProviderKind {
     /// The index of this family's framing in [`ProviderKind::FRAMINGS`].
     pub(super) fn framing(self) -> usize {
         match self {
-            ProviderKind::OpenAi => 0,
+            ProviderKind::OpenAi | ProviderKind::Ollama => 0,
             ProviderKind::Anthropic | ProviderKind::Bedrock => 1,
         }
     }
@@ -53,7 +53,7 @@ impl ProviderKind {
     /// Anthropic's and Bedrock's content blocks a little more.
     fn message_overhead(self) -> u64 {
         match self {
-            ProviderKind::OpenAi => 4,
+            ProviderKind::OpenAi | ProviderKind::Ollama => 4,
             ProviderKind::Anthropic | ProviderKind::Bedrock => 5,
         }
     }
@@ -61,7 +61,7 @@ impl ProviderKind {
     /// Framing tokens per tool call or result block (ids, names, type tags).
     fn tool_overhead(self) -> u64 {
         match self {
-            ProviderKind::OpenAi => 8,
+            ProviderKind::OpenAi | ProviderKind::Ollama => 8,
             ProviderKind::Anthropic | ProviderKind::Bedrock => 10,
         }
     }

@@ -26,10 +26,18 @@ pub struct History {
     runs_with_large: BTreeSet<usize>,
     /// The runs each large result's call id appears in (once per result).
     large_ids: FxHashMap<String, Vec<usize>>,
-    /// Per model, the reported and estimated input tokens of its newest answer with both.
+    /// Per model, the reported and estimated input tokens of its newest answer with both
+    /// that passed [`plausible`].
     calibration: FxHashMap<String, (u64, u64)>,
-    /// Per model, the smallest estimate it rejected as over its context window.
-    rejected: FxHashMap<String, u64>,
+    /// Per model, the newest report seen (plausible or not), to tell a constant report.
+    last_report: FxHashMap<String, (u64, u64)>,
+    /// The models whose reports stayed constant while requests grew: they never calibrate.
+    untrusted: FxHashSet<String>,
+    /// Per model, the smallest estimate it rejected as over its context window, and that
+    /// request's uncalibrated estimate when it was recorded.
+    rejected: FxHashMap<String, (u64, Option<u64>)>,
+    /// Per model, the newest window the session recorded (`context_window_found`).
+    windows: FxHashMap<String, crate::providers::window::ModelWindow>,
     last_trim: Option<TrimReport>,
 }
 
@@ -87,8 +95,7 @@ impl History {
                 ) && usage.input_tokens > 0
                     && estimated > 0
                 {
-                    self.calibration
-                        .insert(model.clone(), (usage.input_tokens, estimated));
+                    self.take_report(model, usage.input_tokens, estimated);
                 }
             }
             Item::ToolResult(result) if result.content.len() > SHRUNK_HEAD_BYTES => {
@@ -110,10 +117,20 @@ impl History {
             Item::Event(Event::ContextWindowRejected {
                 model,
                 estimated_tokens,
+                uncalibrated_tokens,
                 ..
             }) => {
-                let smallest = self.rejected.entry(model.clone()).or_insert(u64::MAX);
-                *smallest = (*smallest).min(*estimated_tokens);
+                let smallest = self
+                    .rejected
+                    .entry(model.clone())
+                    .or_insert((u64::MAX, None));
+                smallest.0 = smallest.0.min(*estimated_tokens);
+                if let Some(tokens) = uncalibrated_tokens {
+                    smallest.1 = Some(smallest.1.map_or(*tokens, |known| known.min(*tokens)));
+                }
+            }
+            Item::Event(Event::ContextWindowFound { model, window }) => {
+                self.windows.insert(model.clone(), *window);
             }
             Item::Event(Event::ContextTrimmed(report)) => self.last_trim = Some(report.clone()),
             _ => {}
@@ -194,16 +211,68 @@ impl History {
     /// from that model whose provider reported its input tokens (answers record the uncalibrated
     /// estimate of the request they answer), else uncalibrated.
     pub fn estimator(&self, model: &str, family: ProviderKind) -> TokenEstimator {
+        // (Reports that failed `plausible` or came from an untrusted model never got here.)
         match self.calibration.get(model) {
             Some(&(reported, estimated)) => TokenEstimator::calibrate(family, reported, estimated),
             None => TokenEstimator::new(family, 1.0),
         }
     }
 
-    /// The smallest estimate at which `model` rejected a request of this session as over its
-    /// context window: later requests are planned under it.
-    pub fn rejected_at(&self, model: &str) -> Option<u64> {
-        self.rejected.get(model).copied()
+    /// Takes one answer's reported prompt tokens and the uncalibrated estimate of its request
+    /// (SPEC §7: only totals calibrate — the caller records no estimate for a backend whose
+    /// usage is not one — and implausible reports are ignored, with a log line).
+    fn take_report(&mut self, model: &str, reported: u64, estimated: u64) {
+        let previous = self
+            .last_report
+            .insert(model.to_string(), (reported, estimated));
+        if self.untrusted.contains(model) {
+            return;
+        }
+        // The same count for a request that grew by more than an eighth: the server reports
+        // something other than the prompt, so nothing it reported calibrates.
+        if let Some((last_reported, last_estimated)) = previous
+            && last_reported == reported
+            && estimated > last_estimated + last_estimated / 8
+        {
+            tracing::info!(
+                model,
+                reported,
+                estimated,
+                "the provider reports the same prompt tokens for a larger request; its usage no longer calibrates the estimate"
+            );
+            self.untrusted.insert(model.to_string());
+            self.calibration.remove(model);
+            return;
+        }
+        if !plausible(reported, estimated) {
+            tracing::info!(
+                model,
+                reported,
+                estimated,
+                "the provider reports fewer prompt tokens than the request's bytes / 8; ignored for calibration"
+            );
+            return;
+        }
+        self.calibration
+            .insert(model.to_string(), (reported, estimated));
+    }
+
+    /// The largest estimate (under `estimator`) a request to `model` may have after the
+    /// session's rejections: under the smallest rejected estimate, in the units of
+    /// `estimator`. A rejection recorded with its uncalibrated estimate bounds the request's
+    /// size before calibration, so a later calibration that shrinks estimates cannot plan a
+    /// request as large as one already rejected.
+    pub fn rejected_at(&self, model: &str, estimator: &TokenEstimator) -> Option<u64> {
+        let &(calibrated, uncalibrated) = self.rejected.get(model)?;
+        Some(match uncalibrated {
+            Some(tokens) => (tokens as f64 * estimator.ratio).floor() as u64,
+            None => calibrated,
+        })
+    }
+
+    /// The newest window the session recorded for `model`.
+    pub fn recorded_window(&self, model: &str) -> Option<crate::providers::window::ModelWindow> {
+        self.windows.get(model).copied()
     }
 
     /// The session's last recorded `context_trimmed` report.
@@ -219,5 +288,108 @@ impl History {
                 || last.omitted != report.omitted
                 || last.dropped_exchanges != report.dropped_exchanges
         })
+    }
+}
+
+/// Whether `reported` prompt tokens can be the whole of a request whose uncalibrated estimate
+/// is `estimated`: at least its bytes ÷ [`MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR`]. Four times
+/// the uncalibrated estimate is the request's size in quarter tokens — its bytes, for ASCII
+/// text, a little more with the framing — so this is a report of at least half the estimate.
+///
+/// [`MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR`]: crate::limits::MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR
+pub fn plausible(reported: u64, estimated: u64) -> bool {
+    reported.saturating_mul(crate::limits::MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR)
+        >= estimated.saturating_mul(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::Usage;
+    use crate::transcript::AssistantMessage;
+
+    fn answer(seq: u64, reported: u64, estimated: u64) -> Record {
+        Record {
+            seq,
+            turn_id: None,
+            created_at: 0,
+            item: Item::AssistantMessage(AssistantMessage {
+                text: "ok".into(),
+                tool_calls: vec![],
+                reasoning: vec![],
+                finish_reason: None,
+                usage: Some(Usage::new(reported, 1)),
+                model: Some("m".into()),
+                estimated_input_tokens: Some(estimated),
+                malformed_calls: false,
+            }),
+        }
+    }
+
+    fn ratio(records: &[Record]) -> f64 {
+        History::of(records)
+            .estimator("m", ProviderKind::OpenAi)
+            .ratio
+    }
+
+    #[test]
+    fn a_report_under_the_bytes_over_eight_does_not_calibrate() {
+        // 4 × the uncalibrated estimate is the request's bytes: 1,000 tokens ≈ 4,000 bytes.
+        assert!(plausible(500, 1_000));
+        assert!(!plausible(499, 1_000));
+        assert_eq!(ratio(&[answer(1, 1_200, 1_000)]), 1.2);
+        // Under half the estimate: ignored, where the old clamp made it 0.5.
+        assert_eq!(ratio(&[answer(1, 300, 1_000)]), 1.0);
+        // An earlier plausible report stays the calibration.
+        assert_eq!(ratio(&[answer(1, 900, 1_000), answer(2, 100, 2_000)]), 0.9);
+    }
+
+    #[test]
+    fn a_constant_report_across_growing_requests_calibrates_nothing_after() {
+        // 100 tokens for a 150-token request is plausible alone…
+        assert!((ratio(&[answer(1, 100, 150)]) - 100.0 / 150.0).abs() < 1e-9);
+        // …but the same 100 for a request that grew (within the plausible range) is not a
+        // count of the prompt: nothing of this model calibrates any more, the first included.
+        let constant = [
+            answer(1, 100, 150),
+            answer(2, 100, 190),
+            answer(3, 400, 380),
+        ];
+        assert_eq!(ratio(&constant), 1.0);
+        // A repeated count for a request of the same size is a cache-stable server, not this.
+        assert!((ratio(&[answer(1, 100, 150), answer(2, 100, 155)]) - 100.0 / 155.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_rejection_bounds_later_requests_before_calibration() {
+        let rejected = Record {
+            seq: 2,
+            turn_id: None,
+            created_at: 0,
+            item: Item::Event(Event::ContextWindowRejected {
+                model: "m".into(),
+                estimated_tokens: 2_000,
+                reason: "too long".into(),
+                uncalibrated_tokens: Some(2_000),
+            }),
+        };
+        let history = History::of([&rejected]);
+        // At a ratio of 0.6 (a later calibration that shrinks estimates), a request of the
+        // rejected size estimates 1,200: the bound follows, so it cannot go again.
+        let shrunk = TokenEstimator::new(ProviderKind::OpenAi, 0.6);
+        assert_eq!(history.rejected_at("m", &shrunk), Some(1_200));
+        let plain = TokenEstimator::new(ProviderKind::OpenAi, 1.0);
+        assert_eq!(history.rejected_at("m", &plain), Some(2_000));
+        // An older pen's entry, without the uncalibrated size, bounds as before.
+        let old = Record {
+            item: Item::Event(Event::ContextWindowRejected {
+                model: "m".into(),
+                estimated_tokens: 2_000,
+                reason: "too long".into(),
+                uncalibrated_tokens: None,
+            }),
+            ..rejected
+        };
+        assert_eq!(History::of([&old]).rejected_at("m", &shrunk), Some(2_000));
     }
 }

@@ -331,30 +331,53 @@ fn batch_used_ids(entries: &[Entry]) -> HashSet<&str> {
     used
 }
 
+/// The calibration rules over the whole prefix: the newest plausible report, unless the
+/// reports stayed constant while a request grew (then none).
 fn batch_estimator(entries: &[Entry], model: &str, family: ProviderKind) -> TokenEstimator {
-    entries
+    let reports: Vec<(u64, u64)> = entries
         .iter()
-        .rev()
         .filter(|e| e.kind == EntryKind::AssistantMessage && e.payload["model"] == model)
-        .find_map(|e| {
+        .filter_map(|e| {
             let reported = e.payload["usage"]["input_tokens"].as_u64()?;
             let estimated = e.payload["estimated_input_tokens"].as_u64()?;
-            (reported > 0 && estimated > 0)
-                .then(|| TokenEstimator::calibrate(family, reported, estimated))
+            (reported > 0 && estimated > 0).then_some((reported, estimated))
         })
+        .collect();
+    let constant = reports
+        .windows(2)
+        .any(|pair| pair[0].0 == pair[1].0 && pair[1].1 > pair[0].1 + pair[0].1 / 8);
+    if constant {
+        return TokenEstimator::new(family, 1.0);
+    }
+    reports
+        .iter()
+        .rev()
+        .find(|(reported, estimated)| super::history::plausible(*reported, *estimated))
+        .map(|&(reported, estimated)| TokenEstimator::calibrate(family, reported, estimated))
         .unwrap_or_else(|| TokenEstimator::new(family, 1.0))
 }
 
-fn batch_rejected_at(entries: &[Entry], model: &str) -> Option<u64> {
-    entries
+fn batch_rejected_at(entries: &[Entry], model: &str, estimator: &TokenEstimator) -> Option<u64> {
+    let rejections: Vec<&Entry> = entries
         .iter()
         .filter(|e| {
             e.kind == EntryKind::Event
                 && e.payload["type"] == "context_window_rejected"
                 && e.payload["model"] == model
         })
+        .collect();
+    let calibrated = rejections
+        .iter()
         .filter_map(|e| e.payload["estimated_tokens"].as_u64())
+        .min()?;
+    match rejections
+        .iter()
+        .filter_map(|e| e.payload["uncalibrated_tokens"].as_u64())
         .min()
+    {
+        Some(tokens) => Some((tokens as f64 * estimator.ratio).floor() as u64),
+        None => Some(calibrated),
+    }
 }
 
 fn batch_is_new_trim(entries: &[Entry], report: &TrimReport) -> bool {
@@ -445,8 +468,9 @@ proptest! {
             let prefix = &entries[..=i];
             prop_assert_eq!(history.newest_large_group(), batch_newest_large_group(prefix));
             for model in MODELS {
-                prop_assert_eq!(history.estimator(model, family), batch_estimator(prefix, model, family));
-                prop_assert_eq!(history.rejected_at(model), batch_rejected_at(prefix, model));
+                let estimator = batch_estimator(prefix, model, family);
+                prop_assert_eq!(history.estimator(model, family), estimator);
+                prop_assert_eq!(history.rejected_at(model, &estimator), batch_rejected_at(prefix, model, &estimator));
             }
             // Ids of earlier calls, an empty one, a fresh one twice.
             let used = batch_used_ids(prefix);

@@ -1,5 +1,6 @@
 //! Which provider a turn uses: the config's `provider`, or for a new user with none configured,
-//! OpenAI when `OPENAI_API_KEY` is set, else an Ollama server answering on 127.0.0.1:11434.
+//! OpenAI when `OPENAI_API_KEY` is set, else an Ollama server answering on 127.0.0.1:11434,
+//! through its native API (`provider = "ollama"`, which sizes the window of every request).
 //! (`agent` re-exports [`provider_from_config`] and [`NO_PROVIDER`].)
 
 use crate::config::Config;
@@ -7,8 +8,6 @@ use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Ollama's OpenAI-compatible endpoint on its default port.
-pub const OLLAMA_BASE_URL: &str = "http://127.0.0.1:11434/v1";
 const OLLAMA_TAGS_URL: &str = "http://127.0.0.1:11434/api/tags";
 /// How long the probe of a local Ollama may take before pen decides there is none.
 const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -29,6 +28,29 @@ The same keys (provider, model, base_url, api_key_env) go in ~/.config/pen/confi
 
 /// The provider and model for `config`, reading keys from the environment.
 pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+    chosen_from_config(config)
+        .await
+        .map(|chosen| (chosen.provider, chosen.target.model))
+}
+
+/// What a turn talks to: the API, its address and the model (what the context window is
+/// found for).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub kind: ProviderKind,
+    /// `None` for the provider's public endpoint (native Ollama: 127.0.0.1:11434).
+    pub base_url: Option<String>,
+    pub model: String,
+}
+
+/// A provider built for a configuration, and what it talks to.
+pub struct Chosen {
+    pub provider: Arc<dyn Provider>,
+    pub target: Target,
+}
+
+/// The provider for `config` and its [`Target`], reading keys from the environment.
+pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
     let local_model = if needs_probe(config, &env) {
         probe_ollama().await
     } else {
@@ -36,7 +58,14 @@ pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>,
     };
     let settings = settings(config, &env, local_model)?;
     let provider = build(&settings, key_variable(config, settings.kind).as_deref())?;
-    Ok((Arc::from(provider), settings.model))
+    Ok(Chosen {
+        provider: Arc::from(provider),
+        target: Target {
+            kind: settings.kind,
+            base_url: settings.base_url,
+            model: settings.model,
+        },
+    })
 }
 
 /// The environment variable the key of a `kind` provider is read from: `api_key_env` when the
@@ -46,7 +75,7 @@ fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
     config.api_key_env.clone().or_else(|| match kind {
         ProviderKind::OpenAi => Some("OPENAI_API_KEY".to_string()),
         ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
-        ProviderKind::Bedrock => None,
+        ProviderKind::Bedrock | ProviderKind::Ollama => None,
     })
 }
 
@@ -94,8 +123,15 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// Whether the local Ollama is asked for its first model: for a new user with nothing
+/// configured, and for `provider = "ollama"` on its default address with no model named.
 fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
-    config.provider.is_none() && config.base_url.is_none() && env("OPENAI_API_KEY").is_none()
+    let new_user =
+        config.provider.is_none() && config.base_url.is_none() && env("OPENAI_API_KEY").is_none();
+    let ollama_without_model = config.provider == Some(ProviderKind::Ollama)
+        && config.base_url.is_none()
+        && config.model.is_none();
+    new_user || ollama_without_model
 }
 
 /// The first model a local Ollama has, if one answers.
@@ -128,6 +164,7 @@ fn settings(
             Some(DEFAULT_ANTHROPIC_MODEL.to_string()),
         ),
         Some(ProviderKind::Bedrock) => (ProviderKind::Bedrock, config.base_url.clone(), None),
+        Some(ProviderKind::Ollama) => (ProviderKind::Ollama, config.base_url.clone(), local_model),
         Some(ProviderKind::OpenAi) => (
             ProviderKind::OpenAi,
             config.base_url.clone(),
@@ -140,11 +177,8 @@ fn settings(
             Some(DEFAULT_OPENAI_MODEL.to_string()),
         ),
         None => match local_model {
-            Some(model) => (
-                ProviderKind::OpenAi,
-                Some(OLLAMA_BASE_URL.to_string()),
-                Some(model),
-            ),
+            // The native API: its OpenAI-compatible endpoint ignores num_ctx and truncates.
+            Some(model) => (ProviderKind::Ollama, None, Some(model)),
             None => return Err(NO_PROVIDER.to_string()),
         },
     };
@@ -165,7 +199,7 @@ fn settings(
     // refused here, before any request, naming both keys (the backends check it again).
     if config.reasoning_budget_tokens > 0
         && config.reasoning_budget_tokens >= config.max_output_tokens
-        && kind != ProviderKind::OpenAi
+        && !matches!(kind, ProviderKind::OpenAi | ProviderKind::Ollama)
     {
         return Err(format!(
             "reasoning_budget_tokens ({}) must be less than max_output_tokens ({}), which the \
@@ -201,7 +235,7 @@ mod tests {
             (ProviderKind::OpenAi, DEFAULT_OPENAI_MODEL, Some("sk-1"))
         );
         let ollama = settings(&config, &with_env(&[]), Some("qwen2.5-coder:7b".into())).unwrap();
-        assert_eq!(ollama.base_url.as_deref(), Some(OLLAMA_BASE_URL));
+        assert_eq!((ollama.kind, ollama.base_url), (ProviderKind::Ollama, None));
         assert_eq!(ollama.model, "qwen2.5-coder:7b");
         let none = settings(&config, &with_env(&[]), None).unwrap_err();
         assert!(

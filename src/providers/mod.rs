@@ -19,8 +19,10 @@ use tokio_util::sync::CancellationToken;
 pub mod anthropic;
 pub mod cache;
 pub mod choice;
+pub mod ollama;
 pub mod openai;
 pub mod retry;
+pub mod window;
 mod wire;
 
 /// A tool the model may call: its name, description and the JSON Schema of its arguments.
@@ -251,6 +253,19 @@ pub trait Provider: Send + Sync {
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>>;
+
+    /// Whether the usage this backend reports counts the whole prompt (cached tokens
+    /// included), so that it may calibrate pen's token estimate. Native Ollama's
+    /// `prompt_eval_count` counts only what it evaluated after a cache hit.
+    fn usage_is_total(&self) -> bool {
+        true
+    }
+
+    /// A warning about an answer's usage that the owner should see (native Ollama: a prompt
+    /// count that says the server likely truncated the request).
+    fn check_usage(&self, _request: &ModelRequest, _usage: &Usage) -> Option<String> {
+        None
+    }
 }
 
 /// A boxed provider is a provider, so wrappers such as [`retry::Retrying`] take the result of
@@ -263,6 +278,14 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
         (**self).complete(request, on_event, cancel)
+    }
+
+    fn usage_is_total(&self) -> bool {
+        (**self).usage_is_total()
+    }
+
+    fn check_usage(&self, request: &ModelRequest, usage: &Usage) -> Option<String> {
+        (**self).check_usage(request, usage)
     }
 }
 
@@ -341,6 +364,7 @@ pub fn build(settings: &ProviderSettings) -> Result<Box<dyn Provider>, ProviderE
     let backend: Box<dyn Provider> = match settings.kind {
         ProviderKind::OpenAi => Box::new(openai::OpenAiProvider::new(client, settings)?),
         ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(client, settings)?),
+        ProviderKind::Ollama => Box::new(ollama::OllamaProvider::new(client, settings)?),
         ProviderKind::Bedrock => Box::new(
             bedrock::BedrockProvider::from_env(
                 settings.model.clone(),

@@ -71,6 +71,14 @@ impl<P: Provider> Retrying<P> {
 }
 
 impl<P: Provider> Provider for Retrying<P> {
+    fn usage_is_total(&self) -> bool {
+        self.inner.usage_is_total()
+    }
+
+    fn check_usage(&self, request: &ModelRequest, usage: &super::Usage) -> Option<String> {
+        self.inner.check_usage(request, usage)
+    }
+
     /// Sends the request up to `max_attempts` times. A wait between attempts ends at once with
     /// `Cancelled` when `cancel` fires. The error of the last attempt is returned, its message
     /// saying how many attempts were made.

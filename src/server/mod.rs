@@ -185,8 +185,26 @@ impl Backend {
         })
     }
 
+    /// Every key, and `effective_context_window`: the window the next turn plans under and
+    /// where it came from (the user's setting, the server, the hosted table or the default),
+    /// `null` while no provider can be built.
     async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
-        Ok(read(&self.state.config).to_json())
+        let config = read(&self.state.config).clone();
+        let mut shown = config.to_json();
+        let effective = match &self.state.engine {
+            Ok(engine) => engine.window(&config).await.ok(),
+            Err(_) => None,
+        };
+        shown["effective_context_window"] = match effective {
+            Some((target, window)) => serde_json::json!({
+                "model": target.model,
+                "tokens": window.tokens,
+                "max_output_tokens": window.output_tokens(config.max_output_tokens),
+                "source": window.source.as_str(),
+            }),
+            None => Value::Null,
+        };
+        Ok(shown)
     }
 
     async fn set_config(&self, params: Value) -> jsonrpc::Result<Value> {

@@ -69,6 +69,7 @@ impl Backend {
             limits: config.limits(),
             ledger: Arc::clone(&self.state.ledger),
             editor: Some(editor),
+            fitted: Default::default(),
         };
         // What the owner has in view goes into this prompt, read from the editor's buffers.
         let mut prompt = params.text.clone();

@@ -117,9 +117,11 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         let events = d.events();
         assert_eq!(events.last().unwrap()["kind"], "turn_ended", "{api}");
         let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        // The session's first turn says its window first.
         assert_eq!(
             kinds,
             [
+                "context_window",
                 "text_delta",
                 "text_delta",
                 "usage",
@@ -133,18 +135,18 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             "{api}"
         );
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=9).collect::<Vec<u64>>());
+        assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
         // Each request's usage, and the totals of the turn and the session at the end.
         let one =
             json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
         let two = json!({"inputTokens": 2 * usage().input_tokens, "outputTokens": 2 * usage().output_tokens});
         assert_eq!(
-            events[7]["data"],
+            events[8]["data"],
             json!({"model": "fake-model", "request": one, "turn": two, "session": two}),
             "{api}"
         );
-        assert_eq!(events[8]["data"]["usage"], two, "{api}");
-        assert_eq!(events[8]["data"]["sessionUsage"], two, "{api}");
+        assert_eq!(events[9]["data"]["usage"], two, "{api}");
+        assert_eq!(events[9]["data"]["sessionUsage"], two, "{api}");
         assert_eq!(answer["usage"], two, "{api}");
         assert_eq!(answer["sessionUsage"], two, "{api}");
         assert!(
@@ -413,11 +415,15 @@ fn read_log_then_answer() -> Vec<Reply> {
 
 #[test]
 fn the_seed_scenario_a_1_mb_log_read_completes_and_recovers_from_a_rejection() {
-    // With the cap, the page is ~32 KB and the turn completes at a generous limit.
+    // With the cap, the page is ~32 KB (under policy 4 fitted to the window: ~15 KB at 128,000
+    // tokens, set here as the fake model is in no table) and the turn completes at a generous
+    // limit.
     let fake = FakeProvider::start();
     fake.push(read_log_then_answer());
     fake.reject_bodies_over(300_000, too_long());
     let mut d = daemon(&fake, "openai");
+    d.client
+        .request("pen/setConfig", json!({"context_window_tokens": 128_000}));
     big_log(d.root.path());
     let session = d.new_session();
     assert_eq!(
@@ -439,6 +445,8 @@ fn the_seed_scenario_a_1_mb_log_read_completes_and_recovers_from_a_rejection() {
     fake.push(read_log_then_answer());
     fake.reject_bodies_over(base + 8_000, too_long());
     let mut d = daemon(&fake, "openai");
+    d.client
+        .request("pen/setConfig", json!({"context_window_tokens": 128_000}));
     big_log(d.root.path());
     let session = d.new_session();
     assert_eq!(
@@ -479,6 +487,8 @@ fn the_seed_scenario_a_1_mb_log_read_completes_and_recovers_from_a_rejection() {
     fake.push(read_log_then_answer());
     fake.reject_bodies_over(base + 600, too_long());
     let mut d = daemon(&fake, "openai");
+    d.client
+        .request("pen/setConfig", json!({"context_window_tokens": 128_000}));
     big_log(d.root.path());
     let session = d.new_session();
     let answer = d.prompt(&session, "Why is the service slow?");

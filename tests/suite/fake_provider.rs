@@ -63,6 +63,8 @@ pub enum Reply {
     /// them together) and then holding the connection open until the client goes away: an
     /// answer whose terminator has arrived while its connection lingers.
     HoldOpen(Vec<String>),
+    /// HTTP 200 `application/x-ndjson` sending these lines (native Ollama), one write each.
+    Ndjson(Vec<String>),
 }
 
 impl Reply {
@@ -91,6 +93,12 @@ impl Reply {
             Reply::Stream(frames) => event_stream(frames, false),
             Reply::Hang(frames) => event_stream(frames, true),
             Reply::HoldOpen(frames) => event_stream(vec![frames.concat()], true),
+            Reply::Ndjson(lines) => Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/x-ndjson")
+                .body(Body::from_stream(futures::stream::iter(
+                    lines.into_iter().map(Ok::<_, Infallible>),
+                ))),
             Reply::Error {
                 status,
                 headers,
@@ -117,7 +125,20 @@ struct Shared {
     oversize: Mutex<Option<(usize, Reply)>>,
     requests: Mutex<Vec<RecordedRequest>>,
     arrived: watch::Sender<usize>,
+    /// The context-window discovery endpoints' answers by path (`/props`, `/v1/models`,
+    /// `/api/v0/models`, `/api/show`); a path without one answers 404, like a server that
+    /// has no such endpoint. They take no reply from the queue and are not in `requests`.
+    discovery: Mutex<std::collections::HashMap<String, Value>>,
+    /// The discovery requests received, by path.
+    discovery_seen: Mutex<Vec<String>>,
+    /// Native Ollama's silent truncation: `/api/chat` bodies over their `options.num_ctx`
+    /// (at four bytes a token) report `num_ctx / 2 + 2` prompt tokens, as Ollama keeps only
+    /// that much of the tail (ollama#17427); when off, their size ÷ 4.
+    truncate_like_ollama: Mutex<bool>,
 }
+
+/// The paths pen asks for the context window.
+const DISCOVERY_PATHS: [&str; 4] = ["/props", "/v1/models", "/api/v0/models", "/api/show"];
 
 /// A running fake provider.
 pub struct FakeProvider {
@@ -191,6 +212,34 @@ impl FakeProvider {
         *self.shared.oversize.lock().expect("script lock") = Some((max_body_bytes, reply));
     }
 
+    /// Answers `path` (one of the discovery endpoints) with `body` from now on.
+    pub fn discovery(&self, path: &str, body: Value) {
+        assert!(DISCOVERY_PATHS.contains(&path), "{path}");
+        self.shared
+            .discovery
+            .lock()
+            .expect("script lock")
+            .insert(path.to_string(), body);
+    }
+
+    /// The discovery requests received so far, by path, in arrival order.
+    pub fn discovery_requests(&self) -> Vec<String> {
+        self.shared
+            .discovery_seen
+            .lock()
+            .expect("script lock")
+            .clone()
+    }
+
+    /// Makes `/api/chat` count prompt tokens as a truncating Ollama does (see [`Shared`]).
+    pub fn truncate_like_ollama(&self, on: bool) {
+        *self
+            .shared
+            .truncate_like_ollama
+            .lock()
+            .expect("script lock") = on;
+    }
+
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.requests.lock().expect("requests lock").clone()
@@ -225,6 +274,30 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
+    let path = parts.uri.path().to_string();
+    if DISCOVERY_PATHS.contains(&path.as_str()) {
+        shared
+            .discovery_seen
+            .lock()
+            .expect("script lock")
+            .push(path.clone());
+        let known = shared
+            .discovery
+            .lock()
+            .expect("script lock")
+            .get(&path)
+            .cloned();
+        return match known {
+            Some(body) => Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string())),
+            None => Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(Body::from("404 page not found")),
+        }
+        .expect("a valid response");
+    }
     let oversize = shared
         .oversize
         .lock()
@@ -256,6 +329,24 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
                     .collect(),
             )
         }
+        Reply::Ndjson(lines) => {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let size = (bytes.len() / 4) as u64;
+            let num_ctx = body["options"]["num_ctx"].as_u64().unwrap_or(2_048);
+            let truncating = *shared.truncate_like_ollama.lock().expect("script lock");
+            let evaluated = if truncating && size > num_ctx {
+                num_ctx / 2 + 2
+            } else {
+                size
+            };
+            let sentinel = BODY_TOKENS.to_string();
+            Reply::Ndjson(
+                lines
+                    .into_iter()
+                    .map(|l| l.replace(&sentinel, &evaluated.to_string()))
+                    .collect(),
+            )
+        }
         other => other,
     });
     match reply {
@@ -267,6 +358,40 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             )))
             .expect("a valid response"),
     }
+}
+
+/// The lines of a native Ollama streamed answer: one per text delta, one with the tool calls,
+/// and the `done` line with `prompt_eval_count` (use [`BODY_TOKENS`] for the body's size, or
+/// the truncated count when [`FakeProvider::truncate_like_ollama`] is on).
+pub fn ollama_lines(text: &[&str], calls: &[ToolCall], prompt_eval_count: u64) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .iter()
+        .map(|t| {
+            json!({"model": "fake", "message": {"role": "assistant", "content": t}, "done": false})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    if !calls.is_empty() {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|c| {
+                json!({"function": {"name": c.name, "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(json!({}))}})
+            })
+            .collect();
+        lines.push(
+            json!({"model": "fake", "message": {"role": "assistant", "content": "", "tool_calls": calls}, "done": false})
+                .to_string()
+                + "\n",
+        );
+    }
+    lines.push(
+        json!({"model": "fake", "message": {"role": "assistant", "content": ""}, "done": true,
+               "done_reason": "stop", "prompt_eval_count": prompt_eval_count, "eval_count": 5})
+        .to_string()
+            + "\n",
+    );
+    lines
 }
 
 /// One server-sent event carrying `data` as JSON, with an `event:` name when given.

@@ -192,9 +192,10 @@ fn a_stdio_server_s_tools_reach_the_model_and_an_over_cap_result_is_cut_with_the
         calls(&[call("c2", "mcp__everything__echo", json!({"message": big}))]),
         text("done"),
     ]);
+    // The 200 KB call needs a large window (the unknown fake model's default is 32,768).
     let mut d = daemon(
         &fake,
-        &[],
+        &[("PEN_CONTEXT_WINDOW_TOKENS", "128000")],
         json!({"everything": everything(&entry, json!({}))}),
         &["mcp__everything__echo"],
     );

@@ -28,4 +28,5 @@ mod repo;
 mod search;
 mod serve;
 mod session;
+mod windows;
 mod write;

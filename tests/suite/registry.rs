@@ -42,26 +42,30 @@ fn description<'a>(catalog: &'a Value, name: &str) -> &'a str {
         .unwrap()
 }
 
-/// The page the default window fits under policy 4: (128,000 − 4,096 output − 2,560 margin)
-/// tokens × 4 bytes ÷ 32 (`Limits::fitted_to_budget`).
-const DEFAULT_FITTED_PAGE: &str = "15168 bytes";
+/// The page a 128,000-token window fits under policy 4: (128,000 − 4,096 output − 2,560
+/// margin) tokens × 4 bytes ÷ 32 (`Limits::fitted_to_budget`).
+const FITTED_PAGE_AT_128K: &str = "15168 bytes";
 
 #[test]
 fn the_default_catalog_is_the_one_pen_has_always_listed() {
-    // Written by `pen tool --list` before the registry existed: the same bytes under budget
+    // Written by `pen tool --list` before the registry existed: the same bytes with the window
+    // unset (the default: a turn fits its pages to the window it finds) and under budget
     // policy 3, which keeps the pages it always had.
     let before = include_str!("../fixtures/catalog/default.json");
+    assert_eq!(String::from_utf8(listed_bytes(&[])).unwrap(), before);
     let policy_3 = listed_bytes_under(&[], &[("PEN_BUDGET_POLICY", "3")]);
     assert_eq!(String::from_utf8(policy_3).unwrap(), before);
-    // Policy 4, the default, states the page its prompt budget fits, and nothing else differs.
+    // A window set under policy 4 states the page its prompt budget fits, and nothing else
+    // differs.
     let fitted = before
         .replace(
             "200 lines and 32 KiB",
-            &format!("200 lines and {DEFAULT_FITTED_PAGE}"),
+            &format!("200 lines and {FITTED_PAGE_AT_128K}"),
         )
-        .replace("200 and 32 KiB", &format!("200 and {DEFAULT_FITTED_PAGE}"));
+        .replace("200 and 32 KiB", &format!("200 and {FITTED_PAGE_AT_128K}"));
     assert_ne!(fitted, before);
-    assert_eq!(String::from_utf8(listed_bytes(&[])).unwrap(), fitted);
+    let set = listed_bytes_under(&[], &[("PEN_CONTEXT_WINDOW_TOKENS", "128000")]);
+    assert_eq!(String::from_utf8(set).unwrap(), fitted);
 }
 
 #[test]
@@ -100,9 +104,12 @@ fn list_tools_follows_set_config() {
     let mut client = LspClient::spawn(data.path(), root.path(), &[]);
     client.initialize(root.path(), &["utf-16"]);
     let tools = client.request("pen/listTools", json!(null));
+    assert!(description(&tools, "pen_read").contains("200 lines and 32 KiB"));
+    client.request("pen/setConfig", json!({"context_window_tokens": 128_000}));
+    let tools = client.request("pen/listTools", json!(null));
     let text = description(&tools, "pen_read");
     assert!(
-        text.contains(&format!("200 lines and {DEFAULT_FITTED_PAGE}")),
+        text.contains(&format!("200 lines and {FITTED_PAGE_AT_128K}")),
         "{text}"
     );
     client.request("pen/setConfig", json!({"budget_policy": 3}));

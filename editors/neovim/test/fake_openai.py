@@ -42,6 +42,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        # pen asks a local server for its context window (Ollama's POST /api/show among
+        # others): only chat requests take a scripted reply; anything else is 404, as on a
+        # server without that endpoint.
+        if not self.path.endswith("/chat/completions"):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            return
         with lock:
             i = state["next"]
             state["next"] += 1

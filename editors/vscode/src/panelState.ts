@@ -572,6 +572,11 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
     }
     case 'context_trimmed':
       return push(model, { kind: 'trim', ...trimNotice(body.data) } as TrimItem);
+    case 'context_window':
+      // One line at a session's first turn: the model, its window and where that came from.
+      return push(model, { kind: 'trim', title: 'Context window', detail: asString(body.data.line) ?? '' } as TrimItem);
+    case 'provider_warning':
+      return push(model, { kind: 'trim', title: 'Provider warning', detail: asString(body.data.message) ?? '' } as TrimItem);
     case 'usage':
       // One request's usage: the session's line follows it; the turn's shows at its end.
       return { ...model, sessionUsage: usageLine(body.data.session) ?? model.sessionUsage };

@@ -61,6 +61,8 @@ M.event_kind = {
   USAGE = 'usage',
   MCP_SERVER = 'mcp_server',
   INSTRUCTIONS_CHANGED = 'instructions_changed',
+  CONTEXT_WINDOW = 'context_window',
+  PROVIDER_WARNING = 'provider_warning',
   TURN_ENDED = 'turn_ended',
 }
 

@@ -293,6 +293,11 @@ function M.step(s, turn_id, kind, d)
       tostring(d.estimatedTokens)) })
   elseif kind == R.TOOL_ALLOWED_FOR_SESSION then
     M.lines(s, { ('> `%s` allowed for the rest of this session'):format(tostring(d.tool)) })
+  elseif kind == E.CONTEXT_WINDOW then
+    -- One line at a session's first turn: the model, its window and where that came from.
+    M.lines(s, { '> ' .. tostring(d.line) })
+  elseif kind == E.PROVIDER_WARNING then
+    M.lines(s, { '> ⚠ ' .. tostring(d.message) })
   elseif kind == E.USAGE then
     -- One request's usage: kept for the status line; the turn's end shows the totals.
     M.session_usage[s] = M.usage_line(d.session) or M.session_usage[s]
