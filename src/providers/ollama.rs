@@ -287,20 +287,7 @@ fn request_body(request: &ModelRequest, num_ctx: u64) -> Value {
         "options": {"num_ctx": num_ctx, "num_predict": request.max_output_tokens},
     });
     if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.input_schema,
-                    },
-                })
-            })
-            .collect();
+        body["tools"] = super::openai::function_tools(&request.tools);
     }
     body
 }

@@ -218,22 +218,27 @@ fn request_body(request: &ModelRequest, output_limit_field: &str) -> Value {
     });
     body[output_limit_field] = json!(request.max_output_tokens);
     if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.input_schema,
-                    },
-                })
-            })
-            .collect();
+        body["tools"] = function_tools(&request.tools);
     }
     body
+}
+
+/// Tool definitions in the chat-completions shape (`{"type": "function", "function": {name,
+/// description, parameters}}`), which Ollama's `/api/chat` takes too.
+pub(super) fn function_tools(tools: &[super::ToolDefinition]) -> Value {
+    tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                },
+            })
+        })
+        .collect()
 }
 
 /// One `chat.completion.chunk`, as far as pen reads it. Every field may be missing or null on
