@@ -446,6 +446,23 @@ local function pick_turn(client, session, arg)
   return turns[#turns], 'the session has no turn'
 end
 
+--- The client, the current session and the turn `arg` names in it (`pick_turn`), or nothing
+--- after telling the owner why (no session, no such turn).
+local function session_turn(arg)
+  local client = M.client()
+  local s = M.state.session
+  if not client or not s then
+    notify('no pen session', vim.log.levels.WARN)
+    return
+  end
+  local turn, why = pick_turn(client, s, arg)
+  if not turn then
+    notify(tostring(why), vim.log.levels.ERROR)
+    return
+  end
+  return client, s, turn
+end
+
 --- The lines of a pen/revertTurn result for the transcript.
 local function revert_lines(res)
   local l = { '', ('> reverted %d turn(s): %s'):format(#res.turns, table.concat(res.turns, ', ')) }
@@ -468,15 +485,8 @@ end
 --- Conflicts (files changed since pen wrote them) are shown as diffs, then overwritten only
 --- when the owner says so.
 function M.undo(arg, force)
-  local client = M.client()
-  local s = M.state.session
-  if not client or not s then
-    notify('no pen session', vim.log.levels.WARN)
-    return
-  end
-  local turn, why = pick_turn(client, s, arg)
+  local client, s, turn = session_turn(arg)
   if not turn then
-    notify(tostring(why), vim.log.levels.ERROR)
     return
   end
   M.state.status = 'pen: reverting'
@@ -504,15 +514,8 @@ end
 --- `:PenFork [turn]`: a new session with the history before a turn (the last one by default),
 --- which becomes the current session; the original is not changed.
 function M.fork(arg)
-  local client = M.client()
-  local s = M.state.session
-  if not client or not s then
-    notify('no pen session', vim.log.levels.WARN)
-    return
-  end
-  local turn, why = pick_turn(client, s, arg)
+  local client, s, turn = session_turn(arg)
   if not turn then
-    notify(tostring(why), vim.log.levels.ERROR)
     return
   end
   local res, err = request_sync(client, methods.FORK_SESSION, { sessionId = s, beforeTurnId = turn })
