@@ -264,9 +264,8 @@ fn a_revert_restores_every_byte_and_mode_and_deletes_what_the_turn_created() {
     );
 }
 
-#[test]
-fn a_file_changed_after_pen_wrote_it_is_a_conflict_until_forced() {
-    let env = Env::new();
+/// One turn that edits a new `a.txt` from "alpha" to "beta" and ends.
+fn edit_alpha_to_beta(env: &Env) {
     std::fs::write(env.path("a.txt"), "alpha\n").unwrap();
     let output = env.run(
         None,
@@ -280,6 +279,12 @@ fn a_file_changed_after_pen_wrote_it_is_a_conflict_until_forced() {
         None,
     );
     assert_eq!(ended(&output)["stopReason"], "end_turn");
+}
+
+#[test]
+fn a_file_changed_after_pen_wrote_it_is_a_conflict_until_forced() {
+    let env = Env::new();
+    edit_alpha_to_beta(&env);
     std::fs::write(env.path("a.txt"), "beta\nthe user's line\n").unwrap();
     let session = env.session();
 
@@ -530,19 +535,7 @@ fn a_kill_between_the_pre_image_and_the_write_still_reverts_correctly() {
 #[test]
 fn a_revert_of_an_unknown_turn_or_session_fails_and_changes_nothing() {
     let env = Env::new();
-    std::fs::write(env.path("a.txt"), "alpha\n").unwrap();
-    let output = env.run(
-        None,
-        vec![
-            frames(
-                "Editing.",
-                &[edit("c1", "a.txt", b"alpha\n", "alpha", "beta")],
-            ),
-            frames("Done.", &[]),
-        ],
-        None,
-    );
-    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    edit_alpha_to_beta(&env);
     let session = env.session();
     for args in [vec![session.as_str(), "t_nope"], vec!["s_nope"]] {
         let output = env.pen().arg("revert").args(&args).output().unwrap();
