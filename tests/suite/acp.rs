@@ -889,3 +889,49 @@ fn the_checkpoint_extension_methods_revert_and_fork_and_wait_for_a_running_turn(
     assert!(setup.transcript(fork).is_empty());
     assert!(pen.close().success());
 }
+
+/// Issue 26, item 12: a permission answer that repeats a key is refused, whatever the last one
+/// says. serde_json keeps the last of a repeated key, so `reject_once` then `allow_once` ran
+/// the command; now the answer is no answer, the command does not run, and the model is told.
+#[test]
+fn a_permission_answer_with_a_repeated_key_is_refused() {
+    let setup = Setup::new();
+    setup.fake.push([
+        calls(&[call(
+            "c1",
+            "pen_command",
+            json!({"command": "touch ran.txt"}),
+        )]),
+        text(&["Done."]),
+    ]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}}),
+    );
+    let asked = pen.until(|line| line["method"] == "session/request_permission");
+    let id = asked["id"].to_string();
+    let stdin = pen.stdin.as_mut().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"outcome":{{"outcome":"selected","optionId":"reject_once","optionId":"allow_once"}}}}}}"#
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let answer = pen.answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(
+        !setup.workspace().join("ran.txt").exists(),
+        "the command ran on an answer that repeated its key"
+    );
+    let result = &tool_results(&setup, 1)[0];
+    assert!(result.contains("approval no longer applies"), "{result}");
+    assert!(pen.close().success());
+}
