@@ -16,8 +16,11 @@
 //! - The environment block holds nothing finer than a day; `git` runs as a child with a
 //!   timeout, its status bounded to [`MAX_GIT_STATUS_PATHS`] paths.
 
+use crate::bytes::read_range;
 use crate::config::Config;
 use crate::limits::{GIT_TIMEOUT, MAX_GIT_OUTPUT_BYTES, MAX_GIT_STATUS_PATHS};
+use crate::tools::keys;
+use crate::tools::source::DiskFile;
 use crate::transcript::{InstructionFile, SessionContext};
 use crate::workspace::{Target, Workspace};
 use std::io::Read;
@@ -48,11 +51,12 @@ pub fn names(config: &Config) -> Vec<String> {
 /// The instruction files at the workspace roots, within `budget` bytes in all.
 pub fn root_instructions(workspace: &Workspace, config: &Config) -> Vec<InstructionFile> {
     let mut left = config.instruction_bytes as usize;
+    let lookback = config.limits().key_lookback_bytes;
     let mut files = Vec::new();
     for root in workspace.roots() {
         for name in names(config) {
             let path = root.path.join(&name);
-            if let Some(file) = read_instruction(workspace, &path, &mut left) {
+            if let Some(file) = read_instruction(workspace, &path, &mut left, lookback) {
                 files.push(file);
             }
         }
@@ -105,12 +109,14 @@ pub fn render_file(file: &InstructionFile) -> String {
 }
 
 /// Reads one instruction file by its absolute path inside the workspace: `None` when there is
-/// none; a refusal note when it is a link out of the roots, not UTF-8 text, or key material.
-/// The text is cut to `left` bytes (which it uses up) with a note.
+/// none; a refusal note when it is a link out of the roots, not UTF-8 text, or key material
+/// (judged as pen_read judges a page, looking back and ahead `lookback` bytes). The text is cut
+/// to `left` bytes (which it uses up) with a note.
 fn read_instruction(
     workspace: &Workspace,
     absolute: &Path,
     left: &mut usize,
+    lookback: usize,
 ) -> Option<InstructionFile> {
     let input = absolute.to_string_lossy().into_owned();
     let display = workspace.display(absolute);
@@ -140,18 +146,12 @@ fn read_instruction(
         Err(err) => return Some(refused(format!("it could not be read ({err})"))),
     };
     let size = metadata.len();
-    // Only what the budget can take is read (and one byte more, to know it was cut); key
-    // material is judged on what was read.
-    let mut bytes = Vec::new();
-    let want = (*left as u64).saturating_add(1);
-    if let Err(err) = file.take(want).read_to_end(&mut bytes) {
-        return Some(refused(format!("it could not be read ({err})")));
-    }
-    if crate::tools::keys::holds_key_material(&bytes) {
-        return Some(refused(
-            "it holds private key material, which pen never sends".to_string(),
-        ));
-    }
+    // Only what the budget can take is read (and one byte more, to know it was cut).
+    let src = DiskFile::new(file, size);
+    let bytes = match read_range(&src, 0, (*left as u64).saturating_add(1)) {
+        Ok(bytes) => bytes,
+        Err(err) => return Some(refused(format!("it could not be read ({err})"))),
+    };
     if bytes.contains(&0) {
         return Some(refused("it is a binary file, not text".to_string()));
     }
@@ -167,8 +167,23 @@ fn read_instruction(
         }
         Err(_) => return Some(refused("it is not UTF-8 text".to_string())),
     };
+    // What is sent is judged as pen_read judges a page, with the look-ahead past the cut (an
+    // END line there makes the lines before it key body) failing closed.
+    let head = if cut {
+        crate::text::cut(&text, *left)
+    } else {
+        &text
+    };
+    match keys::check_head(&src, 0, head.len() as u64, lookback) {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => {
+            return Some(refused(
+                "it holds private key material, which pen never sends".to_string(),
+            ));
+        }
+        Err(err) => return Some(refused(format!("it could not be read ({err})"))),
+    }
     let text = if cut {
-        let head = crate::text::cut(&text, *left);
         format!(
             "{head}\n[cut: {display} is {size} bytes; only its first {} bytes fit the budget of the \
              project's instruction files (the instruction_bytes setting). Read the rest with pen_read \
@@ -263,6 +278,7 @@ pub fn nested_for_call(
     let Ok(resolved) = workspace.resolve(path) else {
         return Vec::new();
     };
+    let lookback = config.limits().key_lookback_bytes;
     let mut files = Vec::new();
     for folder in nested_folders(workspace, &resolved.absolute) {
         for name in names(config) {
@@ -270,7 +286,7 @@ pub fn nested_for_call(
             if delivered.contains(&workspace.display(&absolute)) {
                 continue;
             }
-            if let Some(file) = read_instruction(workspace, &absolute, left) {
+            if let Some(file) = read_instruction(workspace, &absolute, left, lookback) {
                 files.push(file);
             }
         }
@@ -805,6 +821,44 @@ mod tests {
         assert!(files[0].refused.as_deref().unwrap().contains("outside"));
         assert!(files[1].refused.as_deref().unwrap().contains("UTF-8"));
         assert!(files[2].refused.as_deref().unwrap().contains("key"));
+    }
+
+    /// Issue 26, item 13: a key body whose BEGIN line is missing and whose END line lies past
+    /// the cut of the instruction budget is refused, as pen_read refuses such a page; and so is
+    /// one whose END lies further than pen looks ahead (the cut fails closed).
+    #[test]
+    fn a_key_body_cut_by_the_budget_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = "MIIEowIBAAKCAQEAq83vEjKz4LxQ+7/abcdefghijklmnopqrstuvwxyz0123456\n";
+        let config = Config::default();
+        let budget = config.instruction_bytes as usize;
+        let reach = config.limits().key_lookback_bytes;
+        for (runs_past, lines) in [
+            ("the cut", budget * 2 / body.len()),
+            ("the look-ahead", (budget + reach * 2) / body.len()),
+        ] {
+            let text = format!(
+                "# Notes\nThe deploy key follows.\n{}-----END RSA PRIVATE KEY-----\n",
+                body.repeat(lines)
+            );
+            fs::write(dir.path().join("AGENTS.md"), &text).unwrap();
+            let files = root_instructions(&workspace(dir.path()), &config);
+            assert_eq!(files.len(), 1);
+            assert!(
+                !files[0].text.contains("MIIEowIBAAKCAQEA"),
+                "a body running past {runs_past} was sent"
+            );
+            let why = files[0].refused.as_deref().unwrap_or_default();
+            assert!(why.contains("private key"), "{runs_past}: {why}");
+        }
+        // Cut inside ordinary text: the head is sent with its cut note.
+        fs::write(dir.path().join("AGENTS.md"), "word ".repeat(budget)).unwrap();
+        let files = root_instructions(&workspace(dir.path()), &config);
+        assert!(
+            files[0].cut && files[0].refused.is_none(),
+            "{:?}",
+            files[0].refused
+        );
     }
 
     #[test]

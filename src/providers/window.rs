@@ -277,7 +277,7 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
     [llama, vllm, lm_studio, ollama]
         .into_iter()
         .flatten()
-        .find(|window| answered(window))
+        .find(answered)
 }
 
 /// Whether a discovered `window` is an answer (see [`ModelWindow::within_bounds`]); logged when
