@@ -14,7 +14,8 @@
 //!   ignored folder. The files of a session share one budget (`instruction_bytes`); a file past
 //!   it is cut with a note saying so.
 //! - The environment block holds nothing finer than a day; `git` runs as a child with a
-//!   timeout, its status bounded to [`MAX_GIT_STATUS_PATHS`] paths.
+//!   timeout, its status bounded to [`MAX_GIT_STATUS_PATHS`] paths, limited to the root, and
+//!   running no program the repository's configuration names (see [`git_summary`]).
 
 use crate::bytes::read_range;
 use crate::config::Config;
@@ -375,16 +376,40 @@ fn civil_date(days: u64) -> String {
 }
 
 /// The root's git branch and status, two indented lines; `None` when git is missing, the root
-/// is not a work tree, or git did not answer in time.
+/// is not inside a work tree (a `core.worktree` that points elsewhere included), or git did not
+/// answer in time.
+///
+/// No program the repository's configuration names runs: the filter drivers its own config
+/// defines are emptied for the call, and hooks, fsmonitor, the pager and submodules are off
+/// (see [`run_git`]). The status covers the root only: git's work tree must be the root or a
+/// folder around it, and the status is limited to the root (`-- .`), so no name from outside
+/// the roots reaches the prompt. A process that rewrites `.git/config` between the calls could
+/// name a new driver; it already runs as the owner, so it gains nothing by it.
 pub fn git_summary(git: &Path, root: &Path) -> Option<String> {
+    let top = run_git(git, root, &[], &["rev-parse", "--show-toplevel"])?;
+    let top = crate::workspace::canonical(Path::new(top.trim_end_matches('\n')));
+    if !root.starts_with(&top) {
+        tracing::info!(
+            root = %root.display(),
+            "git's work tree for this root lies elsewhere (core.worktree); no git status"
+        );
+        return None;
+    }
+    let settings = neutral_filters(git, root)?;
+    let work_tree = format!("--work-tree={}", top.display());
     let output = run_git(
         git,
         root,
+        &settings,
         &[
+            &work_tree,
             "status",
             "--porcelain=v1",
             "--branch",
             "--untracked-files=normal",
+            "--ignore-submodules=all",
+            "--",
+            ".",
         ],
     )?;
     let mut lines = output.lines();
@@ -427,18 +452,77 @@ pub fn git_summary(git: &Path, root: &Path) -> Option<String> {
     Some(out)
 }
 
-/// Runs `git -C root args…` with a timeout and bounded output; `None` on any failure. The
-/// repository's own configuration could name programs for git to run (`core.fsmonitor`), so
-/// that is switched off, and git takes no optional locks (a session start must not block the
-/// owner's git).
-fn run_git(git: &Path, root: &Path, args: &[&str]) -> Option<String> {
+/// The settings (`-c` values) that empty every filter driver the repository's own
+/// configuration (its `local` and `worktree` scopes, with what they include) defines, so that a
+/// status, which runs a file's clean filter when its stat data changed, runs none of them. The
+/// owner's own drivers (global, system: git-lfs) are left as they are. `None` when the
+/// configuration cannot be read or names a driver a `-c` value cannot carry.
+fn neutral_filters(git: &Path, root: &Path) -> Option<Vec<String>> {
+    let listed = run_git(
+        git,
+        root,
+        &[],
+        &["config", "--list", "--show-scope", "--name-only", "-z"],
+    )?;
+    let mut drivers = std::collections::BTreeSet::new();
+    let mut fields = listed.split('\0');
+    while let (Some(scope), Some(name)) = (fields.next(), fields.next()) {
+        if !matches!(scope, "local" | "worktree") {
+            continue;
+        }
+        if let Some((driver, _)) = name
+            .strip_prefix("filter.")
+            .and_then(|rest| rest.rsplit_once('.'))
+        {
+            drivers.insert(driver.to_string());
+        }
+    }
+    let mut settings = Vec::new();
+    for driver in drivers {
+        // `-c` splits at the first `=`: a driver named with one cannot be emptied.
+        if driver.contains('=') {
+            return None;
+        }
+        for (key, value) in [
+            ("clean", ""),
+            ("smudge", ""),
+            ("process", ""),
+            ("required", "false"),
+        ] {
+            settings.push(format!("filter.{driver}.{key}={value}"));
+        }
+    }
+    Some(settings)
+}
+
+/// Runs `git -C root args…` with the `-c` `settings` and a timeout and bounded output; `None`
+/// on any failure. The repository's configuration could name programs for git to run, so
+/// fsmonitor, hooks, the pager and submodule summaries are off and an implicit bare repository
+/// is refused (`safe.bareRepository`); git takes no optional locks (a session start must not
+/// block the owner's git); the caller's `GIT_DIR` and friends are not inherited.
+fn run_git(git: &Path, root: &Path, settings: &[String], args: &[&str]) -> Option<String> {
     use std::process::{Command, Stdio};
-    let mut child = Command::new(git)
-        .arg("--no-optional-locks")
-        .args(["-c", "core.fsmonitor=false", "-c", "core.quotepath=true"])
+    let mut command = Command::new(git);
+    command.args(["--no-optional-locks", "--no-pager"]);
+    for setting in [
+        "core.fsmonitor=false",
+        "core.hooksPath=/dev/null",
+        "core.quotepath=true",
+        "safe.bareRepository=explicit",
+        "status.submoduleSummary=false",
+    ]
+    .into_iter()
+    .chain(settings.iter().map(String::as_str))
+    {
+        command.args(["-c", setting]);
+    }
+    let mut child = command
         .arg("-C")
         .arg(root)
         .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
@@ -757,6 +841,118 @@ mod tests {
         assert!(env.contains("- pen "), "{env}");
         assert!(env.contains("git branch: trunk"), "{env}");
         assert!(!env.contains(':') || env.contains("date: "), "{env}");
+    }
+
+    /// Issue 26, item 5: the status of a hostile repository runs none of the programs its
+    /// configuration names (a clean filter with its `.gitattributes`, a long-running filter
+    /// process, fsmonitor, hooks, a pager), whatever its files' stat data says.
+    #[test]
+    fn the_git_status_runs_no_program_the_repository_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let marker = outside.path().join("ran");
+        let program = outside.path().join("marker.sh");
+        fs::write(
+            &program,
+            format!("#!/bin/sh\necho \"$0 $*\" >> '{}'\ncat\n", marker.display()),
+        )
+        .unwrap();
+        fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+        let hooks = outside.path().join("hooks");
+        fs::create_dir(&hooks).unwrap();
+        for hook in ["post-index-change", "pre-commit", "post-checkout"] {
+            fs::copy(&program, hooks.join(hook)).unwrap();
+        }
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "trunk"]);
+        fs::write(root.join("a.txt"), "hello\n").unwrap();
+        fs::write(root.join(".gitattributes"), "* filter=x\n").unwrap();
+        git(root, &["add", "."]);
+        git(root, &["commit", "-qm", "init"]);
+        let program = program.display().to_string();
+        for (key, value) in [
+            ("filter.x.clean", program.as_str()),
+            ("filter.x.smudge", program.as_str()),
+            ("filter.y.process", program.as_str()),
+            ("filter.x.required", "true"),
+            ("core.fsmonitor", program.as_str()),
+            ("core.hooksPath", &hooks.display().to_string()),
+            ("core.pager", program.as_str()),
+            ("pager.status", "true"),
+        ] {
+            git(root, &["config", key, value]);
+        }
+        fs::write(
+            root.join(".gitattributes"),
+            "a.txt filter=x\n*.md filter=y\n",
+        )
+        .unwrap();
+        fs::write(root.join("b.md"), "b\n").unwrap();
+        git(
+            root,
+            &[
+                "-c",
+                "filter.x.clean=cat",
+                "-c",
+                "filter.y.process=",
+                "-c",
+                "core.fsmonitor=false",
+                "add",
+                "b.md",
+            ],
+        );
+        // Same size, another modification time: git must read a.txt to know if it changed.
+        fs::write(root.join("a.txt"), "HELLO\n").unwrap();
+        let file = fs::File::options()
+            .write(true)
+            .open(root.join("a.txt"))
+            .unwrap();
+        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+            .unwrap();
+        let _ = fs::remove_file(&marker);
+        let summary = git_summary(Path::new("git"), root).unwrap();
+        assert!(
+            !marker.exists(),
+            "a program the repository named ran: {}",
+            fs::read_to_string(&marker).unwrap_or_default()
+        );
+        assert!(summary.contains("git branch: trunk"), "{summary}");
+        assert!(summary.contains("a.txt"), "{summary}");
+    }
+
+    /// Issue 26, item 5: the summary names nothing outside the root: not the files of a
+    /// `core.worktree` that points outside, nor the files of a repository around a root that is
+    /// one of its subfolders.
+    #[test]
+    fn the_git_status_names_nothing_outside_the_root() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("outside-secret-name.txt"), "x").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "-b", "trunk"]);
+        fs::write(dir.path().join("inside.txt"), "y").unwrap();
+        git(
+            dir.path(),
+            &[
+                "config",
+                "core.worktree",
+                &outside.path().display().to_string(),
+            ],
+        );
+        let summary = git_summary(Path::new("git"), dir.path()).unwrap_or_default();
+        assert!(!summary.contains("outside-secret-name"), "{summary}");
+
+        let repo = tempfile::tempdir().unwrap();
+        git(repo.path(), &["init", "-q", "-b", "trunk"]);
+        fs::create_dir(repo.path().join("sub")).unwrap();
+        fs::write(repo.path().join("sibling-name.txt"), "x").unwrap();
+        fs::write(repo.path().join("sub/mine.txt"), "x").unwrap();
+        let root = repo.path().join("sub").canonicalize().unwrap();
+        let summary = git_summary(Path::new("git"), &root).unwrap();
+        assert!(!summary.contains("sibling-name"), "{summary}");
+        // git names an untracked folder, not its files.
+        assert!(summary.contains("?? sub/"), "{summary}");
+        assert!(summary.contains("0 changed, 1 untracked"), "{summary}");
     }
 
     #[test]
