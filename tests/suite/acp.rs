@@ -427,6 +427,34 @@ fn python_sdk_an_edit_of_a_buffer_changed_during_approval_is_stale() {
     assert!(edit.contains("approval no longer applies"), "{edit}");
 }
 
+/// Issue 26, item 14: a client whose buffer still holds the old text when pen reads it right
+/// after writing through it (it saves and refreshes later) is shown, in the edit's
+/// `tool_call_update`, the edit pen planned and wrote — not `oldText` twice. A created file's
+/// diff is its content.
+#[test]
+fn python_sdk_the_diff_of_an_edit_is_what_pen_wrote() {
+    let Some(python) = peer(
+        "PEN_ACP_PYTHON",
+        "python_sdk_the_diff_of_an_edit_is_what_pen_wrote",
+    ) else {
+        return;
+    };
+    let setup = Setup::new();
+    std::fs::write(setup.workspace().join("a.txt"), "one\ntwo\n").unwrap();
+    setup.fake.push([
+        calls(&[call("c1", "pen_read", json!({"path": "a.txt"}))]),
+        calls(&[edit("c2", "a.txt", "two", "TWO")]),
+        calls(&[call(
+            "c3",
+            "pen_create",
+            json!({"path": "made.txt", "content": "made\n"}),
+        )]),
+        text(&["Done."]),
+    ]);
+    let seen = setup.python(&python, "client_fs_lagging", &[]);
+    assert_eq!(seen["writes"][0]["content"], "one\nTWO\n", "{seen}");
+}
+
 /// session/set_mode: in `allow_edits` an edit runs without a permission request; an unknown
 /// mode is refused.
 #[test]
