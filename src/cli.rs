@@ -361,9 +361,12 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     // The attached files are read on a blocking thread, as every file read of a turn is.
     let attached = {
         let workspace = workspace.clone();
-        tokio::task::spawn_blocking(move || crate::agent::render_focus(&focus, &workspace, None))
-            .await
-            .unwrap_or_default()
+        let limits = config.limits();
+        tokio::task::spawn_blocking(move || {
+            crate::agent::render_focus(&focus, &workspace, None, &limits)
+        })
+        .await
+        .unwrap_or_default()
     };
     let prompt = format!("{}{attached}", command.prompt);
     let cancel = tokio_util::sync::CancellationToken::new();

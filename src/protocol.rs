@@ -150,6 +150,13 @@ pub fn uri_to_path(uri: &Uri) -> Option<PathBuf> {
     Some(crate::workspace::canonical(&path))
 }
 
+/// The canonical path of a `file:` URI given as text (an ACP resource's `uri`), without its
+/// query or fragment (`#L3`); `None` for any other URI.
+pub fn file_uri_path(uri: &str) -> Option<PathBuf> {
+    let bare = uri.split(['#', '?']).next().unwrap_or(uri);
+    uri_to_path(&bare.parse::<Uri>().ok()?)
+}
+
 pub fn path_to_uri(path: &std::path::Path) -> Option<Uri> {
     Uri::from_file_path(path)
 }

@@ -28,20 +28,19 @@ mod checkpoint;
 mod context;
 mod engine;
 mod events;
+mod focus;
 mod history;
 mod host;
 mod lease;
 mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
-pub use context::{
-    Focus, Lines, environment, gather, parse_file_arg, render_file, render_focus,
-    root_instructions, system_text,
-};
+pub use context::{environment, gather, render_file, root_instructions, system_text};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{
     AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent, window_line,
 };
+pub use focus::{Focus, Lines, parse_file_arg, render_focus, withheld_client_text};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;

@@ -446,6 +446,23 @@ pub fn check_head<S: ByteSource + ?Sized>(
     })
 }
 
+/// Judges text whose place in its file is unknown (a client's text pen cannot find in the
+/// file it names): refused when it holds a marker, and, failing closed at each edge beyond
+/// which nothing can be seen, when it begins in key-body lines (unless it starts its file) or
+/// ends in them.
+pub fn check_detached(text: &[u8], starts_its_file: bool) -> Result<(), KeyRefusal> {
+    check_bytes(text, 0, 0)?;
+    let begins_in_body = text
+        .split(|&b| b == b'\n')
+        .map(<[u8]>::trim_ascii)
+        .find(|line| !line.is_empty())
+        .is_some_and(is_key_body);
+    if (begins_in_body && !starts_its_file) || ends_in_key_body(text) {
+        return Err(KeyRefusal::MayBeInside);
+    }
+    Ok(())
+}
+
 /// The decision of [`check_window`] over bytes already read: `bytes[..split]` is the look-back
 /// and `bytes[split..]` the window; `base` is the file offset of `bytes[0]`.
 pub fn check_bytes(bytes: &[u8], split: usize, base: u64) -> Result<(), KeyRefusal> {
@@ -794,6 +811,27 @@ mod tests {
             check_head(src, 0, endless.len() as u64, reach).unwrap(),
             Ok(())
         );
+    }
+
+    #[test]
+    fn detached_text_fails_closed_at_its_edges() {
+        let body = "MIIEowIBAAKCAQEAq83vEjKz4LxQ+7/abcdefghijklmnopqrstuvwxyz0123456\n";
+        let inside = body.repeat(3);
+        assert_eq!(
+            check_detached(inside.as_bytes(), false),
+            Err(KeyRefusal::MayBeInside)
+        );
+        assert_eq!(
+            check_detached(inside.as_bytes(), true),
+            Err(KeyRefusal::MayBeInside),
+            "it ends in key body"
+        );
+        let code = "fn main() {\n    let x = 1;\n}\n";
+        assert_eq!(check_detached(code.as_bytes(), false), Ok(()));
+        assert!(check_detached(KEY.as_bytes(), true).is_err());
+        let begins = format!("{body}the end of it.\n");
+        assert_eq!(check_detached(begins.as_bytes(), true), Ok(()));
+        assert!(check_detached(begins.as_bytes(), false).is_err());
     }
 
     #[test]

@@ -963,3 +963,43 @@ fn a_permission_answer_with_a_repeated_key_is_refused() {
     assert!(result.contains("approval no longer applies"), "{result}");
     assert!(pen.close().success());
 }
+
+/// Issue 26, item 2 on ACP: an embedded resource (text the client sends, as Zed sends a
+/// selection) holding the body lines of a key in the workspace, or key-body lines pen cannot
+/// place in any file, is withheld with a note; ordinary embedded text is sent.
+#[test]
+fn an_embedded_resource_with_a_key_body_is_withheld() {
+    let setup = Setup::new();
+    let body =
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n".repeat(20);
+    let key =
+        format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{body}-----END OPENSSH PRIVATE KEY-----\n");
+    let path = setup.workspace().join("id_ed25519");
+    std::fs::write(&path, &key).unwrap();
+    setup.fake.push([text(&["Seen."])]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resource = |uri: String, text: &str| json!({"type": "resource", "resource": {"uri": uri, "text": text}});
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [
+            {"type": "text", "text": "what are these?"},
+            resource(format!("file://{}#L2:21", path.display()), &body),
+            resource("file:///elsewhere/notes.txt".into(), &body),
+            resource("file:///elsewhere/main.rs".into(), "fn main() {}\n"),
+        ]}}),
+    );
+    let answer = pen.answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let sent = setup.fake.requests()[0].body["messages"].to_string();
+    assert!(!sent.contains("b3BlbnNzaC1rZXkt"), "{sent}");
+    assert_eq!(sent.matches("private key material").count(), 2, "{sent}");
+    assert!(sent.contains("fn main() {}"), "{sent}");
+    assert!(pen.close().success());
+}
