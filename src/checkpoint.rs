@@ -28,7 +28,7 @@ use crate::session::{NewEntry, SessionError, SessionStore};
 use crate::tools::write::revert::{self, Current};
 use crate::tools::{Editor, ToolContext};
 use crate::transcript::{Event, Item, RevertedFile};
-use crate::workspace::Workspace;
+use crate::workspace::{Entry, EntryKind, Workspace};
 
 #[derive(Debug, Error)]
 pub enum CheckpointError {
@@ -288,6 +288,42 @@ fn revert_file(
             Err(e) => return report(FileStatus::NotRevertible, None, Some(e.to_string())),
         },
     };
+    // The revert acts on the recorded path itself: what stands there now, no link followed.
+    let entry = match ctx.workspace.entry(std::path::Path::new(path)) {
+        Ok(entry) => entry,
+        Err(e) => return report(FileStatus::NotRevertible, None, Some(e.to_string())),
+    };
+    let what = match &entry.kind {
+        EntryKind::File | EntryKind::Missing => None,
+        EntryKind::Symlink => Some("a symlink"),
+        EntryKind::Other => Some("a FIFO, socket or device"),
+        EntryKind::Dir => Some("a folder"),
+        EntryKind::NotAFolderOnPath(folder) => {
+            return report(
+                FileStatus::NotRevertible,
+                None,
+                Some(format!(
+                    "{folder}, a folder on its path, is now a symlink or a file; pen neither \
+                     follows nor replaces it"
+                )),
+            );
+        }
+    };
+    if let Some(what) = what {
+        return replace_entry(
+            ctx,
+            path,
+            &entry,
+            what,
+            target.as_deref(),
+            first.mode,
+            force,
+        )
+        .map_or_else(
+            |(status, reason)| report(status, None, Some(reason)),
+            |status| report(status, None, None),
+        );
+    }
     let now = match revert::current(ctx, path) {
         Ok(now) => now,
         Err(e) => return report(FileStatus::NotRevertible, None, Some(e.message)),
@@ -326,6 +362,47 @@ fn revert_file(
         Ok(()) if target.is_none() => report(FileStatus::Deleted, None, None),
         Ok(()) => report(FileStatus::Reverted, None, None),
         Err(e) => report(FileStatus::NotRevertible, None, Some(e.message)),
+    }
+}
+
+/// A file whose recorded path now holds `what` (a symlink, a FIFO, a folder: anything but a
+/// regular file) instead of the file pen left: a conflict, whatever it leads to. With `force`
+/// the entry itself is removed (a link is never followed, a folder never removed) and the
+/// file's state before the turns put in its place: `target`, or nothing for a file they made.
+fn replace_entry(
+    ctx: &ToolContext,
+    path: &str,
+    entry: &Entry,
+    what: &str,
+    target: Option<&[u8]>,
+    mode: Option<u32>,
+    force: bool,
+) -> Result<FileStatus, (FileStatus, String)> {
+    if !force {
+        return Err((
+            FileStatus::Conflict,
+            format!(
+                "{what} now stands where pen left a regular file; pen does not follow or \
+                 replace it; revert with force to replace the entry itself"
+            ),
+        ));
+    }
+    if entry.kind == EntryKind::Dir {
+        return Err((
+            FileStatus::NotRevertible,
+            "a folder now stands where pen left a regular file; pen does not remove folders"
+                .to_string(),
+        ));
+    }
+    let failed = |e: String| (FileStatus::NotRevertible, e);
+    entry
+        .remove()
+        .map_err(|e| failed(format!("{what} there could not be removed: {e}")))?;
+    match target {
+        None => Ok(FileStatus::Deleted),
+        Some(_) => revert::restore(ctx, path, &Current::Absent, target, mode)
+            .map(|()| FileStatus::Reverted)
+            .map_err(|e| failed(e.message)),
     }
 }
 

@@ -679,3 +679,181 @@ fn two_daemons_see_the_same_checkpoints_and_an_open_buffer_reverts_through_the_e
     a.close();
     b.close();
 }
+
+/// Issue 26, item 3, without force: pen created `config.local.json`; the owner renamed it to
+/// `config.json` and linked the old name to it. The revert acts on the recorded path itself:
+/// the link there is a conflict, and neither it nor `config.json` is touched.
+#[test]
+fn a_link_where_pen_left_a_file_is_a_conflict_and_its_target_is_kept() {
+    let env = Env::new();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Creating.",
+                &[call(
+                    "c1",
+                    "pen_create",
+                    json!({"path": "config.local.json", "content": "{\"debug\": true}\n"}),
+                )],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::rename(env.path("config.local.json"), env.path("config.json")).unwrap();
+    std::os::unix::fs::symlink("config.json", env.path("config.local.json")).unwrap();
+
+    let (code, result) = env.revert(&[&env.session()]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("config.local.json", "conflict")])
+    );
+    let reason = result["files"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("symlink"), "{reason}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("config.json")).unwrap(),
+        "{\"debug\": true}\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(env.path("config.local.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+/// Issue 26, item 3, with force: the files a turn wrote were replaced by links to files it
+/// never touched, a FIFO and a folder. Force replaces each link and the FIFO themselves —
+/// the created file's link is removed, the edited file's link becomes the file pen found —
+/// never following them: the untouched files keep their bytes. A folder is not removed.
+#[test]
+fn a_forced_revert_replaces_links_themselves_and_never_follows_them() {
+    let env = Env::new();
+    std::fs::write(env.path("edited.txt"), "alpha\n").unwrap();
+    std::fs::write(env.path("piped.txt"), "pipe\n").unwrap();
+    std::fs::write(env.path("foldered.txt"), "folder\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Writing.",
+                &[
+                    call(
+                        "c1",
+                        "pen_create",
+                        json!({"path": "created.txt", "content": "made\n"}),
+                    ),
+                    edit("c2", "edited.txt", b"alpha\n", "alpha", "beta"),
+                    edit("c3", "piped.txt", b"pipe\n", "pipe", "PIPE"),
+                    edit("c4", "foldered.txt", b"folder\n", "folder", "FOLDER"),
+                ],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::write(env.path("untouched-1.txt"), "keep me one\n").unwrap();
+    std::fs::write(env.path("untouched-2.txt"), "keep me two\n").unwrap();
+    for (name, target) in [
+        ("created.txt", "untouched-1.txt"),
+        ("edited.txt", "untouched-2.txt"),
+    ] {
+        std::fs::remove_file(env.path(name)).unwrap();
+        std::os::unix::fs::symlink(env.path(target), env.path(name)).unwrap();
+    }
+    std::fs::remove_file(env.path("piped.txt")).unwrap();
+    let fifo = std::ffi::CString::new(env.path("piped.txt").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    std::fs::remove_file(env.path("foldered.txt")).unwrap();
+    std::fs::create_dir(env.path("foldered.txt")).unwrap();
+    std::fs::write(env.path("foldered.txt/inside"), "mine\n").unwrap();
+
+    let session = env.session();
+    let (code, result) = env.revert(&[&session]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[
+            ("created.txt", "conflict"),
+            ("edited.txt", "conflict"),
+            ("piped.txt", "conflict"),
+            ("foldered.txt", "conflict"),
+        ])
+    );
+    let turn = env.turns(&session)[0].clone();
+    let (code, result) = env.revert(&[&session, &turn, "--force"]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[
+            ("created.txt", "deleted"),
+            ("edited.txt", "reverted"),
+            ("piped.txt", "reverted"),
+            ("foldered.txt", "not_revertible"),
+        ])
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("untouched-1.txt")).unwrap(),
+        "keep me one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("untouched-2.txt")).unwrap(),
+        "keep me two\n"
+    );
+    assert!(std::fs::symlink_metadata(env.path("created.txt")).is_err());
+    let edited = std::fs::symlink_metadata(env.path("edited.txt")).unwrap();
+    assert!(edited.file_type().is_file());
+    assert_eq!(
+        std::fs::read_to_string(env.path("edited.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("piped.txt")).unwrap(),
+        "pipe\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("foldered.txt/inside")).unwrap(),
+        "mine\n"
+    );
+}
+
+/// Issue 26, item 3: a folder on the recorded path that became a link (here to a folder the
+/// turn never wrote in) is never written through, forced or not.
+#[test]
+fn a_folder_on_the_path_that_became_a_link_is_never_written_through() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("dir")).unwrap();
+    std::fs::write(env.path("dir/f.txt"), "alpha\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[edit("c1", "dir/f.txt", b"alpha\n", "alpha", "beta")],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::rename(env.path("dir"), env.path("moved")).unwrap();
+    std::fs::create_dir(env.path("other")).unwrap();
+    std::fs::write(env.path("other/f.txt"), "beta\n").unwrap();
+    std::os::unix::fs::symlink("other", env.path("dir")).unwrap();
+    let session = env.session();
+    let turn = env.turns(&session)[0].clone();
+    for args in [vec![session.as_str()], vec![&session, &turn, "--force"]] {
+        let (code, result) = env.revert(&args);
+        assert_eq!(code, 2, "{result}");
+        assert_eq!(statuses(&result), pairs(&[("dir/f.txt", "not_revertible")]));
+        assert_eq!(
+            std::fs::read_to_string(env.path("other/f.txt")).unwrap(),
+            "beta\n"
+        );
+    }
+}
