@@ -67,6 +67,8 @@ pub enum FileStatus {
     Conflict,
     /// Its state before cannot be restored (`reason` says why).
     NotRevertible,
+    /// A revert a crash stopped had not reached it: it still holds what the turns wrote.
+    NotReverted,
 }
 
 impl FileStatus {
@@ -77,6 +79,7 @@ impl FileStatus {
             FileStatus::Unchanged => "unchanged",
             FileStatus::Conflict => "conflict",
             FileStatus::NotRevertible => "not_revertible",
+            FileStatus::NotReverted => "not_reverted",
         }
     }
 }
@@ -103,6 +106,17 @@ pub struct UnrevertedCall {
     pub summary: String,
 }
 
+/// A revert a crash stopped, as the next revert found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptedRevert {
+    /// Its turns, newest first.
+    pub turns: Vec<String>,
+    /// Each of its files as it stood: `unchanged` (reverted), `not_reverted` or `conflict`.
+    pub files: Vec<FileReport>,
+    /// What the model is told with its next prompt.
+    pub note: String,
+}
+
 /// What a revert did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RevertReport {
@@ -112,6 +126,11 @@ pub struct RevertReport {
     pub commands: Vec<UnrevertedCall>,
     /// What the model is told with its next prompt.
     pub note: String,
+    /// An earlier revert of the session that a crash stopped, closed by this one.
+    pub interrupted: Option<InterruptedRevert>,
+    /// Turns a fork copied from its original session without their checkpoints (a fork an
+    /// earlier pen made): the original's id and those turns, which were not reverted.
+    pub uncopied: Option<(String, Vec<String>)>,
 }
 
 /// Where a revert runs: the session store, the workspace and the editor's buffers.
@@ -171,7 +190,38 @@ struct FileWrites<'a> {
     writes: Vec<&'a WriteRecord>,
 }
 
+/// The files `writes` wrote with their writes, newest write first (the order a revert undoes
+/// them in).
+fn by_file(writes: &[WriteRecord]) -> Vec<(&str, FileWrites<'_>)> {
+    let mut by_path: BTreeMap<&str, FileWrites<'_>> = BTreeMap::new();
+    for write in writes {
+        by_path
+            .entry(write.path.as_str())
+            .or_insert_with(|| FileWrites { writes: Vec::new() })
+            .writes
+            .push(write);
+    }
+    let mut files: Vec<(&str, FileWrites<'_>)> = by_path.into_iter().collect();
+    files.sort_by_key(|(_, f)| std::cmp::Reverse(f.writes.last().map_or(0, |w| w.id)));
+    files
+}
+
+/// What a revert does with a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Puts it back (`force`: over a conflict too).
+    Revert { force: bool },
+    /// Only says where it stands: as before the turns (`unchanged`), as pen left it
+    /// (`not_reverted`), or something else (`conflict`). For a revert a crash stopped.
+    Inspect,
+}
+
 /// The revert itself (blocking). The caller holds the session's claim.
+///
+/// It is recorded before it acts (`revert_started`, naming its turns and files) and after
+/// (`files_reverted`), so a revert that a crash stops is known: the next revert first closes it
+/// with what its files hold then (`files_reverted` with `interrupted`, its report's
+/// `interrupted`), and the next turn tells the model (see `agent`).
 pub fn revert_blocking(
     scope: &Scope,
     session_id: &str,
@@ -187,19 +237,6 @@ pub fn revert_blocking(
         }
         .into());
     };
-    let reverted_turns: Vec<String> = all_turns[from..].to_vec();
-    let writes = store.writes_of(session_id, &reverted_turns)?;
-    let mut by_path: BTreeMap<&str, FileWrites<'_>> = BTreeMap::new();
-    for write in &writes {
-        by_path
-            .entry(write.path.as_str())
-            .or_insert_with(|| FileWrites { writes: Vec::new() })
-            .writes
-            .push(write);
-    }
-    // Newest write first, so the report reads as the turns are undone.
-    let mut files: Vec<(&str, FileWrites<'_>)> = by_path.into_iter().collect();
-    files.sort_by_key(|(_, f)| std::cmp::Reverse(f.writes.last().map_or(0, |w| w.id)));
     let ctx = ToolContext {
         workspace: &scope.workspace,
         limits: &scope.limits,
@@ -207,28 +244,59 @@ pub fn revert_blocking(
         editor: scope.editor.as_deref().map(|e| e as &dyn Editor),
         recorder: None,
     };
+    let interrupted = close_interrupted(store, session_id, &ctx)?;
+    let reverted_turns: Vec<String> = all_turns[from..].to_vec();
+    let writes = store.writes_of(session_id, &reverted_turns)?;
+    let files = by_file(&writes);
+    let mut newest_first = reverted_turns.clone();
+    newest_first.reverse();
+    // Turns a fork copied without their checkpoints (a fork made by an earlier pen) are said,
+    // never taken for turns that changed no file.
+    let unrecorded: Vec<String> = reverted_turns
+        .iter()
+        .filter(|turn| !writes.iter().any(|w| &w.turn_id == *turn))
+        .cloned()
+        .collect();
+    let uncopied = store.uncopied_checkpoints(session_id, &unrecorded)?;
+    if !files.is_empty() {
+        store.append(
+            session_id,
+            &NewEntry::item(
+                None,
+                &Item::Event(Event::RevertStarted {
+                    turns: newest_first.clone(),
+                    files: files
+                        .iter()
+                        .filter_map(|(_, f)| f.writes.last().map(|w| w.display.clone()))
+                        .collect(),
+                }),
+            ),
+        )?;
+    }
+    let mut crash_after = crate::session::test_hook("crash_after_reverted_files=");
     let mut reports = Vec::with_capacity(files.len());
     for (path, file) in &files {
-        reports.push(revert_file(store, session_id, &ctx, path, file, force));
+        let act = Act::Revert { force };
+        reports.push(revert_file(store, session_id, &ctx, path, file, act));
+        if let Some(left) = &mut crash_after {
+            *left -= 1;
+            if *left == 0 {
+                // The test hook: as abrupt as `kill -9` in the middle of a revert.
+                std::process::abort();
+            }
+        }
     }
     let commands = unreverted_calls(store, session_id, &reverted_turns)?;
-    let mut newest_first = reverted_turns;
-    newest_first.reverse();
-    let note = note(&newest_first, &reports, &commands);
+    let note = note(&newest_first, &reports, &commands, uncopied.as_ref());
     store.append(
         session_id,
         &NewEntry::item(
             None,
             &Item::Event(Event::FilesReverted {
                 turns: newest_first.clone(),
-                files: reports
-                    .iter()
-                    .map(|r| RevertedFile {
-                        path: r.path.clone(),
-                        status: r.status.as_str().to_string(),
-                    })
-                    .collect(),
+                files: stored_files(&reports),
                 note: note.clone(),
+                interrupted: false,
             }),
         ),
     )?;
@@ -237,7 +305,79 @@ pub fn revert_blocking(
         files: reports,
         commands,
         note,
+        interrupted,
+        uncopied,
     })
+}
+
+/// The files of a report as `files_reverted` stores them.
+fn stored_files(reports: &[FileReport]) -> Vec<RevertedFile> {
+    reports
+        .iter()
+        .map(|r| RevertedFile {
+            path: r.path.clone(),
+            status: r.status.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// Closes the session's revert that started and never ended (a crash stopped it), if there is
+/// one: each of its files as it stands now (see [`Act::Inspect`]), recorded as
+/// `files_reverted` with `interrupted`, whose note the model reads with its next prompt.
+fn close_interrupted(
+    store: &SessionStore,
+    session_id: &str,
+    ctx: &ToolContext,
+) -> Result<Option<InterruptedRevert>, CheckpointError> {
+    let Some(newest_first) = store.open_revert(session_id)? else {
+        return Ok(None);
+    };
+    let mut oldest_first = newest_first.clone();
+    oldest_first.reverse();
+    let writes = store.writes_of(session_id, &oldest_first)?;
+    let files: Vec<FileReport> = by_file(&writes)
+        .iter()
+        .map(|(path, file)| revert_file(store, session_id, ctx, path, file, Act::Inspect))
+        .collect();
+    let note = interrupted_note(&newest_first, &files);
+    store.append(
+        session_id,
+        &NewEntry::item(
+            None,
+            &Item::Event(Event::FilesReverted {
+                turns: newest_first.clone(),
+                files: stored_files(&files),
+                note: note.clone(),
+                interrupted: true,
+            }),
+        ),
+    )?;
+    Ok(Some(InterruptedRevert {
+        turns: newest_first,
+        files,
+        note,
+    }))
+}
+
+/// What the model is told of a revert a crash stopped, found by the next revert.
+fn interrupted_note(turns: &[String], files: &[FileReport]) -> String {
+    let mut note = format!(
+        "[pen] A revert of the file changes of {} turn(s) ({}) was interrupted: pen stopped while \
+         it ran. Its files now:",
+        turns.len(),
+        turns.join(", ")
+    );
+    for file in files {
+        let what = match file.status {
+            FileStatus::Unchanged => "as before those turns (reverted)",
+            FileStatus::NotReverted => "still as those turns left it (not reverted)",
+            FileStatus::Conflict => "changed since pen wrote it (not reverted)",
+            _ => "not reverted",
+        };
+        note.push_str(&format!("\n- {}: {what}", file.path));
+    }
+    note.push_str("\nRe-read any of these files before you edit them.");
+    note
 }
 
 fn revert_file(
@@ -246,8 +386,9 @@ fn revert_file(
     ctx: &ToolContext,
     path: &str,
     file: &FileWrites<'_>,
-    force: bool,
+    act: Act,
 ) -> FileReport {
+    let force = act == Act::Revert { force: true };
     let (Some(first), Some(last)) = (file.writes.first(), file.writes.last()) else {
         unreachable!("a file is listed only with its writes")
     };
@@ -341,6 +482,14 @@ fn revert_file(
                 || matches!(&w.before, Before::Stored { hash: h, .. } if h == hash)
         })
     });
+    if act == Act::Inspect {
+        let status = if known {
+            FileStatus::NotReverted
+        } else {
+            FileStatus::Conflict
+        };
+        return report(status, None, None);
+    }
     if !known && !force {
         let diff = revert::revert_diff(
             now.bytes(),
@@ -433,13 +582,18 @@ fn unreverted_calls(
 }
 
 /// What the model is told with its next prompt.
-fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> String {
+fn note(
+    turns: &[String],
+    files: &[FileReport],
+    commands: &[UnrevertedCall],
+    uncopied: Option<&(String, Vec<String>)>,
+) -> String {
     let mut note = format!(
         "[pen] The owner reverted the file changes of {} turn(s) since your last answer ({}).",
         turns.len(),
         turns.join(", ")
     );
-    if files.is_empty() {
+    if files.is_empty() && uncopied.is_none() {
         note.push_str(" They changed no file.");
     }
     for file in files {
@@ -448,7 +602,7 @@ fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> 
             FileStatus::Deleted => "deleted (those turns created it)",
             FileStatus::Unchanged => "already as before those turns",
             FileStatus::Conflict => "kept as it is (it changed after pen wrote it)",
-            FileStatus::NotRevertible => "not reverted",
+            FileStatus::NotRevertible | FileStatus::NotReverted => "not reverted",
         };
         note.push_str(&format!("\n- {}: {what}", file.path));
     }
@@ -456,6 +610,15 @@ fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> 
         note.push_str(&format!(
             "\nThe effects of {} command(s) of those turns were not reverted.",
             commands.len()
+        ));
+    }
+    if let Some((original, turns)) = uncopied {
+        note.push_str(&format!(
+            "\n{} of these turns ({}) were copied from session {original} by a fork that kept \
+             no record of their file changes: their files were not reverted here (revert them \
+             in {original}).",
+            turns.len(),
+            turns.join(", ")
         ));
     }
     note.push_str("\nRe-read any of these files before you edit them.");

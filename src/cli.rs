@@ -685,10 +685,11 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
         match crate::checkpoint::revert_turn(&engine, scope, session_id, &turn_id, force).await {
             Ok(report) => {
                 let result = protocol::RevertTurnResult::new(session_id, report);
-                let clean = result
-                    .files
-                    .iter()
-                    .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
+                let clean = result.without_checkpoints.is_none()
+                    && result
+                        .files
+                        .iter()
+                        .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
                 if !print_line(&json_line(&result)) {
                     return ExitCode::from(EXIT_STDOUT_CLOSED);
                 }

@@ -153,7 +153,17 @@ commands: Array<UnrevertedCall>,
 /**
  * What the model is told with its next prompt.
  */
-note: string, };
+note: string, 
+/**
+ * An earlier revert of the session that a crash stopped (`kill -9`, a power cut), which
+ * this one found open and closed first.
+ */
+interrupted?: InterruptedRevertReport, 
+/**
+ * Turns a fork copied from its original session without their checkpoints (a fork made
+ * by an earlier pen): their files were not reverted (revert them in the original).
+ */
+withoutCheckpoints?: Array<string>, };
 
 /**
  * `pen/forkSession` params: a new session whose history is the original's before
