@@ -288,18 +288,7 @@ pub fn revert_blocking(
     }
     let commands = unreverted_calls(store, session_id, &reverted_turns)?;
     let note = note(&newest_first, &reports, &commands, uncopied.as_ref());
-    store.append(
-        session_id,
-        &NewEntry::item(
-            None,
-            &Item::Event(Event::FilesReverted {
-                turns: newest_first.clone(),
-                files: stored_files(&reports),
-                note: note.clone(),
-                interrupted: false,
-            }),
-        ),
-    )?;
+    record_reverted(store, session_id, &newest_first, &reports, &note, false)?;
     Ok(RevertReport {
         turns: newest_first,
         files: reports,
@@ -310,15 +299,34 @@ pub fn revert_blocking(
     })
 }
 
-/// The files of a report as `files_reverted` stores them.
-fn stored_files(reports: &[FileReport]) -> Vec<RevertedFile> {
-    reports
-        .iter()
-        .map(|r| RevertedFile {
-            path: r.path.clone(),
-            status: r.status.as_str().to_string(),
-        })
-        .collect()
+/// Appends the `files_reverted` of a revert of `turns` (newest first) that ended with `files`
+/// (or, `interrupted`, of one a crash stopped, as the next revert found it).
+fn record_reverted(
+    store: &SessionStore,
+    session_id: &str,
+    turns: &[String],
+    files: &[FileReport],
+    note: &str,
+    interrupted: bool,
+) -> Result<u64, SessionError> {
+    store.append(
+        session_id,
+        &NewEntry::item(
+            None,
+            &Item::Event(Event::FilesReverted {
+                turns: turns.to_vec(),
+                files: files
+                    .iter()
+                    .map(|r| RevertedFile {
+                        path: r.path.clone(),
+                        status: r.status.as_str().to_string(),
+                    })
+                    .collect(),
+                note: note.to_string(),
+                interrupted,
+            }),
+        ),
+    )
 }
 
 /// Closes the session's revert that started and never ended (a crash stopped it), if there is
@@ -340,18 +348,7 @@ fn close_interrupted(
         .map(|(path, file)| revert_file(store, session_id, ctx, path, file, Act::Inspect))
         .collect();
     let note = interrupted_note(&newest_first, &files);
-    store.append(
-        session_id,
-        &NewEntry::item(
-            None,
-            &Item::Event(Event::FilesReverted {
-                turns: newest_first.clone(),
-                files: stored_files(&files),
-                note: note.clone(),
-                interrupted: true,
-            }),
-        ),
-    )?;
+    record_reverted(store, session_id, &newest_first, &files, &note, true)?;
     Ok(Some(InterruptedRevert {
         turns: newest_first,
         files,

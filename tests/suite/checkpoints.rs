@@ -2,6 +2,7 @@
 //! model's calls) writes files; `pen revert` and `pen fork`, separate processes on the same data
 //! directory, read the checkpoints it recorded and undo its turns, byte for byte.
 
+use super::common::env_number;
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use super::lsp_client::{LspClient, file_uri};
 use pen::providers::{ToolCall, Usage};
@@ -861,13 +862,6 @@ fn a_folder_on_the_path_that_became_a_link_is_never_written_through() {
 /// The files of the kill-point test: `f000.txt`… as the turn created them.
 fn kill_point_file(i: u64) -> (String, String) {
     (format!("f{i:03}.txt"), format!("file {i}\n"))
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Issue 26, item 7: a revert killed (`kill -9`-abrupt, the `crash_after_reverted_files` test

@@ -424,22 +424,16 @@ fn the_editor_focus_reaches_the_prompt_from_the_unsaved_buffer() {
     assert_eq!(fake.requests().len(), 1);
 }
 
-#[test]
-fn pen_run_attaches_files_and_line_ranges() {
-    let fake = FakeProvider::start();
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    fs::write(root.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
-    fs::write(root.path().join("b.txt"), "whole b\n").unwrap();
+/// `pen run look --file F…` in `root` against the fake (one answer); the prompt it sent.
+fn run_look(fake: &FakeProvider, data: &Path, root: &Path, files: &[&str]) -> String {
     fake.push([answer("ok")]);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pen"));
+    command.args(["run", "look"]);
+    for file in files {
+        command.args(["--file", file]);
+    }
+    let output = command
         .args([
-            "run",
-            "look",
-            "--file",
-            "a.txt:2-3",
-            "--file",
-            "b.txt",
             "--provider",
             "openai",
             "--model",
@@ -447,8 +441,8 @@ fn pen_run_attaches_files_and_line_ranges() {
             "--base-url",
         ])
         .arg(format!("{}/v1", fake.url()))
-        .current_dir(root.path())
-        .env("PEN_DATA_DIR", data.path())
+        .current_dir(root)
+        .env("PEN_DATA_DIR", data)
         .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
         .stdin(std::process::Stdio::null())
         .output()
@@ -459,7 +453,17 @@ fn pen_run_attaches_files_and_line_ranges() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let user = contents(&bodies(&fake)[0], "user").pop().unwrap();
+    contents(&bodies(fake)[0], "user").pop().unwrap()
+}
+
+#[test]
+fn pen_run_attaches_files_and_line_ranges() {
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+    fs::write(root.path().join("b.txt"), "whole b\n").unwrap();
+    let user = run_look(&fake, data.path(), root.path(), &["a.txt:2-3", "b.txt"]);
     assert!(
         user.contains("Attached: a.txt, lines 2-3\n```\ntwo\nthree\n```")
             && user.contains("Attached: b.txt\n```\nwhole b\n```"),
@@ -526,33 +530,7 @@ fn pen_run_never_attaches_the_body_of_a_key() {
     let data = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     fs::write(root.path().join("id_ed25519"), key_text()).unwrap();
-    fake.push([answer("ok")]);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
-        .args([
-            "run",
-            "look",
-            "--file",
-            "id_ed25519:2-21",
-            "--provider",
-            "openai",
-            "--model",
-            "fake-model",
-            "--base-url",
-        ])
-        .arg(format!("{}/v1", fake.url()))
-        .current_dir(root.path())
-        .env("PEN_DATA_DIR", data.path())
-        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let user = contents(&bodies(&fake)[0], "user").pop().unwrap();
+    let user = run_look(&fake, data.path(), root.path(), &["id_ed25519:2-21"]);
     assert!(!user.contains("b3BlbnNzaC1rZXkt"), "{user}");
     assert!(
         user.contains("Attached: id_ed25519, lines 2-21\n(not included:"),
