@@ -580,13 +580,12 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
         let mcp = manager.prepare(&config.mcp_servers, &root, None).await;
         match command {
             McpCommand::List => {
-                let catalog = mcp.catalog();
                 for status in mcp.status() {
-                    let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&status.name));
-                    let tools: Vec<&str> = catalog
-                        .iter()
-                        .map(|entry| entry.name.as_str())
-                        .filter(|name| name.starts_with(&prefix))
+                    let tools = mcp.tool_names(&status.name);
+                    let left_out: Vec<serde_json::Value> = mcp
+                        .left_out(&status.name)
+                        .into_iter()
+                        .map(|(tool, why)| serde_json::json!({"tool": tool, "why": why}))
                         .collect();
                     let line = serde_json::json!({
                         "server": status.name,
@@ -600,6 +599,7 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                         "toolCount": status.tool_count,
                         "schemaTokens": status.schema_tokens,
                         "tools": tools,
+                        "leftOut": left_out,
                     });
                     if !print_line(&line.to_string()) {
                         return ExitCode::from(EXIT_STDOUT_CLOSED);
@@ -619,12 +619,12 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                 if !mcp.status().iter().any(|s| s.name == server) {
                     return usage(&crate::mcp::McpError::NoServer(server).to_string());
                 }
-                let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&server));
-                let name = if tool.starts_with(&prefix) {
+                // The tool by the server's name for it, or by the model's.
+                let name = if mcp.tool_names(&server).contains(&tool) {
                     tool
                 } else {
                     mcp.model_name(&server, &tool)
-                        .unwrap_or_else(|| format!("{prefix}{tool}"))
+                        .unwrap_or_else(|| format!("mcp__{server}__{tool}"))
                 };
                 let result = mcp
                     .call(&name, arguments, tokio_util::sync::CancellationToken::new())

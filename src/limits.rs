@@ -579,6 +579,10 @@ pub const MAX_MCP_SCHEMA_BYTES: usize = 16 * 1024;
 /// Tools pen takes from one server, 128: the rest are left out with a logged reason.
 pub const MAX_MCP_TOOLS_PER_SERVER: usize = 128;
 
+/// Pages of one `tools/list`, 16: a server that keeps answering with a next cursor is not
+/// followed further (the tools listed so far are taken, the rest left out, logged).
+pub const MAX_MCP_TOOL_LIST_PAGES: usize = 16;
+
 /// The last lines of a server's stderr kept to say why it is down, 20…
 pub const MCP_STDERR_TAIL_LINES: usize = 20;
 

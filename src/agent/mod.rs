@@ -1056,7 +1056,7 @@ impl Turn {
         if tools::registry::get(tool).is_none()
             && let Some(info) = self.tools.added(tool)
         {
-            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, info)
+            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, &info)
                 || self.lock_history().allows(tool);
             return !allowed;
         }

@@ -148,13 +148,24 @@ pub fn to_json(servers: &BTreeMap<String, McpServerConfig>) -> Value {
 }
 
 /// Whether `name` may name a server: 1 to [`MAX_MCP_SERVER_NAME_BYTES`] bytes of
-/// `[A-Za-z0-9_-]`, so that tool names built from it need no escaping.
+/// `[A-Za-z0-9_-]`, so that tool names built from it need no escaping, and without `__`, the
+/// separator of `mcp__<server>__<tool>` (server `a__b`'s tool `t` would read as server `a`'s
+/// tool `b__t`).
 pub fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_MCP_SERVER_NAME_BYTES
+        && !name.contains("__")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The server an `auto_approve` pattern `mcp__<server>__*` names, if `entry` is one.
+pub fn pattern_server(entry: &str) -> Option<&str> {
+    entry
+        .strip_prefix("mcp__")?
+        .strip_suffix("__*")
+        .filter(|server| valid_server_name(server))
 }
 
 /// Parses the `mcp_servers` value: an object of server name → server table.
@@ -227,7 +238,7 @@ fn parse_server(
         return Err(invalid(
             key,
             format!(
-                "has a server named `{}`; a server name is 1 to {MAX_MCP_SERVER_NAME_BYTES} characters of A-Z a-z 0-9 _ -",
+                "has a server named `{}`; a server name is 1 to {MAX_MCP_SERVER_NAME_BYTES} characters of A-Z a-z 0-9 _ -, without `__`",
                 shown_value(name)
             ),
         ));
@@ -413,6 +424,7 @@ mod tests {
     fn bad_servers_are_refused_naming_the_key() {
         for (value, expected) in [
             (json!({"a b": {"command": "x"}}), "server name"),
+            (json!({"a__b": {"command": "x"}}), "without `__`"),
             (json!({"a": {"command": "x", "url": "http://h"}}), "both"),
             (json!({"a": {}}), "needs `command`"),
             (json!({"a": {"command": " "}}), "is empty"),

@@ -24,14 +24,15 @@ mod result;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::limits::{
-    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_SCHEMA_BYTES, MAX_MCP_TOOLS_PER_SERVER,
-    MCP_RESTART_BACKOFF_MAX_SECS, MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES,
-    MCP_STDERR_TAIL_LINES,
+    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_SCHEMA_BYTES, MAX_MCP_TOOL_LIST_PAGES,
+    MAX_MCP_TOOL_NAME_BYTES, MAX_MCP_TOOLS_PER_SERVER, MCP_RESTART_BACKOFF_MAX_SECS,
+    MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES, MCP_STDERR_TAIL_LINES,
 };
 use crate::tools::{CatalogEntry, ErrorCode, ToolError};
 use futures::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, CustomRequest,
+    Implementation, ProtocolVersion,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -45,11 +46,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use approvals::{ProjectApprovals, StartApproval};
 pub use result::observation;
-
-/// A server's name as its tools' names spell it (`mcp__<this>__tool`).
-pub fn names_prefix(server: &str) -> String {
-    names::sanitise(server)
-}
 
 /// Why an MCP operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,11 +115,10 @@ pub struct ServerNotice {
     pub reason: Option<String>,
 }
 
-/// One tool of a server, as pen offers it.
+/// One tool of a server, as pen offers it (its name for the model is assigned over every
+/// server's tools at once: [`McpTools::named`]).
 #[derive(Debug, Clone)]
 struct McpTool {
-    /// The name the model calls (`mcp__server__tool`).
-    name: String,
     /// The server's own name for it.
     remote: String,
     description: String,
@@ -132,20 +127,25 @@ struct McpTool {
 }
 
 /// What an added tool needs of the turn engine: how it is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolInfo {
+    /// The configured name of the server the tool belongs to (`None` when no server offers
+    /// the name now).
+    pub server: Option<String>,
     /// The server says it only reads (`readOnlyHint`): `auto_approve`'s `mcp__server__*` may
     /// then cover it.
     pub read_only_hint: bool,
 }
 
 /// Whether `auto_approve` lets a call of the MCP tool `name` run without asking: its exact
-/// name, or — for a tool whose server says it only reads — a `mcp__server__*` pattern.
-pub fn auto_approved(auto_approve: &[String], name: &str, info: ToolInfo) -> bool {
+/// name, or — for a tool whose server says it only reads — that server's `mcp__server__*`
+/// pattern. The pattern is matched by the server the tool belongs to, never by the spelling of
+/// the tool's name (another server's tool may begin with the same letters).
+pub fn auto_approved(auto_approve: &[String], name: &str, info: &ToolInfo) -> bool {
     auto_approve
         .iter()
-        .any(|entry| match entry.strip_suffix('*') {
-            Some(prefix) => info.read_only_hint && name.starts_with(prefix),
+        .any(|entry| match crate::config::mcp::pattern_server(entry) {
+            Some(server) => info.read_only_hint && info.server.as_deref() == Some(server),
             None => entry == name,
         })
 }
@@ -192,6 +192,8 @@ struct Life {
     state: ServerState,
     connection: Option<Connection>,
     tools: Arc<Vec<McpTool>>,
+    /// The tools the server listed that pen left out, each with why.
+    left_out: Vec<(String, String)>,
     /// Failures in a row, and when the next start may be tried.
     failures: u32,
     next_try: Option<Instant>,
@@ -294,14 +296,15 @@ impl Server {
         let secs = self.config.startup_timeout_secs;
         let started = tokio::time::timeout(Duration::from_secs(secs), self.start(root)).await;
         match started {
-            Ok(Ok((connection, tools, version))) => {
-                tracing::info!(server = %self.name, protocol_version = %version, tools = tools.len(), "MCP server started");
+            Ok(Ok((connection, listed, version))) => {
+                tracing::info!(server = %self.name, protocol_version = %version, tools = listed.tools.len(), "MCP server started");
                 let mut life = self.lock();
                 life.state = ServerState::Running {
                     protocol_version: version,
                 };
                 life.connection = Some(connection);
-                life.tools = Arc::new(tools);
+                life.tools = Arc::new(listed.tools);
+                life.left_out = listed.left_out;
                 life.failures = 0;
                 life.next_try = None;
                 drop(life);
@@ -324,7 +327,7 @@ impl Server {
     async fn start(
         self: &Arc<Self>,
         root: &Path,
-    ) -> Result<(Connection, Vec<McpTool>, String), McpError> {
+    ) -> Result<(Connection, Listed, String), McpError> {
         let start_err = |why: String| McpError::Start {
             server: self.name.clone(),
             why,
@@ -476,9 +479,11 @@ impl Server {
             }
         };
         match list_tools(&self.name, &self.config, &peer).await {
-            Ok(tools) => {
-                tracing::info!(server = %self.name, tools = tools.len(), "MCP tool list refreshed");
-                self.lock().tools = Arc::new(tools);
+            Ok(listed) => {
+                tracing::info!(server = %self.name, tools = listed.tools.len(), "MCP tool list refreshed");
+                let mut life = self.lock();
+                life.tools = Arc::new(listed.tools);
+                life.left_out = listed.left_out;
             }
             Err(err) => self.fail(generation, err.to_string()),
         }
@@ -495,18 +500,22 @@ impl Server {
             state: life.state.clone(),
             reason,
             tool_count: life.tools.len(),
-            schema_tokens: schema_tokens(&life.tools),
+            schema_tokens: schema_tokens(&self.name, &life.tools),
             project: self.project,
         }
     }
 }
 
-/// A rough token count of tool definitions: a quarter of their bytes (the budget's own
-/// estimate counts them exactly when a request is planned).
-fn schema_tokens(tools: &[McpTool]) -> u64 {
+/// A rough token count of a server's tool definitions: a quarter of their bytes, a name taken
+/// as `mcp__<server>__<tool>` (the budget's own estimate counts them exactly when a request is
+/// planned).
+fn schema_tokens(server: &str, tools: &[McpTool]) -> u64 {
+    let name_bytes = |tool: &McpTool| {
+        (names::PREFIX.len() + server.len() + 2 + tool.remote.len()).min(MAX_MCP_TOOL_NAME_BYTES)
+    };
     tools
         .iter()
-        .map(|t| (t.name.len() + t.description.len() + t.schema.to_string().len()) as u64)
+        .map(|t| (name_bytes(t) + t.description.len() + t.schema.to_string().len()) as u64)
         .sum::<u64>()
         .div_ceil(4)
 }
@@ -529,66 +538,118 @@ async fn keep_stderr(
     }
 }
 
-/// Lists a server's tools, keeping those the config takes and whose schema a provider accepts.
+/// A server's tools as pen takes them (sorted by the server's names), and those it left out:
+/// each one's name and why.
+#[derive(Debug, Default)]
+struct Listed {
+    tools: Vec<McpTool>,
+    left_out: Vec<(String, String)>,
+}
+
+/// Lists a server's tools, keeping those the config takes and whose name and schema pen can
+/// offer. `tools/list` is read as plain JSON and each tool checked on its own, so one bad tool
+/// is left out (logged, and shown by `pen mcp list`) while the rest work.
 async fn list_tools(
     server: &str,
     config: &McpServerConfig,
     peer: &Peer<RoleClient>,
-) -> Result<Vec<McpTool>, McpError> {
-    let listed = peer.list_all_tools().await.map_err(|e| McpError::Start {
+) -> Result<Listed, McpError> {
+    let failed = |why: String| McpError::Start {
         server: server.to_string(),
-        why: format!("tools/list failed: {e}"),
-    })?;
-    let mut kept: Vec<(String, String, Value, bool)> = Vec::new();
-    for tool in listed {
-        let wire = serde_json::to_value(&tool).unwrap_or(Value::Null);
-        let remote = tool.name.to_string();
-        if !config.takes_tool(&remote) {
+        why: format!("tools/list failed: {why}"),
+    };
+    let mut wire_tools: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let params = cursor
+            .take()
+            .map(|cursor| serde_json::json!({ "cursor": cursor }));
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/list", params));
+        let answer = peer
+            .send_request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut answer = serde_json::to_value(&answer).unwrap_or(Value::Null);
+        match answer.get_mut("tools").map(Value::take) {
+            Some(Value::Array(tools)) => wire_tools.extend(tools),
+            _ => return Err(failed("its answer has no list of tools".into())),
+        }
+        pages += 1;
+        cursor = answer
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+        if pages >= MAX_MCP_TOOL_LIST_PAGES {
+            tracing::warn!(
+                server,
+                "tools/list has more than {MAX_MCP_TOOL_LIST_PAGES} pages; the rest are left out"
+            );
+            break;
+        }
+    }
+    let mut listed = Listed::default();
+    let mut leave_out = |tool: String, why: String| {
+        tracing::warn!(server, tool = %tool, "left out: {why}");
+        listed.left_out.push((tool, why));
+    };
+    for wire in &wire_tools {
+        let shown = |name: &str| crate::text::cut(name, MAX_MCP_TOOL_NAME_BYTES).to_string();
+        let Some(remote) = wire.get("name").and_then(Value::as_str) else {
+            leave_out(String::new(), "it has no name".into());
+            continue;
+        };
+        if let Some(why) = names::refusal(remote) {
+            leave_out(shown(remote), why);
             continue;
         }
-        if kept.len() >= MAX_MCP_TOOLS_PER_SERVER {
-            tracing::warn!(server, tool = %remote, "left out: the server has more than {MAX_MCP_TOOLS_PER_SERVER} tools");
+        if !config.takes_tool(remote) {
+            continue;
+        }
+        if listed.tools.iter().any(|tool| tool.remote == remote) {
+            leave_out(shown(remote), "the server lists it twice".into());
+            continue;
+        }
+        if listed.tools.len() >= MAX_MCP_TOOLS_PER_SERVER {
+            leave_out(
+                shown(remote),
+                format!("the server has more than {MAX_MCP_TOOLS_PER_SERVER} tools"),
+            );
             continue;
         }
         let schema = match checked_schema(wire.get("inputSchema")) {
             Ok(schema) => schema,
             Err(why) => {
-                tracing::warn!(server, tool = %remote, "left out: {why}");
+                leave_out(shown(remote), why);
                 continue;
             }
         };
-        let description = tool.description.as_deref().unwrap_or("").to_string();
+        let description = wire
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let description = crate::text::cut_with_note(
-            &description,
+            description,
             MAX_MCP_DESCRIPTION_BYTES,
             format_args!("…[description cut]"),
         )
         .into_owned();
-        let read_only = wire
+        let read_only_hint = wire
             .pointer("/annotations/readOnlyHint")
             .and_then(Value::as_bool)
             == Some(true);
-        kept.push((remote, description, schema, read_only));
+        listed.tools.push(McpTool {
+            remote: remote.to_string(),
+            description,
+            schema,
+            read_only_hint,
+        });
     }
-    kept.sort_by(|a, b| a.0.cmp(&b.0));
-    let pairs: Vec<(String, String)> = kept
-        .iter()
-        .map(|(remote, ..)| (server.to_string(), remote.clone()))
-        .collect();
-    let names = names::assign(&pairs);
-    Ok(kept
-        .into_iter()
-        .zip(names)
-        .map(
-            |((remote, description, schema, read_only_hint), name)| McpTool {
-                name,
-                remote,
-                description,
-                schema,
-                read_only_hint,
-            },
-        )
-        .collect())
+    listed.tools.sort_by(|a, b| a.remote.cmp(&b.remote));
+    Ok(listed)
 }
 
 /// A tool's input schema as providers take it: a JSON object schema of bounded size. A
@@ -753,6 +814,7 @@ impl McpManager {
                                     state,
                                     connection: None,
                                     tools: Arc::default(),
+                                    left_out: Vec::new(),
                                     failures: 0,
                                     next_try: None,
                                     generation: 0,
@@ -777,6 +839,7 @@ impl McpManager {
         *self.blocked.lock().unwrap_or_else(|p| p.into_inner()) = blocked.clone();
         Arc::new(McpTools {
             servers,
+            offered: Mutex::default(),
             blocked,
             root: root.to_path_buf(),
             notices: Arc::clone(&self.notices),
@@ -787,6 +850,9 @@ impl McpManager {
 /// The MCP servers of one turn and their tools.
 pub struct McpTools {
     servers: Vec<Arc<Server>>,
+    /// Every name a request offered, with its server: a name no server lists now (its server
+    /// died) still says which server is down.
+    offered: Mutex<BTreeMap<String, Arc<Server>>>,
     /// Project servers left off (not approved, or denied), for the status.
     blocked: Vec<ServerStatus>,
     root: PathBuf,
@@ -799,40 +865,101 @@ impl std::fmt::Debug for McpTools {
     }
 }
 
+/// A tool as a request offers it: the name the model calls, its server and the tool.
+struct Named {
+    name: String,
+    server: Arc<Server>,
+    tool: McpTool,
+}
+
 impl McpTools {
-    /// Every running server's tools, sorted by server name then tool name.
-    pub fn catalog(&self) -> Vec<CatalogEntry> {
-        self.servers
+    /// Every running server's tools, named over all servers at once (so no two share a name),
+    /// sorted by server name then tool name. The names are remembered with their servers, so a
+    /// call of a tool whose server went down since is told which server is down.
+    fn named(&self) -> Vec<Named> {
+        let mut servers: Vec<(&Arc<Server>, Arc<Vec<McpTool>>)> = self
+            .servers
             .iter()
-            .flat_map(|server| {
-                let tools = Arc::clone(&server.lock().tools);
+            .map(|server| (server, Arc::clone(&server.lock().tools)))
+            .collect();
+        servers.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let pairs: Vec<(&str, &str)> = servers
+            .iter()
+            .flat_map(|(server, tools)| {
                 tools
                     .iter()
-                    .map(|tool| CatalogEntry {
-                        name: tool.name.clone(),
-                        description: tool.description.clone(),
-                        input_schema: tool.schema.clone(),
-                    })
-                    .collect::<Vec<_>>()
+                    .map(|tool| (server.name.as_str(), tool.remote.as_str()))
+            })
+            .collect();
+        let names = names::assign(&pairs);
+        let named: Vec<Named> = servers
+            .iter()
+            .flat_map(|(server, tools)| tools.iter().map(move |tool| (*server, tool)))
+            .zip(names)
+            .map(|((server, tool), name)| Named {
+                name,
+                server: Arc::clone(server),
+                tool: tool.clone(),
+            })
+            .collect();
+        let mut offered = self.offered.lock().unwrap_or_else(|p| p.into_inner());
+        for tool in &named {
+            offered.insert(tool.name.clone(), Arc::clone(&tool.server));
+        }
+        named
+    }
+
+    /// Every running server's tools, sorted by server name then tool name.
+    pub fn catalog(&self) -> Vec<CatalogEntry> {
+        self.named()
+            .into_iter()
+            .map(|named| CatalogEntry {
+                name: named.name,
+                description: named.tool.description,
+                input_schema: named.tool.schema,
             })
             .collect()
     }
 
-    /// The MCP tool named `name`, if a server has it.
+    /// The MCP tool named `name`: its server, and whether it only reads. A name no server has
+    /// now (its server went down) has no server and does not only read.
     pub fn tool(&self, name: &str) -> Option<ToolInfo> {
-        self.find(name).map(|(_, tool)| ToolInfo {
-            read_only_hint: tool.read_only_hint,
+        if let Some(found) = self.find(name) {
+            return Some(ToolInfo {
+                server: Some(found.server.name.clone()),
+                read_only_hint: found.tool.read_only_hint,
+            });
+        }
+        Self::is_mcp_name(name).then_some(ToolInfo {
+            server: None,
+            read_only_hint: false,
         })
+    }
+
+    /// The model's names for `server`'s tools.
+    pub fn tool_names(&self, server: &str) -> Vec<String> {
+        self.named()
+            .into_iter()
+            .filter(|named| named.server.name == server)
+            .map(|named| named.name)
+            .collect()
     }
 
     /// The model's name for `server`'s tool `tool` (the server's name for it).
     pub fn model_name(&self, server: &str, tool: &str) -> Option<String> {
-        let server = self.servers.iter().find(|s| s.name == server)?;
-        let tools = Arc::clone(&server.lock().tools);
-        tools
+        self.named()
+            .into_iter()
+            .find(|named| named.server.name == server && named.tool.remote == tool)
+            .map(|named| named.name)
+    }
+
+    /// The tools `server` listed that pen left out, each with why.
+    pub fn left_out(&self, server: &str) -> Vec<(String, String)> {
+        self.servers
             .iter()
-            .find(|t| t.remote == tool)
-            .map(|t| t.name.clone())
+            .find(|s| s.name == server)
+            .map(|s| s.lock().left_out.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `name` is an MCP tool name (one this turn's servers have, or had).
@@ -840,14 +967,8 @@ impl McpTools {
         name.starts_with(names::PREFIX)
     }
 
-    fn find(&self, name: &str) -> Option<(Arc<Server>, McpTool)> {
-        self.servers.iter().find_map(|server| {
-            let tools = Arc::clone(&server.lock().tools);
-            tools
-                .iter()
-                .find(|tool| tool.name == name)
-                .map(|tool| (Arc::clone(server), tool.clone()))
-        })
+    fn find(&self, name: &str) -> Option<Named> {
+        self.named().into_iter().find(|named| named.name == name)
     }
 
     /// Fetches again the tool lists of servers that said theirs changed, and starts again a
@@ -896,11 +1017,12 @@ impl McpTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let found = self.find(name);
+        let found = self.find(name).map(|named| (named.server, named.tool));
         let server_of_name = self
-            .servers
-            .iter()
-            .find(|s| name.starts_with(&format!("{}{}__", names::PREFIX, names::sanitise(&s.name))))
+            .offered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
             .cloned();
         let root = self.root.clone();
         let name = name.to_string();
@@ -1007,18 +1129,36 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_glob_approves_only_read_only_tools() {
+    fn a_pattern_approves_only_its_own_server_s_read_only_tools() {
         let allow = vec!["mcp__docs__*".to_string(), "mcp__git__push".to_string()];
-        let ro = ToolInfo {
-            read_only_hint: true,
+        let info = |server: &str, read_only_hint| ToolInfo {
+            server: Some(server.to_string()),
+            read_only_hint,
         };
-        let rw = ToolInfo {
+        assert!(auto_approved(
+            &allow,
+            "mcp__docs__search",
+            &info("docs", true)
+        ));
+        assert!(!auto_approved(
+            &allow,
+            "mcp__docs__delete",
+            &info("docs", false)
+        ));
+        assert!(auto_approved(&allow, "mcp__git__push", &info("git", false)));
+        assert!(!auto_approved(&allow, "mcp__git__pull", &info("git", true)));
+        // Server `docs_`'s tool `x` is spelt mcp__docs___x, which begins like the pattern: it
+        // is not `docs`'s, so the pattern does not cover it.
+        assert!(!auto_approved(
+            &allow,
+            "mcp__docs___x",
+            &info("docs_", true)
+        ));
+        let gone = ToolInfo {
+            server: None,
             read_only_hint: false,
         };
-        assert!(auto_approved(&allow, "mcp__docs__search", ro));
-        assert!(!auto_approved(&allow, "mcp__docs__delete", rw));
-        assert!(auto_approved(&allow, "mcp__git__push", rw));
-        assert!(!auto_approved(&allow, "mcp__git__pull", ro));
+        assert!(!auto_approved(&allow, "mcp__docs__search", &gone));
     }
 
     #[test]

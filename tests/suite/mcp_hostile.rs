@@ -1,0 +1,176 @@
+//! The MCP client against hostile servers (`tests/mcp/hostile_server.py`, raw JSON-RPC on
+//! stdio, run by the Python of `tests/mcp/setup.sh`): bad tools among good ones, tool names two
+//! servers would share, a result over the transport's 16 MiB line, and a notification flood.
+//!
+//! ```sh
+//! eval "$(tests/mcp/setup.sh)" && cargo test --test all suite::mcp_hostile
+//! ```
+
+use super::fake_provider::FakeProvider;
+use super::mcp::{call, calls, daemon, peer, results, text};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+
+/// A stdio server table running the hostile server with `spec`.
+fn hostile(python: &str, spec: Value) -> Value {
+    json!({"command": python, "args": [script(), spec.to_string()]})
+}
+
+fn script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/mcp/hostile_server.py")
+        .display()
+        .to_string()
+}
+
+fn tool(name: &str) -> Value {
+    json!({"name": name, "inputSchema": {"type": "object"}})
+}
+
+/// `pen mcp ARGS` with the servers of `config` (a config.toml), as JSON lines or text.
+fn pen_mcp(config: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .arg("mcp")
+        .args(args)
+        .current_dir(dir.path())
+        .env("PEN_CONFIG", &file)
+        .env("PEN_DATA_DIR", dir.path().join("data"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A `[mcp_servers.NAME]` table running the hostile server with `spec`.
+fn toml_server(name: &str, python: &str, spec: &Value) -> String {
+    let args = json!([script(), spec.to_string()]);
+    format!(
+        "[mcp_servers.{name}]\ncommand = {}\nargs = {args}\n\n",
+        json!(python)
+    )
+}
+
+#[test]
+fn bad_tools_are_left_out_one_by_one_and_two_servers_never_share_a_name() {
+    let Some(python) = peer("PEN_MCP_PYTHON", "bad_tools_are_left_out_one_by_one") else {
+        return;
+    };
+    // Server `a`'s `_x` and server `a_`'s `x` are both spelt mcp__a___x.
+    let a = json!({"label": "a", "tools": [
+        tool("_x"),
+        tool("echo"),
+        {"name": "bad", "inputSchema": "not a schema"},
+        {"name": "worse", "inputSchema": {"type": "string"}},
+        tool(""),
+        tool("../etc/passwd"),
+        {"inputSchema": {"type": "object"}},
+    ]});
+    let a_ = json!({"label": "a_", "tools": [tool("x"), tool("echo")]});
+    let config = toml_server("a", &python, &a) + &toml_server("a_", &python, &a_);
+    let (code, listed, stderr) = pen_mcp(&config, &["list"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    // One bad tool does not fail its server: the good ones are offered, each bad one is left
+    // out with why.
+    assert_eq!(lines[0]["server"], "a");
+    assert_eq!(lines[0]["status"], "running", "{listed}");
+    assert_eq!(lines[0]["tools"], json!(["mcp__a___x", "mcp__a__echo"]));
+    let left_out: Vec<(String, String)> = lines[0]["leftOut"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["tool"].as_str().unwrap().to_string(),
+                l["why"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let why = |tool: &str| {
+        left_out
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map(|(_, why)| why.as_str())
+            .unwrap_or_else(|| panic!("{tool} not left out: {left_out:?}"))
+    };
+    assert!(why("bad").contains("not a JSON object"), "{left_out:?}");
+    assert!(why("worse").contains("not \"object\""), "{left_out:?}");
+    assert!(why("").contains("no name") || why("").contains("empty"));
+    assert!(why("../etc/passwd").contains("path"), "{left_out:?}");
+    assert_eq!(left_out.len(), 5, "{left_out:?}");
+    // Named over both servers at once: no name is offered twice.
+    assert_eq!(lines[1]["server"], "a_");
+    assert_eq!(lines[1]["tools"], json!(["mcp__a___echo", "mcp__a___x_2"]));
+    // Each name calls its own server's tool.
+    for (server, tool, answer) in [
+        ("a", "_x", "a ran _x"),
+        ("a_", "x", "a_ ran x"),
+        ("a_", "mcp__a___x_2", "a_ ran x"),
+        ("a", "mcp__a___x", "a ran _x"),
+    ] {
+        let (code, shown, stderr) = pen_mcp(&config, &["call", server, tool, "{}"]);
+        assert_eq!(
+            (code, shown.trim_end()),
+            (Some(0), answer),
+            "{server} {tool}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_server_pattern_auto_approves_only_that_server_s_read_only_tools() {
+    let Some(python) = peer("PEN_MCP_PYTHON", "a_server_pattern_auto_approves_only") else {
+        return;
+    };
+    let read_only = |name: &str| {
+        json!({"name": name, "inputSchema": {"type": "object"},
+               "annotations": {"readOnlyHint": true}})
+    };
+    let fake = FakeProvider::start();
+    // `docs_`'s tool `x` is spelt mcp__docs___x: it begins like `mcp__docs__*`, but is not
+    // `docs`'s.
+    fake.push([
+        calls(&[call("c1", "mcp__docs__search", json!({}))]),
+        calls(&[call("c2", "mcp__docs___x", json!({}))]),
+        text("done"),
+    ]);
+    let mut d = daemon(
+        &fake,
+        &[],
+        json!({
+            "docs": hostile(&python, json!({"label": "docs", "tools": [read_only("search")]})),
+            "docs_": hostile(&python, json!({"label": "docs_", "tools": [read_only("x")]})),
+        }),
+        &["mcp__docs__*"],
+    );
+    let session = d.client.new_session();
+    assert_eq!(d.client.prompt(&session, "go")["stopReason"], "end_turn");
+    let asked: Vec<&Value> = d
+        .client
+        .server_requests
+        .iter()
+        .filter(|r| r["method"] == "pen/requestApproval")
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["params"]["tool"], "mcp__docs___x");
+    let results = results(&d.client.transcript(&session));
+    assert_eq!(results[0]["content"], "docs ran search");
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("denied by the owner"),
+        "{results:?}"
+    );
+}
