@@ -75,6 +75,9 @@ pub enum ServerState {
     NotApproved {
         denied: bool,
     },
+    /// A project server pen refuses to start, whatever the owner answers (it names one of the
+    /// owner's variables, or is malformed).
+    Refused,
     /// `enabled = false`.
     Disabled,
 }
@@ -88,6 +91,7 @@ impl ServerState {
             ServerState::Failed { .. } => "failed",
             ServerState::NotApproved { denied: false } => "not_approved",
             ServerState::NotApproved { denied: true } => "denied",
+            ServerState::Refused => "refused",
             ServerState::Disabled => "disabled",
         }
     }
@@ -760,8 +764,23 @@ impl McpManager {
             if configured.contains_key(&name) || wanted.len() >= crate::limits::MAX_MCP_SERVERS {
                 continue;
             }
+            let config = match config {
+                Ok(config) => config,
+                Err(why) => {
+                    tracing::warn!(server = %name, "project MCP server refused: {why}");
+                    blocked.push(ServerStatus {
+                        name,
+                        state: ServerState::Refused,
+                        reason: Some(why.to_string()),
+                        tool_count: 0,
+                        schema_tokens: 0,
+                        project: true,
+                    });
+                    continue;
+                }
+            };
             let line = config.command_line();
-            match self.approvals.decide(root, &name, &line, approver).await {
+            match self.approvals.decide(root, &name, &config, approver).await {
                 approvals::Verdict::Approved => wanted.push((name, config, true)),
                 verdict => blocked.push(ServerStatus {
                     name,
