@@ -628,7 +628,7 @@ impl AgentState {
         };
         let mcp = self
             .mcp
-            .prepare(&servers, &session.root, Some(&start))
+            .prepare(&servers, &session.root, Some(&start), cancel)
             .await;
         // It holds a sender of the turn's update queue, which must close when the turn ends.
         drop(start);

@@ -155,7 +155,9 @@ pub fn auto_approved(auto_approve: &[String], name: &str, info: &ToolInfo) -> bo
 }
 
 /// The client's side of a server connection: when the server's tools change, marks it stale
-/// and fetches the list again at once (the next request checks too).
+/// and fetches the list again at once (the next request checks too). Any number of
+/// `list_changed` in a row make one pending fetch: a server streaming them gets at most one
+/// `tools/list` running and one waiting, never a task for each.
 #[derive(Clone)]
 struct Handler {
     server: std::sync::Weak<Server>,
@@ -163,8 +165,9 @@ struct Handler {
 
 impl Handler {
     fn tools_changed(&self) {
-        if let Some(server) = self.server.upgrade() {
-            server.stale.store(true, Ordering::SeqCst);
+        if let Some(server) = self.server.upgrade()
+            && !server.stale.swap(true, Ordering::SeqCst)
+        {
             tokio::spawn(async move { server.refresh().await });
         }
     }
@@ -470,6 +473,10 @@ impl Server {
 
     /// Fetches the tool list again after `notifications/tools/list_changed`. One fetch runs at
     /// a time, so a request waits for one under way.
+    ///
+    /// A server that does not answer within its `startup_timeout_secs` (the time it has to list
+    /// its tools when it starts) is marked failed. A fetch dropped on the way (the turn was
+    /// stopped) leaves the server stale, so the next request fetches again.
     async fn refresh(&self) {
         let _one = self.refreshing.lock().await;
         if !self.stale.swap(false, Ordering::SeqCst) {
@@ -482,14 +489,28 @@ impl Server {
                 None => return,
             }
         };
-        match list_tools(&self.name, &self.config, &peer).await {
-            Ok(listed) => {
-                tracing::info!(server = %self.name, tools = listed.tools.len(), "MCP tool list refreshed");
+        let unfinished = StaleUntilDone(&self.stale);
+        let secs = self.config.startup_timeout_secs;
+        let listed = tokio::time::timeout(
+            Duration::from_secs(secs),
+            list_tools(&self.name, &self.config, &peer),
+        )
+        .await;
+        std::mem::forget(unfinished);
+        match listed {
+            Ok(Ok(listed)) => {
+                tracing::debug!(server = %self.name, tools = listed.tools.len(), "MCP tool list refreshed");
                 let mut life = self.lock();
                 life.tools = Arc::new(listed.tools);
                 life.left_out = listed.left_out;
             }
-            Err(err) => self.fail(generation, err.to_string()),
+            Ok(Err(err)) => self.fail(generation, err.to_string()),
+            Err(_) => self.fail(
+                generation,
+                format!(
+                    "it did not answer tools/list within startup_timeout_secs = {secs} s after its tools changed"
+                ),
+            ),
         }
     }
 
@@ -507,6 +528,15 @@ impl Server {
             schema_tokens: schema_tokens(&self.name, &life.tools),
             project: self.project,
         }
+    }
+}
+
+/// Marks a server stale again when dropped: a tool list fetch that did not finish.
+struct StaleUntilDone<'a>(&'a AtomicBool);
+
+impl Drop for StaleUntilDone<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -748,12 +778,15 @@ impl McpManager {
     /// The servers for a turn in `root`: the configured ones and the project's approved ones
     /// (asking `approver` about a project server not decided yet), each started if it is not
     /// running, waiting at most each one's startup timeout. A server whose configuration
-    /// changed is closed and started anew; one no longer configured is closed.
+    /// changed is closed and started anew; one no longer configured is closed. When `cancel`
+    /// fires (the turn was stopped) nothing more is waited for: a question not answered is
+    /// taken as not asked, and a server still starting is left to start on the next turn.
     pub async fn prepare(
         &self,
         configured: &BTreeMap<String, McpServerConfig>,
         root: &Path,
         approver: Option<&dyn StartApproval>,
+        cancel: &CancellationToken,
     ) -> Arc<McpTools> {
         let mut wanted: Vec<(String, McpServerConfig, bool)> = configured
             .iter()
@@ -780,7 +813,11 @@ impl McpManager {
                 }
             };
             let line = config.command_line();
-            match self.approvals.decide(root, &name, &config, approver).await {
+            let verdict = tokio::select! {
+                verdict = self.approvals.decide(root, &name, &config, approver) => verdict,
+                _ = cancel.cancelled() => approvals::Verdict::Unasked,
+            };
+            match verdict {
                 approvals::Verdict::Approved => wanted.push((name, config, true)),
                 verdict => blocked.push(ServerStatus {
                     name,
@@ -854,7 +891,10 @@ impl McpManager {
             .iter()
             .filter(|server| server.config.enabled)
             .map(|server| server.ensure_started(root));
-        futures::future::join_all(starts).await;
+        tokio::select! {
+            _ = futures::future::join_all(starts) => {}
+            _ = cancel.cancelled() => {}
+        }
         *self.blocked.lock().unwrap_or_else(|p| p.into_inner()) = blocked.clone();
         Arc::new(McpTools {
             servers,
@@ -1053,7 +1093,10 @@ impl McpTools {
                     // time when its wait is over.
                     if let Some(server) = server_of_name {
                         let down = down_error(&server);
-                        server.ensure_started(&root).await;
+                        tokio::select! {
+                            _ = server.ensure_started(&root) => {}
+                            _ = cancel.cancelled() => {}
+                        }
                         return Err(down);
                     }
                     return Err(ToolError::new(

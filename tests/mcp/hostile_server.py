@@ -11,7 +11,8 @@ Whatever the listed tools, `tools/call` does by the tool's name:
 - `huge`: answers a text of `{bytes}` bytes (one JSON-RPC line over rmcp's 16 MiB limit);
 - `flood`: answers, then streams `notifications/message` of `{payload_bytes}` bytes, every
   `{every}`th one a `notifications/tools/list_changed`, at most `{count}` of them and for at
-  most `{seconds}` s (it stops by itself), until pen closes its stdin;
+  most `{seconds}` s (it stops by itself), until pen closes its stdin; every 1,000 it writes
+  how many it sent to the file `{progress}` (replaced whole, so a reader never sees half);
 - `stall_lists`: from now on `tools/list` is never answered; sends one list_changed, then
   answers;
 - `hang`: never answers;
@@ -20,6 +21,7 @@ Any other request gets "method not found" (so pen falls back to the `initialize`
 """
 
 import json
+import os
 import sys
 import threading
 import time
@@ -51,12 +53,21 @@ def text(request_id, words):
     answer(request_id, {"content": [{"type": "text", "text": words}]})
 
 
-def flood(payload_bytes, every, count, seconds):
+def progress(path, sent):
+    if path:
+        with open(path + ".tmp", "w") as out:
+            out.write(str(sent))
+        os.replace(path + ".tmp", path)
+
+
+def flood(payload_bytes, every, count, seconds, progress_path):
     payload = "f" * payload_bytes
     deadline = time.monotonic() + seconds
     for n in range(count):
         if CLOSED.is_set() or time.monotonic() > deadline:
             return
+        if n % 1000 == 0:
+            progress(progress_path, n)
         if n % every == 0:
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         else:
@@ -76,6 +87,7 @@ def call(request_id, name, arguments):
             max(1, int(arguments.get("every", 10))),
             int(arguments.get("count", 2_000_000)),
             float(arguments.get("seconds", 120)),
+            arguments.get("progress"),
         )).start()
     elif name == "stall_lists":
         STALLED.set()

@@ -111,6 +111,11 @@ pub(super) fn daemon_in(
 }
 
 impl Daemon {
+    /// The daemon's data folder (its logs are under `logs/`).
+    pub(super) fn data_dir(&self) -> &Path {
+        self._data.path()
+    }
+
     pub(super) fn events(&self) -> Vec<Value> {
         self.client
             .notifications

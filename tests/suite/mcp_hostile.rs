@@ -8,10 +8,11 @@
 //! ```
 
 use super::fake_provider::FakeProvider;
-use super::mcp::{call, calls, daemon, daemon_in, peer, results, text};
+use super::mcp::{DEADLINE, call, calls, daemon, daemon_in, peer, results, text, wait_until};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// A stdio server table running the hostile server with `spec`.
 fn hostile(python: &str, spec: Value) -> Value {
@@ -274,4 +275,161 @@ fn a_project_file_never_sends_the_owner_s_secrets_and_any_change_asks_again() {
         line.contains("X-Team: b"),
         "the approval shows the header: {line}"
     );
+}
+
+/// The bytes of every file in `dir`.
+fn folder_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// What one flood did: the notifications the server had sent when Stop came, the bytes the
+/// log grew by, how long Stop took to end the turn.
+struct Flood {
+    sent: u64,
+    log_growth: u64,
+    stop_latency: Duration,
+}
+
+/// A turn whose server floods (`notifications/message`, every tenth a `list_changed`) and then
+/// stops answering `tools/list`; Stop ends it. `pen_log` is the daemon's `PEN_LOG`.
+fn flood_then_stop(python: &str, pen_log: Option<&str>) -> Flood {
+    let marks = tempfile::tempdir().unwrap();
+    let progress = marks.path().join("sent");
+    let fake = FakeProvider::start();
+    fake.push([
+        calls(&[call(
+            "c1",
+            "mcp__flood__flood",
+            json!({"payload_bytes": 1024, "every": 10, "progress": progress}),
+        )]),
+        calls(&[call("c2", "mcp__flood__stall_lists", json!({}))]),
+        text("a third request: the turn got past a tools/list that never answers"),
+    ]);
+    let spec = json!({"tools": [tool("flood"), tool("stall_lists")]});
+    let mut server = hostile(python, spec);
+    // Far longer than the test waits: only Stop can end the stalled fetch.
+    server["startup_timeout_secs"] = json!(600);
+    server["tool_timeout_secs"] = json!(600);
+    let env: Vec<(&str, &str)> = pen_log
+        .map(|level| ("PEN_LOG", level))
+        .into_iter()
+        .collect();
+    let mut d = daemon(
+        &fake,
+        &env,
+        json!({ "flood": server }),
+        &["mcp__flood__flood", "mcp__flood__stall_lists"],
+    );
+    let logs = d.data_dir().join("logs");
+    let before = folder_bytes(&logs);
+    let session = d.client.new_session();
+    let id = d
+        .client
+        .send_request("pen/prompt", json!({"sessionId": session, "text": "flood"}));
+    // The turn reaches the model through the flood: the second call ran.
+    d.client.wait_for(|m| {
+        m["method"] == "pen/event"
+            && m["params"]["kind"] == "tool_call_finished"
+            && m["params"]["data"]["callId"] == "c2"
+    });
+    let sent = || {
+        std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait_until("the server to send 100,000 notifications", || {
+        sent() >= 100_000
+    });
+    if pen_log.is_some() {
+        // Everything is logged: the day's file reaches its cap and is moved aside.
+        wait_until("the log to reach its cap", || {
+            logs.join(pen::logfile::PREVIOUS_FILE).exists()
+        });
+    }
+    // The turn now waits for a tools/list the server never answers, while it floods.
+    let asked = Instant::now();
+    let stopped = d.client.request("pen/stop", json!({"sessionId": session}));
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    let answer = d.client.wait_for_response(&id);
+    let stop_latency = asked.elapsed();
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "no request after the stalled fetch"
+    );
+    assert!(stop_latency < DEADLINE);
+    let after = folder_bytes(&logs);
+    // However much was logged, the files stay under their cap: the day's and the one before.
+    let bound = 2 * pen::limits::MAX_LOG_FILE_BYTES;
+    assert!(
+        after <= bound,
+        "the logs hold {after} bytes; the bound is {bound}"
+    );
+    Flood {
+        sent: sent(),
+        log_growth: after.saturating_sub(before),
+        stop_latency,
+    }
+}
+
+/// Prints the figures of a flood (`cargo test --test all flood -- --nocapture` shows them).
+fn report(level: &str, flood: &Flood) {
+    eprintln!(
+        "flood at PEN_LOG={level}: {} notifications sent by Stop, the log grew {} bytes, Stop ended the turn in {} ms",
+        flood.sent,
+        flood.log_growth,
+        flood.stop_latency.as_millis()
+    );
+}
+
+#[test]
+fn a_notification_flood_neither_fills_the_disk_nor_defeats_stop() {
+    let Some(python) = peer("PEN_MCP_PYTHON", "a_notification_flood") else {
+        return;
+    };
+    // At the default level the flood is not logged at all (rmcp's lines are at warn)…
+    let quiet = flood_then_stop(&python, None);
+    report("(unset)", &quiet);
+    assert!(
+        quiet.log_growth < pen::limits::MAX_LOG_FILE_BYTES,
+        "{} bytes",
+        quiet.log_growth
+    );
+    // …and with every line of every crate asked for, the log stays within its cap.
+    let loud = flood_then_stop(&python, Some("debug,rmcp=debug"));
+    report("debug,rmcp=debug", &loud);
+}
+
+#[test]
+fn stop_ends_a_turn_whose_server_never_finishes_starting() {
+    // A "server" that never answers `initialize`, given far longer to start than the test waits.
+    let fake = FakeProvider::start();
+    fake.push([text("never reached")]);
+    let mut d = daemon(
+        &fake,
+        &[],
+        json!({"mute": {"command": "sleep", "args": ["600"], "startup_timeout_secs": 600}}),
+        &[],
+    );
+    let session = d.client.new_session();
+    let id = d
+        .client
+        .send_request("pen/prompt", json!({"sessionId": session, "text": "hi"}));
+    // Stop answers `stopped: false` until the turn has begun; then it is waiting for the start.
+    wait_until("pen/stop to find the turn", || {
+        d.client.request("pen/stop", json!({"sessionId": session}))["stopped"] == true
+    });
+    let answer = d.client.wait_for_response(&id);
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert!(fake.requests().is_empty(), "stopped before any request");
 }
