@@ -590,6 +590,14 @@ pub const LOG_DAYS_KEPT: usize = 7;
 /// held in memory.
 pub const LOG_BUFFERED_LINES: usize = 8_192;
 
+/// Bytes of one message from an MCP server, 16 MiB (rmcp's own bound on a line of a stdio
+/// server and on an event of an HTTP one): a stdio server's longer message is skipped as it
+/// streams by and the calls waiting on the server fail at once as too large.
+pub const MAX_MCP_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long a stdio server has to exit once pen closed its stdin, 3 s; then it is killed.
+pub const MCP_EXIT_GRACE_SECS: u64 = 3;
+
 /// Pages of one `tools/list`, 16: a server that keeps answering with a next cursor is not
 /// followed further (the tools listed so far are taken, the rest left out, logged).
 pub const MAX_MCP_TOOL_LIST_PAGES: usize = 16;

@@ -21,12 +21,14 @@
 pub mod approvals;
 mod names;
 mod result;
+mod stdio;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::limits::{
-    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_SCHEMA_BYTES, MAX_MCP_TOOL_LIST_PAGES,
-    MAX_MCP_TOOL_NAME_BYTES, MAX_MCP_TOOLS_PER_SERVER, MCP_RESTART_BACKOFF_MAX_SECS,
-    MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES, MCP_STDERR_TAIL_LINES,
+    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_MCP_SCHEMA_BYTES,
+    MAX_MCP_TOOL_LIST_PAGES, MAX_MCP_TOOL_NAME_BYTES, MAX_MCP_TOOLS_PER_SERVER,
+    MCP_RESTART_BACKOFF_MAX_SECS, MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES,
+    MCP_STDERR_TAIL_LINES,
 };
 use crate::tools::{CatalogEntry, ErrorCode, ToolError};
 use futures::future::BoxFuture;
@@ -192,6 +194,10 @@ struct Connection {
     peer: Peer<RoleClient>,
     /// Closes the connection (and ends a stdio server's process).
     close: CancellationToken,
+    /// Wakes the calls in flight when the server sent a message too large to read (a stdio
+    /// server's line over `MAX_MCP_MESSAGE_BYTES`; rmcp's HTTP transport fails such a request
+    /// itself).
+    too_large: Arc<tokio::sync::Notify>,
 }
 
 /// The mutable life of one server.
@@ -351,6 +357,7 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         let close = CancellationToken::new();
+        let mut too_large = Arc::default();
         let service: RunningService<RoleClient, Handler> = match &self.config.transport {
             McpTransport::Stdio {
                 command,
@@ -364,19 +371,18 @@ impl Server {
                     cwd.as_deref()
                         .map_or_else(|| root.to_path_buf(), |cwd| root.join(cwd)),
                 );
-                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
+                let started = stdio::spawn(cmd, &self.name)
                     .map_err(|e| start_err(format!("cannot run `{command}`: {e}")))?;
-                if let Some(stderr) = stderr {
+                if let Some(stderr) = started.stderr {
                     tokio::spawn(keep_stderr(
                         stderr,
                         Arc::clone(&self.stderr),
                         self.name.clone(),
                     ));
                 }
+                too_large = started.too_large;
                 handler
-                    .serve_with_lifecycle(transport, lifecycle)
+                    .serve_with_lifecycle(started.transport, lifecycle)
                     .await
                     .map_err(|e| start_err(e.to_string()))?
             }
@@ -468,7 +474,15 @@ impl Server {
                 _ = closing.cancelled() => token.cancel(),
             }
         });
-        Ok((Connection { peer, close }, tools, version))
+        Ok((
+            Connection {
+                peer,
+                close,
+                too_large,
+            },
+            tools,
+            version,
+        ))
     }
 
     /// Fetches the tool list again after `notifications/tools/list_changed`. One fetch runs at
@@ -482,29 +496,38 @@ impl Server {
         if !self.stale.swap(false, Ordering::SeqCst) {
             return;
         }
-        let (peer, generation) = {
+        let (peer, generation, too_large) = {
             let life = self.lock();
             match &life.connection {
-                Some(connection) => (connection.peer.clone(), life.generation),
+                Some(connection) => (
+                    connection.peer.clone(),
+                    life.generation,
+                    Arc::clone(&connection.too_large),
+                ),
                 None => return,
             }
         };
         let unfinished = StaleUntilDone(&self.stale);
         let secs = self.config.startup_timeout_secs;
+        let listing = list_tools(&self.name, &self.config, &peer);
         let listed = tokio::time::timeout(
             Duration::from_secs(secs),
-            list_tools(&self.name, &self.config, &peer),
+            unless_too_large(&too_large, listing),
         )
         .await;
         std::mem::forget(unfinished);
         match listed {
-            Ok(Ok(listed)) => {
+            Ok(None) => self.fail(
+                generation,
+                format!("its tools/list answer is over {MAX_MCP_MESSAGE_BYTES} bytes"),
+            ),
+            Ok(Some(Ok(listed))) => {
                 tracing::debug!(server = %self.name, tools = listed.tools.len(), "MCP tool list refreshed");
                 let mut life = self.lock();
                 life.tools = Arc::new(listed.tools);
                 life.left_out = listed.left_out;
             }
-            Ok(Err(err)) => self.fail(generation, err.to_string()),
+            Ok(Some(Err(err))) => self.fail(generation, err.to_string()),
             Err(_) => self.fail(
                 generation,
                 format!(
@@ -528,6 +551,20 @@ impl Server {
             schema_tokens: schema_tokens(&self.name, &life.tools),
             project: self.project,
         }
+    }
+}
+
+/// `work`'s outcome, or `None` when the server sent a message too large to read first (the one
+/// `work` waits for, most likely): then `work` is dropped rather than left to its timeout.
+async fn unless_too_large<T>(
+    too_large: &tokio::sync::Notify,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    // Created before `work` sends anything, so a wake-up while it waits is not missed.
+    let notified = too_large.notified();
+    tokio::select! {
+        done = work => Some(done),
+        _ = notified => None,
     }
 }
 
@@ -1107,10 +1144,14 @@ impl McpTools {
                     ));
                 }
             };
-            let (peer, generation) = {
+            let (peer, generation, too_large) = {
                 let life = server.lock();
                 match &life.connection {
-                    Some(connection) => (connection.peer.clone(), life.generation),
+                    Some(connection) => (
+                        connection.peer.clone(),
+                        life.generation,
+                        Arc::clone(&connection.too_large),
+                    ),
                     None => {
                         drop(life);
                         return Err(down_error(&server));
@@ -1128,8 +1169,18 @@ impl McpTools {
             };
             let params = CallToolRequestParams::new(tool.remote.clone()).with_arguments(arguments);
             let timeout = Duration::from_secs(server.config.tool_timeout_secs);
+            let call = tokio::time::timeout(timeout, peer.call_tool(params));
             let answer = tokio::select! {
-                answer = tokio::time::timeout(timeout, peer.call_tool(params)) => answer,
+                answer = unless_too_large(&too_large, call) => match answer {
+                    Some(answer) => answer,
+                    None => return Err(ToolError::new(
+                        ErrorCode::ToolFailed,
+                        format!(
+                            "too large: MCP server `{}` answered with a message over {MAX_MCP_MESSAGE_BYTES} bytes, which pen does not read; the call's outcome is unknown. Call it again asking for less",
+                            server.name
+                        ),
+                    )),
+                },
                 _ = cancel.cancelled() => {
                     return Err(ToolError::new(
                         ErrorCode::Stopped,

@@ -433,3 +433,37 @@ fn stop_ends_a_turn_whose_server_never_finishes_starting() {
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
     assert!(fake.requests().is_empty(), "stopped before any request");
 }
+
+#[test]
+fn a_result_over_16_mib_fails_at_once_as_too_large_and_the_server_keeps_working() {
+    let Some(python) = peer("PEN_MCP_PYTHON", "a_result_over_16_mib") else {
+        return;
+    };
+    let over = pen::limits::MAX_MCP_MESSAGE_BYTES as u64 + 1;
+    let fake = FakeProvider::start();
+    fake.push([
+        calls(&[call("c1", "mcp__big__huge", json!({"bytes": over}))]),
+        calls(&[call(
+            "c2",
+            "mcp__big__echo",
+            json!({"message": "still here"}),
+        )]),
+        text("done"),
+    ]);
+    let mut server = hostile(&python, json!({"tools": [tool("huge"), tool("echo")]}));
+    // Far longer than the test waits: the call must not wait out its timeout.
+    server["tool_timeout_secs"] = json!(600);
+    let mut d = daemon(
+        &fake,
+        &[],
+        json!({ "big": server }),
+        &["mcp__big__huge", "mcp__big__echo"],
+    );
+    let session = d.client.new_session();
+    assert_eq!(d.client.prompt(&session, "big")["stopReason"], "end_turn");
+    let results = results(&d.client.transcript(&session));
+    let first = results[0]["content"].as_str().unwrap();
+    assert!(first.contains("too large"), "{first}");
+    assert!(first.contains("tool_failed"), "{first}");
+    assert_eq!(results[1]["content"], "still here");
+}
