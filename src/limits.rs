@@ -595,6 +595,9 @@ pub const LOG_BUFFERED_LINES: usize = 8_192;
 /// streams by and the calls waiting on the server fail at once as too large.
 pub const MAX_MCP_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Bytes the relay of a stdio server's stdout reads at a time and buffers towards rmcp, 64 KiB.
+pub const MCP_RELAY_BUFFER_BYTES: usize = 64 * 1024;
+
 /// How long a stdio server has to exit once pen closed its stdin, 3 s; then it is killed.
 pub const MCP_EXIT_GRACE_SECS: u64 = 3;
 

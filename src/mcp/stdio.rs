@@ -8,7 +8,7 @@
 //! memory) and wakes every call in flight on the connection ([`Connection::too_large`]), which
 //! then fails at once as too large.
 
-use crate::limits::{MAX_MCP_MESSAGE_BYTES, MCP_EXIT_GRACE_SECS};
+use crate::limits::{MAX_MCP_MESSAGE_BYTES, MCP_EXIT_GRACE_SECS, MCP_RELAY_BUFFER_BYTES};
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -18,9 +18,6 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, DuplexStream};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::Notify;
-
-/// Bytes the relay buffers between the server's stdout and rmcp.
-const RELAY_BUFFER_BYTES: usize = 64 * 1024;
 
 /// A started stdio server, as rmcp's transport. Dropping it kills the process.
 pub struct StdioTransport {
@@ -50,7 +47,7 @@ pub fn spawn(mut command: tokio::process::Command, server: &str) -> std::io::Res
         ));
     };
     let stderr = child.stderr.take();
-    let (to_rmcp, from_relay) = tokio::io::duplex(RELAY_BUFFER_BYTES);
+    let (to_rmcp, from_relay) = tokio::io::duplex(MCP_RELAY_BUFFER_BYTES);
     let too_large = Arc::new(Notify::new());
     tokio::spawn(relay(
         stdout,
@@ -117,7 +114,7 @@ async fn relay(
     too_large: Arc<Notify>,
     server: String,
 ) {
-    let mut reader = tokio::io::BufReader::with_capacity(RELAY_BUFFER_BYTES, stdout);
+    let mut reader = tokio::io::BufReader::with_capacity(MCP_RELAY_BUFFER_BYTES, stdout);
     let mut line: Vec<u8> = Vec::new();
     let mut skipping = false;
     loop {

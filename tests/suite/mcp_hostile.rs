@@ -8,7 +8,9 @@
 //! ```
 
 use super::fake_provider::FakeProvider;
-use super::mcp::{DEADLINE, call, calls, daemon, daemon_in, peer, results, text, wait_until};
+use super::mcp::{
+    DEADLINE, call, calls, daemon, daemon_in, peer, results, text, tool_message, wait_until,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
@@ -466,4 +468,36 @@ fn a_result_over_16_mib_fails_at_once_as_too_large_and_the_server_keeps_working(
     assert!(first.contains("too large"), "{first}");
     assert!(first.contains("tool_failed"), "{first}");
     assert_eq!(results[1]["content"], "still here");
+}
+
+#[test]
+fn an_auto_approved_read_only_tool_s_result_reaches_the_model_unfiltered_as_the_readme_says() {
+    let Some(python) = peer("PEN_MCP_PYTHON", "an_auto_approved_read_only_tool_s_result") else {
+        return;
+    };
+    // What a filesystem server's read of ~/.ssh/id_ed25519 would answer.
+    let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n";
+    let fake = FakeProvider::start();
+    fake.push([
+        calls(&[call("c1", "mcp__fs__echo", json!({"message": key}))]),
+        text("done"),
+    ]);
+    let read_only = json!({"name": "echo", "inputSchema": {"type": "object"},
+                           "annotations": {"readOnlyHint": true}});
+    let mut d = daemon(
+        &fake,
+        &[],
+        json!({"fs": hostile(&python, json!({"tools": [read_only]}))}),
+        &["mcp__fs__*"],
+    );
+    let session = d.client.new_session();
+    assert_eq!(d.client.prompt(&session, "read")["stopReason"], "end_turn");
+    // Not asked, and not filtered: the key went to the model's provider.
+    assert!(
+        !d.client
+            .server_requests
+            .iter()
+            .any(|r| r["method"] == "pen/requestApproval")
+    );
+    assert_eq!(tool_message(&fake.requests()[1].body, "c1"), key);
 }
