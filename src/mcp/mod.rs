@@ -245,20 +245,18 @@ impl Server {
     /// Records a failure of the connection of `generation` (and tells the turn), closing what
     /// is left of it. A failure already recorded, or of an older connection, changes nothing.
     fn fail(&self, generation: u64, why: String) {
-        {
-            let life = self.lock();
-            if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
-                return;
-            }
-        }
         let tail = self.stderr_tail();
         let why = if tail.trim().is_empty() {
             why
         } else {
             format!("{why}; the last lines of its stderr:\n{tail}")
         };
-        tracing::warn!(server = %self.name, %why, "MCP server is down");
+        // Checked and changed under one lock: a failure seen late (the watcher and a call both
+        // saw the connection end) must not close the connection a restart made meanwhile.
         let mut life = self.lock();
+        if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
+            return;
+        }
         if let Some(connection) = life.connection.take() {
             connection.close.cancel();
         }
@@ -273,6 +271,7 @@ impl Server {
         life.state = ServerState::Failed { why: why.clone() };
         life.tools = Arc::new(Vec::new());
         drop(life);
+        tracing::warn!(server = %self.name, %why, "MCP server is down");
         self.notice("failed", Some(why));
     }
 

@@ -111,6 +111,15 @@ pub(super) fn daemon_in(
 }
 
 impl Daemon {
+    /// The approvals pen asked the client for, in order (`pen/requestApproval`).
+    pub(super) fn approvals_asked(&self) -> Vec<&Value> {
+        self.client
+            .server_requests
+            .iter()
+            .filter(|r| r["method"] == "pen/requestApproval")
+            .collect()
+    }
+
     /// The daemon's data folder (its logs are under `logs/`).
     pub(super) fn data_dir(&self) -> &Path {
         self._data.path()
@@ -272,12 +281,7 @@ fn an_mcp_tool_asks_for_approval_with_its_arguments_unless_auto_approved() {
     );
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "add")["stopReason"], "end_turn");
-    let asked: Vec<&Value> = d
-        .client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
-        .collect();
+    let asked = d.approvals_asked();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["tool"], "mcp__everything__get-sum");
     assert_eq!(asked[0]["params"]["kind"], "tool_call");
@@ -559,13 +563,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     let mut d = daemon_in(&fake, &[], data, root, json!({}), &[]);
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "hi")["stopReason"], "end_turn");
-    let asked: Vec<Value> = d
-        .client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
-        .cloned()
-        .collect();
+    let asked: Vec<Value> = d.approvals_asked().into_iter().cloned().collect();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["kind"], "start_mcp_server");
     assert!(
@@ -584,14 +582,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     );
     // The denial stands for the session: the next turn does not ask again.
     assert_eq!(d.client.prompt(&session, "again")["stopReason"], "end_turn");
-    assert_eq!(
-        d.client
-            .server_requests
-            .iter()
-            .filter(|r| r["method"] == "pen/requestApproval")
-            .count(),
-        1
-    );
+    assert_eq!(d.approvals_asked().len(), 1);
     assert!(!ran.exists());
     drop(d);
 
@@ -615,15 +606,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     assert_eq!(d.status("proj")["status"], "running");
     assert!(offered(&fake.requests()[0].body).contains(&"mcp__proj__echo".to_string()));
     assert_eq!(d.client.prompt(&session, "again")["stopReason"], "end_turn");
-    assert_eq!(
-        d.client
-            .server_requests
-            .iter()
-            .filter(|r| r["method"] == "pen/requestApproval")
-            .count(),
-        1,
-        "approved once"
-    );
+    assert_eq!(d.approvals_asked().len(), 1, "approved once");
 }
 
 #[test]

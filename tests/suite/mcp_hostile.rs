@@ -160,12 +160,7 @@ fn a_server_pattern_auto_approves_only_that_server_s_read_only_tools() {
     );
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "go")["stopReason"], "end_turn");
-    let asked: Vec<&Value> = d
-        .client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
-        .collect();
+    let asked = d.approvals_asked();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["tool"], "mcp__docs___x");
     let results = results(&d.client.transcript(&session));
@@ -177,17 +172,6 @@ fn a_server_pattern_auto_approves_only_that_server_s_read_only_tools() {
             .starts_with("denied by the owner"),
         "{results:?}"
     );
-}
-
-/// How many times the owner was asked to start a project server.
-fn start_approvals(client: &super::lsp_client::LspClient) -> usize {
-    client
-        .server_requests
-        .iter()
-        .filter(|r| {
-            r["method"] == "pen/requestApproval" && r["params"]["kind"] == "start_mcp_server"
-        })
-        .count()
 }
 
 #[test]
@@ -232,7 +216,7 @@ fn a_project_file_never_sends_the_owner_s_secrets_and_any_change_asks_again() {
     let reason = status["reason"].as_str().unwrap();
     assert!(reason.contains("bearer_token_env"), "{reason}");
     assert!(reason.contains("OWNER_API_KEY"), "{reason}");
-    assert_eq!(start_approvals(&d.client), 0, "refused before asking");
+    assert_eq!(start_approvals(&d), 0, "refused before asking");
     // The turn has ended, so any start was tried by now: nothing ever connected to the URL.
     match listener.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -257,17 +241,16 @@ fn a_project_file_never_sends_the_owner_s_secrets_and_any_change_asks_again() {
     };
     write_project(json!({"web": {"url": closed, "headers": {"X-Team": "a"}}}));
     assert_eq!(d.client.prompt(&session, "again")["stopReason"], "end_turn");
-    assert_eq!(start_approvals(&d.client), 1);
+    assert_eq!(start_approvals(&d), 1);
     write_project(json!({"web": {"url": closed, "headers": {"X-Team": "b"}}}));
     assert_eq!(
         d.client.prompt(&session, "once more")["stopReason"],
         "end_turn"
     );
-    assert_eq!(start_approvals(&d.client), 2, "a changed header asks again");
+    assert_eq!(start_approvals(&d), 2, "a changed header asks again");
     let asked: Vec<&Value> = d
-        .client
-        .server_requests
-        .iter()
+        .approvals_asked()
+        .into_iter()
         .filter(|r| r["params"]["kind"] == "start_mcp_server")
         .collect();
     let line = asked[1]["params"]["arguments"]["commandLine"]
@@ -493,11 +476,14 @@ fn an_auto_approved_read_only_tool_s_result_reaches_the_model_unfiltered_as_the_
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "read")["stopReason"], "end_turn");
     // Not asked, and not filtered: the key went to the model's provider.
-    assert!(
-        !d.client
-            .server_requests
-            .iter()
-            .any(|r| r["method"] == "pen/requestApproval")
-    );
+    assert!(d.approvals_asked().is_empty());
     assert_eq!(tool_message(&fake.requests()[1].body, "c1"), key);
+}
+
+/// How many times the owner was asked to start a project server.
+fn start_approvals(d: &super::mcp::Daemon) -> usize {
+    d.approvals_asked()
+        .iter()
+        .filter(|r| r["params"]["kind"] == "start_mcp_server")
+        .count()
 }
