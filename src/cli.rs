@@ -427,7 +427,7 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     };
     // One turn per session across processes: a session a daemon (or another `pen run`) is
     // running a turn in is refused, before anything is written.
-    let pending = match engine.begin(&session_id, cancel).await {
+    let pending = match engine.begin(&session_id, cancel.clone()).await {
         Ok(pending) => pending,
         Err(BeginError::Store(e @ session::SessionError::LeaseHeld { .. })) => {
             return fail(format!(
@@ -450,7 +450,9 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
         session_id: session_id.clone(),
         turn_id: pending.turn_id().to_string(),
     };
-    let mcp = mcp.prepare(&config.mcp_servers, &root, Some(&start)).await;
+    let mcp = mcp
+        .prepare(&config.mcp_servers, &root, Some(&start), &cancel)
+        .await;
     let spec = crate::agent::TurnSpec {
         tools: std::sync::Arc::new(crate::agent::WithMcp {
             local: LocalTools {
@@ -580,16 +582,18 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     runtime.block_on(async move {
         let manager = crate::mcp::McpManager::new(session::default_data_dir().ok());
-        let mcp = manager.prepare(&config.mcp_servers, &root, None).await;
+        let never = tokio_util::sync::CancellationToken::new();
+        let mcp = manager
+            .prepare(&config.mcp_servers, &root, None, &never)
+            .await;
         match command {
             McpCommand::List => {
-                let catalog = mcp.catalog();
                 for status in mcp.status() {
-                    let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&status.name));
-                    let tools: Vec<&str> = catalog
-                        .iter()
-                        .map(|entry| entry.name.as_str())
-                        .filter(|name| name.starts_with(&prefix))
+                    let tools = mcp.tool_names(&status.name);
+                    let left_out: Vec<serde_json::Value> = mcp
+                        .left_out(&status.name)
+                        .into_iter()
+                        .map(|(tool, why)| serde_json::json!({"tool": tool, "why": why}))
                         .collect();
                     let line = serde_json::json!({
                         "server": status.name,
@@ -603,6 +607,7 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                         "toolCount": status.tool_count,
                         "schemaTokens": status.schema_tokens,
                         "tools": tools,
+                        "leftOut": left_out,
                     });
                     if !print_line(&line.to_string()) {
                         return ExitCode::from(EXIT_STDOUT_CLOSED);
@@ -622,12 +627,12 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                 if !mcp.status().iter().any(|s| s.name == server) {
                     return usage(&crate::mcp::McpError::NoServer(server).to_string());
                 }
-                let prefix = format!("mcp__{}__", crate::mcp::names_prefix(&server));
-                let name = if tool.starts_with(&prefix) {
+                // The tool by the server's name for it, or by the model's.
+                let name = if mcp.tool_names(&server).contains(&tool) {
                     tool
                 } else {
                     mcp.model_name(&server, &tool)
-                        .unwrap_or_else(|| format!("{prefix}{tool}"))
+                        .unwrap_or_else(|| format!("mcp__{server}__{tool}"))
                 };
                 let result = mcp
                     .call(&name, arguments, tokio_util::sync::CancellationToken::new())
@@ -876,16 +881,23 @@ fn start_daemon(
     (guard, config)
 }
 
-/// Logs to a daily-rolling file under the data dir (stdout carries the protocol). The level
-/// comes from `PEN_LOG` (default `info`). Logging is best effort: without a writable data dir
-/// the daemon runs unlogged.
+/// Logs to the capped daily file under the data dir (stdout carries the protocol; see
+/// [`crate::logfile`]). The level comes from `PEN_LOG` (default `info`; dependencies at their
+/// own level unless named). Logging is best effort: without a writable data dir the daemon runs
+/// unlogged.
 fn init_file_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let dir = session::default_data_dir().ok()?.join("logs");
-    std::fs::create_dir_all(&dir).ok()?;
-    let appender = tracing_appender::rolling::daily(&dir, "pen.log");
-    let (writer, guard) = tracing_appender::non_blocking(appender);
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PEN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let file = crate::logfile::LogFile::open(&dir).ok()?;
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(crate::limits::LOG_BUFFERED_LINES)
+        .lossy(true)
+        .finish(file);
+    let pen_log = std::env::var("PEN_LOG").ok();
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(crate::logfile::directives(pen_log.as_deref()))
+            .unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(crate::logfile::directives(None))
+            });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

@@ -302,15 +302,19 @@ fn shown_value(text: &str) -> String {
     .into_owned()
 }
 
-/// Whether an `auto_approve` entry names MCP tools: `mcp__<server>__<tool>` or
-/// `mcp__<server>__*`, in the characters tool names are made of.
+/// Whether an `auto_approve` entry names MCP tools: one tool, `mcp__<server>__<tool>` in the
+/// characters tool names are made of, or a server's read-only tools, `mcp__<server>__*` with
+/// a valid server name (matched by that server, never by the spelling of a tool's name, so no
+/// other `*` form is taken).
 fn is_mcp_pattern(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("mcp__") else {
         return false;
     };
-    let body = rest.strip_suffix('*').unwrap_or(rest);
+    if name.contains('*') {
+        return mcp::pattern_server(name).is_some();
+    }
     rest.contains("__")
-        && body
+        && rest
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
@@ -701,6 +705,16 @@ mod tests {
         assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
         assert!(config.set("auto_approve", &json!(["pen_read"])).is_err());
         assert!(config.set("auto_approve", &json!("pen_edit")).is_err());
+        // MCP tools: one tool by name, or one server's `mcp__<server>__*`; no other `*` form
+        // (a prefix of tool names would match another server's tools too).
+        let mcp = json!(["mcp__docs__search", "mcp__docs__*", "mcp__a_b__*"]);
+        assert_eq!(config.clone().set("auto_approve", &mcp).map(|_| ()), Ok(()));
+        for bad in ["mcp__docs__s*", "mcp__do*", "mcp__a__b__*", "mcp____*"] {
+            assert!(
+                config.clone().set("auto_approve", &json!([bad])).is_err(),
+                "{bad}"
+            );
+        }
         let err = config.set("max_turn_requests", &json!(0)).unwrap_err();
         assert!(err.to_string().contains("between 1 and 1000"), "{err}");
         assert_eq!(

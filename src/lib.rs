@@ -35,6 +35,9 @@ pub mod providers;
 /// The typed vocabulary of a session: entries, call outcomes, stop reasons, error kinds.
 pub mod transcript;
 
+/// The daemon's log file, capped on disk.
+pub mod logfile;
+
 /// Durable, append-only session transcripts in SQLite.
 pub mod session;
 

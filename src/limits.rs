@@ -583,6 +583,32 @@ pub const MAX_MCP_SCHEMA_BYTES: usize = 16 * 1024;
 /// Tools pen takes from one server, 128: the rest are left out with a logged reason.
 pub const MAX_MCP_TOOLS_PER_SERVER: usize = 128;
 
+/// Bytes of one day's log file, 8 MiB: past it the file is moved aside (replacing the one moved
+/// before) and a new one started, so a flood of log lines cannot fill the disk.
+pub const MAX_LOG_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Days of log files kept, 7 (the oldest are deleted when a day begins).
+pub const LOG_DAYS_KEPT: usize = 7;
+
+/// Log lines waiting for the log's writer thread, 8,192: past it lines are dropped rather than
+/// held in memory.
+pub const LOG_BUFFERED_LINES: usize = 8_192;
+
+/// Bytes of one message from an MCP server, 16 MiB (rmcp's own bound on a line of a stdio
+/// server and on an event of an HTTP one): a stdio server's longer message is skipped as it
+/// streams by and the calls waiting on the server fail at once as too large.
+pub const MAX_MCP_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Bytes the relay of a stdio server's stdout reads at a time and buffers towards rmcp, 64 KiB.
+pub const MCP_RELAY_BUFFER_BYTES: usize = 64 * 1024;
+
+/// How long a stdio server has to exit once pen closed its stdin, 3 s; then it is killed.
+pub const MCP_EXIT_GRACE_SECS: u64 = 3;
+
+/// Pages of one `tools/list`, 16: a server that keeps answering with a next cursor is not
+/// followed further (the tools listed so far are taken, the rest left out, logged).
+pub const MAX_MCP_TOOL_LIST_PAGES: usize = 16;
+
 /// The last lines of a server's stderr kept to say why it is down, 20…
 pub const MCP_STDERR_TAIL_LINES: usize = 20;
 

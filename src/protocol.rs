@@ -88,7 +88,7 @@ pub struct McpStatusResponse {
 pub struct McpServerStatus {
     pub name: String,
     /// `idle` (no turn started it yet), `starting`, `running`, `failed`, `not_approved`,
-    /// `denied` or `disabled`.
+    /// `denied`, `refused` or `disabled`.
     pub status: String,
     /// Why it is not running (with the tail of its stderr), when it is not.
     pub reason: Option<String>,

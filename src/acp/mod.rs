@@ -643,7 +643,7 @@ impl AgentState {
         };
         let mcp = self
             .mcp
-            .prepare(&servers, &session.root, Some(&start))
+            .prepare(&servers, &session.root, Some(&start), cancel)
             .await;
         // It holds a sender of the turn's update queue, which must close when the turn ends.
         drop(start);
@@ -1054,17 +1054,21 @@ fn mcp_servers(servers: &[McpServer]) -> Result<BTreeMap<String, McpServerConfig
             }
             McpServer::Remote(s) => return Err(AcpError::McpSse(s.name.clone())),
         };
-        let pen_name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(crate::limits::MAX_MCP_SERVER_NAME_BYTES)
-            .collect();
+        // A run of `_` is one: pen's server names have no `__` (it separates server and tool
+        // in `mcp__<server>__<tool>`).
+        let mut pen_name = String::new();
+        for c in name.chars() {
+            let c = if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            };
+            if !(c == '_' && pen_name.ends_with('_'))
+                && pen_name.len() < crate::limits::MAX_MCP_SERVER_NAME_BYTES
+            {
+                pen_name.push(c);
+            }
+        }
         let pen_name = if pen_name.is_empty() {
             "server".to_string()
         } else {
@@ -1178,6 +1182,11 @@ mod tests {
             {"name": "a_b", "command": "/y", "args": [], "env": []},
         ]));
         assert!(matches!(clash, Err(AcpError::McpServers(why)) if why.contains("a_b")));
+        // A run of characters pen does not keep is one `_`: a server name never holds `__`.
+        let runs =
+            parse(json!([{"name": "My  Files (v2)", "command": "/x", "args": [], "env": []}]))
+                .unwrap();
+        assert_eq!(runs.keys().collect::<Vec<_>>(), ["My_Files_v2_"]);
         let bad = parse(json!([{"name": "x", "command": "", "args": [], "env": []}]));
         assert!(matches!(bad, Err(AcpError::McpServers(_))), "{bad:?}");
     }

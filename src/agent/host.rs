@@ -191,12 +191,8 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
     }
 
     fn added(&self, name: &str) -> Option<crate::mcp::ToolInfo> {
-        self.mcp.tool(name).or_else(|| {
-            // A tool of a server that is down now: its call says so.
-            crate::mcp::McpTools::is_mcp_name(name).then_some(crate::mcp::ToolInfo {
-                read_only_hint: false,
-            })
-        })
+        // A tool of a server that is down now is still an MCP tool: its call says so.
+        self.mcp.tool(name)
     }
 
     fn run_added(

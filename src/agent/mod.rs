@@ -354,7 +354,12 @@ impl Turn {
             requests += 1;
             // MCP tools may have changed since the last request (list_changed, a server that
             // died or came back): the tool list is taken anew, and stays fixed for this one.
-            for notice in self.tools.before_request().await {
+            // Under the turn's Stop: a server that floods or never answers cannot hold it.
+            let notices = tokio::select! {
+                notices = self.tools.before_request() => notices,
+                _ = self.cancel.cancelled() => return Ok(StopReason::Cancelled),
+            };
+            for notice in notices {
                 self.emit(
                     seq,
                     TurnEvent::McpServer {
@@ -1062,7 +1067,7 @@ impl Turn {
         if tools::registry::get(tool).is_none()
             && let Some(info) = self.tools.added(tool)
         {
-            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, info)
+            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, &info)
                 || self.lock_history().allows(tool);
             return !allowed;
         }

@@ -1,8 +1,11 @@
 //! Project MCP servers (a workspace's `.mcp.json`) and the owner's approval of them: a cloned
 //! repository must not run code on its own, so such a server starts only after the owner
-//! approved its exact command line once for that workspace. An approval is remembered in
-//! `mcp-approvals.json` under pen's data folder (a changed command line asks again); a denial
-//! is remembered by this process only, so the owner is not asked again every turn.
+//! approved it once for that workspace. An approval is keyed by everything of the server that
+//! reaches it ([`McpServerConfig::approval_key`]: the command, its arguments, environment and
+//! folder, or the URL, headers and token variable), so any change asks again, and remembered
+//! in `mcp-approvals.json` under pen's data folder; a denial is remembered by this process only,
+//! so the owner is not asked again every turn. An approval written before the key covered all
+//! of that has no key and matches nothing: the owner is asked again.
 //!
 //! Two pen processes (VS Code's and Neovim's daemons) may approve at the same moment: the
 //! read-modify-write of the file is serialised by an advisory lock on a sibling lock file, so
@@ -78,7 +81,20 @@ pub enum Verdict {
 struct Approved {
     root: String,
     server: String,
+    /// What the owner was shown.
     command_line: String,
+    /// What the approval covers ([`McpServerConfig::approval_key`]); empty in an approval
+    /// written before it existed, which therefore matches no server.
+    #[serde(default)]
+    reaches: String,
+}
+
+impl Approved {
+    fn covers(&self, other: &Approved) -> bool {
+        !self.reaches.is_empty()
+            && (&self.root, &self.server, &self.reaches)
+                == (&other.root, &other.server, &other.reaches)
+    }
 }
 
 /// The approvals on disk and the denials of this process.
@@ -112,29 +128,27 @@ impl ProjectApprovals {
         }
     }
 
-    /// Whether the owner approved this server's command line for `root` (asking when it was
-    /// not decided yet).
+    /// Whether the owner approved this server, as configured now, for `root` (asking when it
+    /// was not decided yet).
     pub async fn decide(
         &self,
         root: &Path,
         server: &str,
-        command_line: &str,
+        config: &McpServerConfig,
         approver: Option<&dyn StartApproval>,
     ) -> Verdict {
         let _one = self.asking.lock().await;
+        let command_line = config.command_line();
         let key = Approved {
             root: root.display().to_string(),
             server: server.to_string(),
-            command_line: command_line.to_string(),
+            command_line: command_line.clone(),
+            reaches: config.approval_key(),
         };
-        if self.approved().contains(&key) {
+        if self.approved().iter().any(|approved| approved.covers(&key)) {
             return Verdict::Approved;
         }
-        let denial = (
-            key.root.clone(),
-            key.server.clone(),
-            key.command_line.clone(),
-        );
+        let denial = (key.root.clone(), key.server.clone(), key.reaches.clone());
         if self
             .denied
             .lock()
@@ -146,7 +160,7 @@ impl ProjectApprovals {
         let Some(approver) = approver else {
             return Verdict::Unasked;
         };
-        match approver.ask(server, command_line, root).await {
+        match approver.ask(server, &command_line, root).await {
             Ok(true) => {
                 if let Err(e) = self.remember(key) {
                     tracing::warn!(server, "the approval could not be remembered: {e}");
@@ -234,9 +248,9 @@ fn read_bounded(path: &Path) -> Option<String> {
     Some(text)
 }
 
-/// The servers a workspace's `.mcp.json` defines (none when it is missing or malformed; a
-/// malformed one is logged).
-pub fn project_servers(root: &Path) -> BTreeMap<String, McpServerConfig> {
+/// The servers a workspace's `.mcp.json` defines, each parsed or refused with why (none when
+/// the file is missing or malformed; a malformed one is logged).
+pub fn project_servers(root: &Path) -> crate::config::mcp::ProjectServers {
     let path = root.join(PROJECT_FILE);
     if std::fs::symlink_metadata(&path).is_err() {
         return BTreeMap::new();
@@ -262,6 +276,15 @@ mod tests {
 
     struct Answer(bool, Arc<AtomicUsize>);
 
+    /// A stdio server running `line` (words split at spaces).
+    fn stdio(line: &str) -> McpServerConfig {
+        let mut words = line.split(' ');
+        let command = words.next().unwrap_or_default();
+        let args: Vec<&str> = words.collect();
+        let server = serde_json::json!({"s": {"command": command, "args": args}});
+        crate::config::mcp::parse_servers("mcp_servers", &server).unwrap()["s"].clone()
+    }
+
     impl StartApproval for Answer {
         fn ask(&self, _: &str, _: &str, _: &Path) -> BoxFuture<'static, Result<bool, String>> {
             self.1.fetch_add(1, Ordering::SeqCst);
@@ -278,28 +301,34 @@ mod tests {
         let yes = Answer(true, Arc::clone(&asked));
         let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
         assert_eq!(
-            approvals.decide(root, "s", "node a.js", None).await,
+            approvals.decide(root, "s", &stdio("node a.js"), None).await,
             Verdict::Unasked
         );
         assert_eq!(
-            approvals.decide(root, "s", "node a.js", Some(&yes)).await,
+            approvals
+                .decide(root, "s", &stdio("node a.js"), Some(&yes))
+                .await,
             Verdict::Approved
         );
         // Remembered on disk: a new process does not ask again.
         let again = ProjectApprovals::new(Some(data.path().to_path_buf()));
         assert_eq!(
-            again.decide(root, "s", "node a.js", None).await,
+            again.decide(root, "s", &stdio("node a.js"), None).await,
             Verdict::Approved
         );
         assert_eq!(asked.load(Ordering::SeqCst), 1);
         // A changed command line asks again; a denial stands for the process.
         let no = Answer(false, Arc::clone(&asked));
         assert_eq!(
-            again.decide(root, "s", "node b.js", Some(&no)).await,
+            again
+                .decide(root, "s", &stdio("node b.js"), Some(&no))
+                .await,
             Verdict::Denied
         );
         assert_eq!(
-            again.decide(root, "s", "node b.js", Some(&yes)).await,
+            again
+                .decide(root, "s", &stdio("node b.js"), Some(&yes))
+                .await,
             Verdict::Denied
         );
         assert_eq!(asked.load(Ordering::SeqCst), 2);
@@ -321,6 +350,7 @@ mod tests {
                                 root: "/srv/p".into(),
                                 server: format!("s{w}-{i}"),
                                 command_line: "node a.js".into(),
+                                reaches: stdio("node a.js").approval_key(),
                             })
                             .unwrap();
                     }
@@ -345,12 +375,14 @@ mod tests {
         let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
         // Unreadable: nothing counts as approved, so nothing starts without asking.
         assert_eq!(
-            approvals.decide(root, "s", "node a.js", None).await,
+            approvals.decide(root, "s", &stdio("node a.js"), None).await,
             Verdict::Unasked
         );
         let yes = Answer(true, Arc::clone(&asked));
         assert_eq!(
-            approvals.decide(root, "s", "node a.js", Some(&yes)).await,
+            approvals
+                .decide(root, "s", &stdio("node a.js"), Some(&yes))
+                .await,
             Verdict::Approved
         );
         // The unreadable bytes are kept, byte for byte, and the new file holds the approval.
@@ -358,18 +390,66 @@ mod tests {
         assert_eq!(std::fs::read(&aside).unwrap(), garbage);
         let again = ProjectApprovals::new(Some(data.path().to_path_buf()));
         assert_eq!(
-            again.decide(root, "s", "node a.js", None).await,
+            again.decide(root, "s", &stdio("node a.js"), None).await,
             Verdict::Approved
         );
         // A second corrupt file does not overwrite the first copy.
         std::fs::write(&file, b"not json").unwrap();
         let no_file = Answer(true, Arc::clone(&asked));
         assert_eq!(
-            again.decide(root, "t", "node b.js", Some(&no_file)).await,
+            again
+                .decide(root, "t", &stdio("node b.js"), Some(&no_file))
+                .await,
             Verdict::Approved
         );
         assert_eq!(std::fs::read(&aside).unwrap(), garbage);
         let second = data.path().join(format!("{APPROVALS_FILE}.corrupt-2"));
         assert_eq!(std::fs::read(&second).unwrap(), b"not json");
+    }
+
+    #[tokio::test]
+    async fn an_approval_written_before_the_full_key_keeps_reading_and_asks_again() {
+        let data = tempfile::tempdir().unwrap();
+        let file = data.path().join(APPROVALS_FILE);
+        // The shape pen wrote before approvals were keyed by all that reaches the server.
+        let old = r#"[{"root": "/srv/project", "server": "web", "command_line": "https://h/mcp"}]"#;
+        std::fs::write(&file, old).unwrap();
+        let root = Path::new("/srv/project");
+        let web = crate::config::mcp::parse_servers(
+            "mcp_servers",
+            &serde_json::json!({"web": {"url": "https://h/mcp"}}),
+        )
+        .unwrap()["web"]
+            .clone();
+        let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
+        assert_eq!(
+            approvals.decide(root, "web", &web, None).await,
+            Verdict::Unasked,
+            "an old approval matches nothing"
+        );
+        let asked = Arc::new(AtomicUsize::new(0));
+        let yes = Answer(true, Arc::clone(&asked));
+        assert_eq!(
+            approvals.decide(root, "web", &web, Some(&yes)).await,
+            Verdict::Approved
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        // Read, not set aside as unreadable: the old entry is kept beside the new one.
+        assert!(
+            !data
+                .path()
+                .join(format!("{APPROVALS_FILE}.corrupt-1"))
+                .exists()
+        );
+        assert_eq!(approvals.approved().len(), 2);
+        // A header added later is a change: asked again.
+        let mut changed = web.clone();
+        if let crate::config::McpTransport::Http { headers, .. } = &mut changed.transport {
+            headers.insert("X-Team".into(), "core".into());
+        }
+        assert_eq!(
+            approvals.decide(root, "web", &changed, None).await,
+            Verdict::Unasked
+        );
     }
 }

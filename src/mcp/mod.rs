@@ -21,17 +21,20 @@
 pub mod approvals;
 mod names;
 mod result;
+mod stdio;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::limits::{
-    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_SCHEMA_BYTES, MAX_MCP_TOOLS_PER_SERVER,
+    MAX_MCP_DESCRIPTION_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_MCP_SCHEMA_BYTES,
+    MAX_MCP_TOOL_LIST_PAGES, MAX_MCP_TOOL_NAME_BYTES, MAX_MCP_TOOLS_PER_SERVER,
     MCP_RESTART_BACKOFF_MAX_SECS, MCP_RESTART_BACKOFF_SECS, MCP_STDERR_TAIL_BYTES,
     MCP_STDERR_TAIL_LINES,
 };
 use crate::tools::{CatalogEntry, ErrorCode, ToolError};
 use futures::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, CustomRequest,
+    Implementation, ProtocolVersion,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -45,11 +48,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use approvals::{ProjectApprovals, StartApproval};
 pub use result::observation;
-
-/// A server's name as its tools' names spell it (`mcp__<this>__tool`).
-pub fn names_prefix(server: &str) -> String {
-    names::sanitise(server)
-}
 
 /// Why an MCP operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +77,9 @@ pub enum ServerState {
     NotApproved {
         denied: bool,
     },
+    /// A project server pen refuses to start, whatever the owner answers (it names one of the
+    /// owner's variables, or is malformed).
+    Refused,
     /// `enabled = false`.
     Disabled,
 }
@@ -92,6 +93,7 @@ impl ServerState {
             ServerState::Failed { .. } => "failed",
             ServerState::NotApproved { denied: false } => "not_approved",
             ServerState::NotApproved { denied: true } => "denied",
+            ServerState::Refused => "refused",
             ServerState::Disabled => "disabled",
         }
     }
@@ -119,11 +121,10 @@ pub struct ServerNotice {
     pub reason: Option<String>,
 }
 
-/// One tool of a server, as pen offers it.
+/// One tool of a server, as pen offers it (its name for the model is assigned over every
+/// server's tools at once: [`McpTools::named`]).
 #[derive(Debug, Clone)]
 struct McpTool {
-    /// The name the model calls (`mcp__server__tool`).
-    name: String,
     /// The server's own name for it.
     remote: String,
     description: String,
@@ -132,26 +133,33 @@ struct McpTool {
 }
 
 /// What an added tool needs of the turn engine: how it is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolInfo {
+    /// The configured name of the server the tool belongs to (`None` when no server offers
+    /// the name now).
+    pub server: Option<String>,
     /// The server says it only reads (`readOnlyHint`): `auto_approve`'s `mcp__server__*` may
     /// then cover it.
     pub read_only_hint: bool,
 }
 
 /// Whether `auto_approve` lets a call of the MCP tool `name` run without asking: its exact
-/// name, or — for a tool whose server says it only reads — a `mcp__server__*` pattern.
-pub fn auto_approved(auto_approve: &[String], name: &str, info: ToolInfo) -> bool {
+/// name, or — for a tool whose server says it only reads — that server's `mcp__server__*`
+/// pattern. The pattern is matched by the server the tool belongs to, never by the spelling of
+/// the tool's name (another server's tool may begin with the same letters).
+pub fn auto_approved(auto_approve: &[String], name: &str, info: &ToolInfo) -> bool {
     auto_approve
         .iter()
-        .any(|entry| match entry.strip_suffix('*') {
-            Some(prefix) => info.read_only_hint && name.starts_with(prefix),
+        .any(|entry| match crate::config::mcp::pattern_server(entry) {
+            Some(server) => info.read_only_hint && info.server.as_deref() == Some(server),
             None => entry == name,
         })
 }
 
 /// The client's side of a server connection: when the server's tools change, marks it stale
-/// and fetches the list again at once (the next request checks too).
+/// and fetches the list again at once (the next request checks too). Any number of
+/// `list_changed` in a row make one pending fetch: a server streaming them gets at most one
+/// `tools/list` running and one waiting, never a task for each.
 #[derive(Clone)]
 struct Handler {
     server: std::sync::Weak<Server>,
@@ -159,8 +167,9 @@ struct Handler {
 
 impl Handler {
     fn tools_changed(&self) {
-        if let Some(server) = self.server.upgrade() {
-            server.stale.store(true, Ordering::SeqCst);
+        if let Some(server) = self.server.upgrade()
+            && !server.stale.swap(true, Ordering::SeqCst)
+        {
             tokio::spawn(async move { server.refresh().await });
         }
     }
@@ -185,6 +194,10 @@ struct Connection {
     peer: Peer<RoleClient>,
     /// Closes the connection (and ends a stdio server's process).
     close: CancellationToken,
+    /// Wakes the calls in flight when the server sent a message too large to read (a stdio
+    /// server's line over `MAX_MCP_MESSAGE_BYTES`; rmcp's HTTP transport fails such a request
+    /// itself).
+    too_large: Arc<tokio::sync::Notify>,
 }
 
 /// The mutable life of one server.
@@ -192,6 +205,8 @@ struct Life {
     state: ServerState,
     connection: Option<Connection>,
     tools: Arc<Vec<McpTool>>,
+    /// The tools the server listed that pen left out, each with why.
+    left_out: Vec<(String, String)>,
     /// Failures in a row, and when the next start may be tried.
     failures: u32,
     next_try: Option<Instant>,
@@ -230,20 +245,18 @@ impl Server {
     /// Records a failure of the connection of `generation` (and tells the turn), closing what
     /// is left of it. A failure already recorded, or of an older connection, changes nothing.
     fn fail(&self, generation: u64, why: String) {
-        {
-            let life = self.lock();
-            if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
-                return;
-            }
-        }
         let tail = self.stderr_tail();
         let why = if tail.trim().is_empty() {
             why
         } else {
             format!("{why}; the last lines of its stderr:\n{tail}")
         };
-        tracing::warn!(server = %self.name, %why, "MCP server is down");
+        // Checked and changed under one lock: a failure seen late (the watcher and a call both
+        // saw the connection end) must not close the connection a restart made meanwhile.
         let mut life = self.lock();
+        if life.generation != generation || matches!(life.state, ServerState::Failed { .. }) {
+            return;
+        }
         if let Some(connection) = life.connection.take() {
             connection.close.cancel();
         }
@@ -258,6 +271,7 @@ impl Server {
         life.state = ServerState::Failed { why: why.clone() };
         life.tools = Arc::new(Vec::new());
         drop(life);
+        tracing::warn!(server = %self.name, %why, "MCP server is down");
         self.notice("failed", Some(why));
     }
 
@@ -294,14 +308,15 @@ impl Server {
         let secs = self.config.startup_timeout_secs;
         let started = tokio::time::timeout(Duration::from_secs(secs), self.start(root)).await;
         match started {
-            Ok(Ok((connection, tools, version))) => {
-                tracing::info!(server = %self.name, protocol_version = %version, tools = tools.len(), "MCP server started");
+            Ok(Ok((connection, listed, version))) => {
+                tracing::info!(server = %self.name, protocol_version = %version, tools = listed.tools.len(), "MCP server started");
                 let mut life = self.lock();
                 life.state = ServerState::Running {
                     protocol_version: version,
                 };
                 life.connection = Some(connection);
-                life.tools = Arc::new(tools);
+                life.tools = Arc::new(listed.tools);
+                life.left_out = listed.left_out;
                 life.failures = 0;
                 life.next_try = None;
                 drop(life);
@@ -324,7 +339,7 @@ impl Server {
     async fn start(
         self: &Arc<Self>,
         root: &Path,
-    ) -> Result<(Connection, Vec<McpTool>, String), McpError> {
+    ) -> Result<(Connection, Listed, String), McpError> {
         let start_err = |why: String| McpError::Start {
             server: self.name.clone(),
             why,
@@ -341,6 +356,7 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         let close = CancellationToken::new();
+        let mut too_large = Arc::default();
         let service: RunningService<RoleClient, Handler> = match &self.config.transport {
             McpTransport::Stdio {
                 command,
@@ -354,19 +370,18 @@ impl Server {
                     cwd.as_deref()
                         .map_or_else(|| root.to_path_buf(), |cwd| root.join(cwd)),
                 );
-                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
+                let started = stdio::spawn(cmd, &self.name)
                     .map_err(|e| start_err(format!("cannot run `{command}`: {e}")))?;
-                if let Some(stderr) = stderr {
+                if let Some(stderr) = started.stderr {
                     tokio::spawn(keep_stderr(
                         stderr,
                         Arc::clone(&self.stderr),
                         self.name.clone(),
                     ));
                 }
+                too_large = started.too_large;
                 handler
-                    .serve_with_lifecycle(transport, lifecycle)
+                    .serve_with_lifecycle(started.transport, lifecycle)
                     .await
                     .map_err(|e| start_err(e.to_string()))?
             }
@@ -458,29 +473,66 @@ impl Server {
                 _ = closing.cancelled() => token.cancel(),
             }
         });
-        Ok((Connection { peer, close }, tools, version))
+        Ok((
+            Connection {
+                peer,
+                close,
+                too_large,
+            },
+            tools,
+            version,
+        ))
     }
 
     /// Fetches the tool list again after `notifications/tools/list_changed`. One fetch runs at
     /// a time, so a request waits for one under way.
+    ///
+    /// A server that does not answer within its `startup_timeout_secs` (the time it has to list
+    /// its tools when it starts) is marked failed. A fetch dropped on the way (the turn was
+    /// stopped) leaves the server stale, so the next request fetches again.
     async fn refresh(&self) {
         let _one = self.refreshing.lock().await;
         if !self.stale.swap(false, Ordering::SeqCst) {
             return;
         }
-        let (peer, generation) = {
+        let (peer, generation, too_large) = {
             let life = self.lock();
             match &life.connection {
-                Some(connection) => (connection.peer.clone(), life.generation),
+                Some(connection) => (
+                    connection.peer.clone(),
+                    life.generation,
+                    Arc::clone(&connection.too_large),
+                ),
                 None => return,
             }
         };
-        match list_tools(&self.name, &self.config, &peer).await {
-            Ok(tools) => {
-                tracing::info!(server = %self.name, tools = tools.len(), "MCP tool list refreshed");
-                self.lock().tools = Arc::new(tools);
+        let unfinished = StaleUntilDone(&self.stale);
+        let secs = self.config.startup_timeout_secs;
+        let listing = list_tools(&self.name, &self.config, &peer);
+        let listed = tokio::time::timeout(
+            Duration::from_secs(secs),
+            unless_too_large(&too_large, listing),
+        )
+        .await;
+        std::mem::forget(unfinished);
+        match listed {
+            Ok(None) => self.fail(
+                generation,
+                format!("its tools/list answer is over {MAX_MCP_MESSAGE_BYTES} bytes"),
+            ),
+            Ok(Some(Ok(listed))) => {
+                tracing::debug!(server = %self.name, tools = listed.tools.len(), "MCP tool list refreshed");
+                let mut life = self.lock();
+                life.tools = Arc::new(listed.tools);
+                life.left_out = listed.left_out;
             }
-            Err(err) => self.fail(generation, err.to_string()),
+            Ok(Some(Err(err))) => self.fail(generation, err.to_string()),
+            Err(_) => self.fail(
+                generation,
+                format!(
+                    "it did not answer tools/list within startup_timeout_secs = {secs} s after its tools changed"
+                ),
+            ),
         }
     }
 
@@ -495,18 +547,45 @@ impl Server {
             state: life.state.clone(),
             reason,
             tool_count: life.tools.len(),
-            schema_tokens: schema_tokens(&life.tools),
+            schema_tokens: schema_tokens(&self.name, &life.tools),
             project: self.project,
         }
     }
 }
 
-/// A rough token count of tool definitions: a quarter of their bytes (the budget's own
-/// estimate counts them exactly when a request is planned).
-fn schema_tokens(tools: &[McpTool]) -> u64 {
+/// `work`'s outcome, or `None` when the server sent a message too large to read first (the one
+/// `work` waits for, most likely): then `work` is dropped rather than left to its timeout.
+async fn unless_too_large<T>(
+    too_large: &tokio::sync::Notify,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    // Created before `work` sends anything, so a wake-up while it waits is not missed.
+    let notified = too_large.notified();
+    tokio::select! {
+        done = work => Some(done),
+        _ = notified => None,
+    }
+}
+
+/// Marks a server stale again when dropped: a tool list fetch that did not finish.
+struct StaleUntilDone<'a>(&'a AtomicBool);
+
+impl Drop for StaleUntilDone<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A rough token count of a server's tool definitions: a quarter of their bytes, a name taken
+/// as `mcp__<server>__<tool>` (the budget's own estimate counts them exactly when a request is
+/// planned).
+fn schema_tokens(server: &str, tools: &[McpTool]) -> u64 {
+    let name_bytes = |tool: &McpTool| {
+        (names::PREFIX.len() + server.len() + 2 + tool.remote.len()).min(MAX_MCP_TOOL_NAME_BYTES)
+    };
     tools
         .iter()
-        .map(|t| (t.name.len() + t.description.len() + t.schema.to_string().len()) as u64)
+        .map(|t| (name_bytes(t) + t.description.len() + t.schema.to_string().len()) as u64)
         .sum::<u64>()
         .div_ceil(4)
 }
@@ -529,66 +608,118 @@ async fn keep_stderr(
     }
 }
 
-/// Lists a server's tools, keeping those the config takes and whose schema a provider accepts.
+/// A server's tools as pen takes them (sorted by the server's names), and those it left out:
+/// each one's name and why.
+#[derive(Debug, Default)]
+struct Listed {
+    tools: Vec<McpTool>,
+    left_out: Vec<(String, String)>,
+}
+
+/// Lists a server's tools, keeping those the config takes and whose name and schema pen can
+/// offer. `tools/list` is read as plain JSON and each tool checked on its own, so one bad tool
+/// is left out (logged, and shown by `pen mcp list`) while the rest work.
 async fn list_tools(
     server: &str,
     config: &McpServerConfig,
     peer: &Peer<RoleClient>,
-) -> Result<Vec<McpTool>, McpError> {
-    let listed = peer.list_all_tools().await.map_err(|e| McpError::Start {
+) -> Result<Listed, McpError> {
+    let failed = |why: String| McpError::Start {
         server: server.to_string(),
-        why: format!("tools/list failed: {e}"),
-    })?;
-    let mut kept: Vec<(String, String, Value, bool)> = Vec::new();
-    for tool in listed {
-        let wire = serde_json::to_value(&tool).unwrap_or(Value::Null);
-        let remote = tool.name.to_string();
-        if !config.takes_tool(&remote) {
+        why: format!("tools/list failed: {why}"),
+    };
+    let mut wire_tools: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let params = cursor
+            .take()
+            .map(|cursor| serde_json::json!({ "cursor": cursor }));
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/list", params));
+        let answer = peer
+            .send_request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut answer = serde_json::to_value(&answer).unwrap_or(Value::Null);
+        match answer.get_mut("tools").map(Value::take) {
+            Some(Value::Array(tools)) => wire_tools.extend(tools),
+            _ => return Err(failed("its answer has no list of tools".into())),
+        }
+        pages += 1;
+        cursor = answer
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+        if pages >= MAX_MCP_TOOL_LIST_PAGES {
+            tracing::warn!(
+                server,
+                "tools/list has more than {MAX_MCP_TOOL_LIST_PAGES} pages; the rest are left out"
+            );
+            break;
+        }
+    }
+    let mut listed = Listed::default();
+    let mut leave_out = |tool: String, why: String| {
+        tracing::warn!(server, tool = %tool, "left out: {why}");
+        listed.left_out.push((tool, why));
+    };
+    for wire in &wire_tools {
+        let shown = |name: &str| crate::text::cut(name, MAX_MCP_TOOL_NAME_BYTES).to_string();
+        let Some(remote) = wire.get("name").and_then(Value::as_str) else {
+            leave_out(String::new(), "it has no name".into());
+            continue;
+        };
+        if let Some(why) = names::refusal(remote) {
+            leave_out(shown(remote), why);
             continue;
         }
-        if kept.len() >= MAX_MCP_TOOLS_PER_SERVER {
-            tracing::warn!(server, tool = %remote, "left out: the server has more than {MAX_MCP_TOOLS_PER_SERVER} tools");
+        if !config.takes_tool(remote) {
+            continue;
+        }
+        if listed.tools.iter().any(|tool| tool.remote == remote) {
+            leave_out(shown(remote), "the server lists it twice".into());
+            continue;
+        }
+        if listed.tools.len() >= MAX_MCP_TOOLS_PER_SERVER {
+            leave_out(
+                shown(remote),
+                format!("the server has more than {MAX_MCP_TOOLS_PER_SERVER} tools"),
+            );
             continue;
         }
         let schema = match checked_schema(wire.get("inputSchema")) {
             Ok(schema) => schema,
             Err(why) => {
-                tracing::warn!(server, tool = %remote, "left out: {why}");
+                leave_out(shown(remote), why);
                 continue;
             }
         };
-        let description = tool.description.as_deref().unwrap_or("").to_string();
+        let description = wire
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let description = crate::text::cut_with_note(
-            &description,
+            description,
             MAX_MCP_DESCRIPTION_BYTES,
             format_args!("…[description cut]"),
         )
         .into_owned();
-        let read_only = wire
+        let read_only_hint = wire
             .pointer("/annotations/readOnlyHint")
             .and_then(Value::as_bool)
             == Some(true);
-        kept.push((remote, description, schema, read_only));
+        listed.tools.push(McpTool {
+            remote: remote.to_string(),
+            description,
+            schema,
+            read_only_hint,
+        });
     }
-    kept.sort_by(|a, b| a.0.cmp(&b.0));
-    let pairs: Vec<(String, String)> = kept
-        .iter()
-        .map(|(remote, ..)| (server.to_string(), remote.clone()))
-        .collect();
-    let names = names::assign(&pairs);
-    Ok(kept
-        .into_iter()
-        .zip(names)
-        .map(
-            |((remote, description, schema, read_only_hint), name)| McpTool {
-                name,
-                remote,
-                description,
-                schema,
-                read_only_hint,
-            },
-        )
-        .collect())
+    listed.tools.sort_by(|a, b| a.remote.cmp(&b.remote));
+    Ok(listed)
 }
 
 /// A tool's input schema as providers take it: a JSON object schema of bounded size. A
@@ -683,12 +814,15 @@ impl McpManager {
     /// The servers for a turn in `root`: the configured ones and the project's approved ones
     /// (asking `approver` about a project server not decided yet), each started if it is not
     /// running, waiting at most each one's startup timeout. A server whose configuration
-    /// changed is closed and started anew; one no longer configured is closed.
+    /// changed is closed and started anew; one no longer configured is closed. When `cancel`
+    /// fires (the turn was stopped) nothing more is waited for: a question not answered is
+    /// taken as not asked, and a server still starting is left to start on the next turn.
     pub async fn prepare(
         &self,
         configured: &BTreeMap<String, McpServerConfig>,
         root: &Path,
         approver: Option<&dyn StartApproval>,
+        cancel: &CancellationToken,
     ) -> Arc<McpTools> {
         let mut wanted: Vec<(String, McpServerConfig, bool)> = configured
             .iter()
@@ -699,8 +833,27 @@ impl McpManager {
             if configured.contains_key(&name) || wanted.len() >= crate::limits::MAX_MCP_SERVERS {
                 continue;
             }
+            let config = match config {
+                Ok(config) => config,
+                Err(why) => {
+                    tracing::warn!(server = %name, "project MCP server refused: {why}");
+                    blocked.push(ServerStatus {
+                        name,
+                        state: ServerState::Refused,
+                        reason: Some(why.to_string()),
+                        tool_count: 0,
+                        schema_tokens: 0,
+                        project: true,
+                    });
+                    continue;
+                }
+            };
             let line = config.command_line();
-            match self.approvals.decide(root, &name, &line, approver).await {
+            let verdict = tokio::select! {
+                verdict = self.approvals.decide(root, &name, &config, approver) => verdict,
+                _ = cancel.cancelled() => approvals::Verdict::Unasked,
+            };
+            match verdict {
                 approvals::Verdict::Approved => wanted.push((name, config, true)),
                 verdict => blocked.push(ServerStatus {
                     name,
@@ -753,6 +906,7 @@ impl McpManager {
                                     state,
                                     connection: None,
                                     tools: Arc::default(),
+                                    left_out: Vec::new(),
                                     failures: 0,
                                     next_try: None,
                                     generation: 0,
@@ -773,10 +927,14 @@ impl McpManager {
             .iter()
             .filter(|server| server.config.enabled)
             .map(|server| server.ensure_started(root));
-        futures::future::join_all(starts).await;
+        tokio::select! {
+            _ = futures::future::join_all(starts) => {}
+            _ = cancel.cancelled() => {}
+        }
         *self.blocked.lock().unwrap_or_else(|p| p.into_inner()) = blocked.clone();
         Arc::new(McpTools {
             servers,
+            offered: Mutex::default(),
             blocked,
             root: root.to_path_buf(),
             notices: Arc::clone(&self.notices),
@@ -787,6 +945,9 @@ impl McpManager {
 /// The MCP servers of one turn and their tools.
 pub struct McpTools {
     servers: Vec<Arc<Server>>,
+    /// Every name a request offered, with its server: a name no server lists now (its server
+    /// died) still says which server is down.
+    offered: Mutex<BTreeMap<String, Arc<Server>>>,
     /// Project servers left off (not approved, or denied), for the status.
     blocked: Vec<ServerStatus>,
     root: PathBuf,
@@ -799,40 +960,101 @@ impl std::fmt::Debug for McpTools {
     }
 }
 
+/// A tool as a request offers it: the name the model calls, its server and the tool.
+struct Named {
+    name: String,
+    server: Arc<Server>,
+    tool: McpTool,
+}
+
 impl McpTools {
-    /// Every running server's tools, sorted by server name then tool name.
-    pub fn catalog(&self) -> Vec<CatalogEntry> {
-        self.servers
+    /// Every running server's tools, named over all servers at once (so no two share a name),
+    /// sorted by server name then tool name. The names are remembered with their servers, so a
+    /// call of a tool whose server went down since is told which server is down.
+    fn named(&self) -> Vec<Named> {
+        let mut servers: Vec<(&Arc<Server>, Arc<Vec<McpTool>>)> = self
+            .servers
             .iter()
-            .flat_map(|server| {
-                let tools = Arc::clone(&server.lock().tools);
+            .map(|server| (server, Arc::clone(&server.lock().tools)))
+            .collect();
+        servers.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let pairs: Vec<(&str, &str)> = servers
+            .iter()
+            .flat_map(|(server, tools)| {
                 tools
                     .iter()
-                    .map(|tool| CatalogEntry {
-                        name: tool.name.clone(),
-                        description: tool.description.clone(),
-                        input_schema: tool.schema.clone(),
-                    })
-                    .collect::<Vec<_>>()
+                    .map(|tool| (server.name.as_str(), tool.remote.as_str()))
+            })
+            .collect();
+        let names = names::assign(&pairs);
+        let named: Vec<Named> = servers
+            .iter()
+            .flat_map(|(server, tools)| tools.iter().map(move |tool| (*server, tool)))
+            .zip(names)
+            .map(|((server, tool), name)| Named {
+                name,
+                server: Arc::clone(server),
+                tool: tool.clone(),
+            })
+            .collect();
+        let mut offered = self.offered.lock().unwrap_or_else(|p| p.into_inner());
+        for tool in &named {
+            offered.insert(tool.name.clone(), Arc::clone(&tool.server));
+        }
+        named
+    }
+
+    /// Every running server's tools, sorted by server name then tool name.
+    pub fn catalog(&self) -> Vec<CatalogEntry> {
+        self.named()
+            .into_iter()
+            .map(|named| CatalogEntry {
+                name: named.name,
+                description: named.tool.description,
+                input_schema: named.tool.schema,
             })
             .collect()
     }
 
-    /// The MCP tool named `name`, if a server has it.
+    /// The MCP tool named `name`: its server, and whether it only reads. A name no server has
+    /// now (its server went down) has no server and does not only read.
     pub fn tool(&self, name: &str) -> Option<ToolInfo> {
-        self.find(name).map(|(_, tool)| ToolInfo {
-            read_only_hint: tool.read_only_hint,
+        if let Some(found) = self.find(name) {
+            return Some(ToolInfo {
+                server: Some(found.server.name.clone()),
+                read_only_hint: found.tool.read_only_hint,
+            });
+        }
+        Self::is_mcp_name(name).then_some(ToolInfo {
+            server: None,
+            read_only_hint: false,
         })
+    }
+
+    /// The model's names for `server`'s tools.
+    pub fn tool_names(&self, server: &str) -> Vec<String> {
+        self.named()
+            .into_iter()
+            .filter(|named| named.server.name == server)
+            .map(|named| named.name)
+            .collect()
     }
 
     /// The model's name for `server`'s tool `tool` (the server's name for it).
     pub fn model_name(&self, server: &str, tool: &str) -> Option<String> {
-        let server = self.servers.iter().find(|s| s.name == server)?;
-        let tools = Arc::clone(&server.lock().tools);
-        tools
+        self.named()
+            .into_iter()
+            .find(|named| named.server.name == server && named.tool.remote == tool)
+            .map(|named| named.name)
+    }
+
+    /// The tools `server` listed that pen left out, each with why.
+    pub fn left_out(&self, server: &str) -> Vec<(String, String)> {
+        self.servers
             .iter()
-            .find(|t| t.remote == tool)
-            .map(|t| t.name.clone())
+            .find(|s| s.name == server)
+            .map(|s| s.lock().left_out.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `name` is an MCP tool name (one this turn's servers have, or had).
@@ -840,14 +1062,8 @@ impl McpTools {
         name.starts_with(names::PREFIX)
     }
 
-    fn find(&self, name: &str) -> Option<(Arc<Server>, McpTool)> {
-        self.servers.iter().find_map(|server| {
-            let tools = Arc::clone(&server.lock().tools);
-            tools
-                .iter()
-                .find(|tool| tool.name == name)
-                .map(|tool| (Arc::clone(server), tool.clone()))
-        })
+    fn find(&self, name: &str) -> Option<Named> {
+        self.named().into_iter().find(|named| named.name == name)
     }
 
     /// Fetches again the tool lists of servers that said theirs changed, and starts again a
@@ -896,11 +1112,12 @@ impl McpTools {
         arguments: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let found = self.find(name);
+        let found = self.find(name).map(|named| (named.server, named.tool));
         let server_of_name = self
-            .servers
-            .iter()
-            .find(|s| name.starts_with(&format!("{}{}__", names::PREFIX, names::sanitise(&s.name))))
+            .offered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
             .cloned();
         let root = self.root.clone();
         let name = name.to_string();
@@ -912,7 +1129,10 @@ impl McpTools {
                     // time when its wait is over.
                     if let Some(server) = server_of_name {
                         let down = down_error(&server);
-                        server.ensure_started(&root).await;
+                        tokio::select! {
+                            _ = server.ensure_started(&root) => {}
+                            _ = cancel.cancelled() => {}
+                        }
                         return Err(down);
                     }
                     return Err(ToolError::new(
@@ -923,10 +1143,14 @@ impl McpTools {
                     ));
                 }
             };
-            let (peer, generation) = {
+            let (peer, generation, too_large) = {
                 let life = server.lock();
                 match &life.connection {
-                    Some(connection) => (connection.peer.clone(), life.generation),
+                    Some(connection) => (
+                        connection.peer.clone(),
+                        life.generation,
+                        Arc::clone(&connection.too_large),
+                    ),
                     None => {
                         drop(life);
                         return Err(down_error(&server));
@@ -944,8 +1168,18 @@ impl McpTools {
             };
             let params = CallToolRequestParams::new(tool.remote.clone()).with_arguments(arguments);
             let timeout = Duration::from_secs(server.config.tool_timeout_secs);
+            let call = tokio::time::timeout(timeout, peer.call_tool(params));
             let answer = tokio::select! {
-                answer = tokio::time::timeout(timeout, peer.call_tool(params)) => answer,
+                answer = unless_too_large(&too_large, call) => match answer {
+                    Some(answer) => answer,
+                    None => return Err(ToolError::new(
+                        ErrorCode::ToolFailed,
+                        format!(
+                            "too large: MCP server `{}` answered with a message over {MAX_MCP_MESSAGE_BYTES} bytes, which pen does not read; the call's outcome is unknown. Call it again asking for less",
+                            server.name
+                        ),
+                    )),
+                },
                 _ = cancel.cancelled() => {
                     return Err(ToolError::new(
                         ErrorCode::Stopped,
@@ -1007,18 +1241,36 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_glob_approves_only_read_only_tools() {
+    fn a_pattern_approves_only_its_own_server_s_read_only_tools() {
         let allow = vec!["mcp__docs__*".to_string(), "mcp__git__push".to_string()];
-        let ro = ToolInfo {
-            read_only_hint: true,
+        let info = |server: &str, read_only_hint| ToolInfo {
+            server: Some(server.to_string()),
+            read_only_hint,
         };
-        let rw = ToolInfo {
+        assert!(auto_approved(
+            &allow,
+            "mcp__docs__search",
+            &info("docs", true)
+        ));
+        assert!(!auto_approved(
+            &allow,
+            "mcp__docs__delete",
+            &info("docs", false)
+        ));
+        assert!(auto_approved(&allow, "mcp__git__push", &info("git", false)));
+        assert!(!auto_approved(&allow, "mcp__git__pull", &info("git", true)));
+        // Server `docs_`'s tool `x` is spelt mcp__docs___x, which begins like the pattern: it
+        // is not `docs`'s, so the pattern does not cover it.
+        assert!(!auto_approved(
+            &allow,
+            "mcp__docs___x",
+            &info("docs_", true)
+        ));
+        let gone = ToolInfo {
+            server: None,
             read_only_hint: false,
         };
-        assert!(auto_approved(&allow, "mcp__docs__search", ro));
-        assert!(!auto_approved(&allow, "mcp__docs__delete", rw));
-        assert!(auto_approved(&allow, "mcp__git__push", rw));
-        assert!(!auto_approved(&allow, "mcp__git__pull", ro));
+        assert!(!auto_approved(&allow, "mcp__docs__search", &gone));
     }
 
     #[test]

@@ -24,7 +24,9 @@ impl Backend {
         exists?;
         // One turn per session here and across every pen sharing the database (SPEC §4): the
         // session is claimed before anything of the turn runs, and released when it ends.
-        let pending = match engine.begin(&session_id, CancellationToken::new()).await {
+        // pen/stop fires it: it ends the turn wherever it is, the MCP servers' start included.
+        let stop = CancellationToken::new();
+        let pending = match engine.begin(&session_id, stop.clone()).await {
             Ok(pending) => pending,
             Err(err @ agent::BeginError::Running(_)) => {
                 return Err(jsonrpc::Error {
@@ -101,7 +103,7 @@ impl Backend {
         let mcp = self
             .state
             .mcp
-            .prepare(&config.mcp_servers, &root, Some(&start))
+            .prepare(&config.mcp_servers, &root, Some(&start), &stop)
             .await;
         // It holds a sender of the turn's event queue, which must close when the turn ends.
         drop(start);

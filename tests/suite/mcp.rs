@@ -23,10 +23,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The longest any condition below is waited for (a server starting on a loaded machine).
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(super) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The path a setup variable names, or `None` when the test is knowingly skipped.
-fn peer(var: &str, test: &str) -> Option<String> {
+pub(super) fn peer(var: &str, test: &str) -> Option<String> {
     let needs = super::peers::Needs {
         file: "tests/suite/mcp.rs",
         peer: "a real MCP server",
@@ -38,7 +38,7 @@ fn peer(var: &str, test: &str) -> Option<String> {
         .map(|value| value.to_string_lossy().into_owned())
 }
 
-fn call(id: &str, name: &str, args: Value) -> ToolCall {
+pub(super) fn call(id: &str, name: &str, args: Value) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: name.into(),
@@ -46,11 +46,11 @@ fn call(id: &str, name: &str, args: Value) -> ToolCall {
     }
 }
 
-fn calls(list: &[ToolCall]) -> Reply {
+pub(super) fn calls(list: &[ToolCall]) -> Reply {
     Reply::Stream(openai_frames(&[], list, usage()))
 }
 
-fn text(words: &str) -> Reply {
+pub(super) fn text(words: &str) -> Reply {
     Reply::Stream(openai_frames(&[words], &[], usage()))
 }
 
@@ -58,21 +58,26 @@ fn usage() -> Usage {
     Usage::new(100, 10)
 }
 
-struct Daemon {
+pub(super) struct Daemon {
     _data: tempfile::TempDir,
     _root: tempfile::TempDir,
-    client: LspClient,
+    pub(super) client: LspClient,
 }
 
 /// `pen serve` with the fake provider, `env` added to its environment, and these MCP servers
 /// and `auto_approve` set through pen/setConfig (the editors' path).
-fn daemon(fake: &FakeProvider, env: &[(&str, &str)], servers: Value, auto: &[&str]) -> Daemon {
+pub(super) fn daemon(
+    fake: &FakeProvider,
+    env: &[(&str, &str)],
+    servers: Value,
+    auto: &[&str],
+) -> Daemon {
     let data = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     daemon_in(fake, env, data, root, servers, auto)
 }
 
-fn daemon_in(
+pub(super) fn daemon_in(
     fake: &FakeProvider,
     env: &[(&str, &str)],
     data: tempfile::TempDir,
@@ -106,7 +111,21 @@ fn daemon_in(
 }
 
 impl Daemon {
-    fn events(&self) -> Vec<Value> {
+    /// The approvals pen asked the client for, in order (`pen/requestApproval`).
+    pub(super) fn approvals_asked(&self) -> Vec<&Value> {
+        self.client
+            .server_requests
+            .iter()
+            .filter(|r| r["method"] == "pen/requestApproval")
+            .collect()
+    }
+
+    /// The daemon's data folder (its logs are under `logs/`).
+    pub(super) fn data_dir(&self) -> &Path {
+        self._data.path()
+    }
+
+    pub(super) fn events(&self) -> Vec<Value> {
         self.client
             .notifications
             .iter()
@@ -115,7 +134,7 @@ impl Daemon {
             .collect()
     }
 
-    fn status(&mut self, server: &str) -> Value {
+    pub(super) fn status(&mut self, server: &str) -> Value {
         let answer = self.client.request("pen/mcpStatus", json!({}));
         answer["servers"]
             .as_array()
@@ -128,7 +147,7 @@ impl Daemon {
 }
 
 /// The tool names a provider request offered.
-fn offered(request: &Value) -> Vec<String> {
+pub(super) fn offered(request: &Value) -> Vec<String> {
     request["tools"]
         .as_array()
         .map(|tools| {
@@ -141,7 +160,7 @@ fn offered(request: &Value) -> Vec<String> {
 }
 
 /// The content of the tool message answering `call_id` in a provider request.
-fn tool_message(request: &Value, call_id: &str) -> String {
+pub(super) fn tool_message(request: &Value, call_id: &str) -> String {
     request["messages"]
         .as_array()
         .unwrap()
@@ -152,7 +171,7 @@ fn tool_message(request: &Value, call_id: &str) -> String {
         .to_string()
 }
 
-fn results(transcript: &[Value]) -> Vec<Value> {
+pub(super) fn results(transcript: &[Value]) -> Vec<Value> {
     transcript
         .iter()
         .filter(|e| e["kind"] == "tool_result")
@@ -165,7 +184,7 @@ fn everything(entry: &str, env: Value) -> Value {
 }
 
 /// Waits until `ready` holds, checking every 20 ms, for at most [`DEADLINE`].
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
         assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
@@ -262,12 +281,7 @@ fn an_mcp_tool_asks_for_approval_with_its_arguments_unless_auto_approved() {
     );
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "add")["stopReason"], "end_turn");
-    let asked: Vec<&Value> = d
-        .client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
-        .collect();
+    let asked = d.approvals_asked();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["tool"], "mcp__everything__get-sum");
     assert_eq!(asked[0]["params"]["kind"], "tool_call");
@@ -549,13 +563,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     let mut d = daemon_in(&fake, &[], data, root, json!({}), &[]);
     let session = d.client.new_session();
     assert_eq!(d.client.prompt(&session, "hi")["stopReason"], "end_turn");
-    let asked: Vec<Value> = d
-        .client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
-        .cloned()
-        .collect();
+    let asked: Vec<Value> = d.approvals_asked().into_iter().cloned().collect();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["kind"], "start_mcp_server");
     assert!(
@@ -574,14 +582,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     );
     // The denial stands for the session: the next turn does not ask again.
     assert_eq!(d.client.prompt(&session, "again")["stopReason"], "end_turn");
-    assert_eq!(
-        d.client
-            .server_requests
-            .iter()
-            .filter(|r| r["method"] == "pen/requestApproval")
-            .count(),
-        1
-    );
+    assert_eq!(d.approvals_asked().len(), 1);
     assert!(!ran.exists());
     drop(d);
 
@@ -605,15 +606,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     assert_eq!(d.status("proj")["status"], "running");
     assert!(offered(&fake.requests()[0].body).contains(&"mcp__proj__echo".to_string()));
     assert_eq!(d.client.prompt(&session, "again")["stopReason"], "end_turn");
-    assert_eq!(
-        d.client
-            .server_requests
-            .iter()
-            .filter(|r| r["method"] == "pen/requestApproval")
-            .count(),
-        1,
-        "approved once"
-    );
+    assert_eq!(d.approvals_asked().len(), 1, "approved once");
 }
 
 #[test]

@@ -19,6 +19,7 @@ mod keys;
 mod list;
 mod lsp_client;
 mod mcp;
+mod mcp_hostile;
 mod old_sessions;
 mod peers;
 mod providers;
