@@ -772,6 +772,14 @@ impl PromptContext {
             }
         };
         let selection = match &self.selection {
+            Some(s)
+                if s.text.is_none() && self.active_file.as_deref().is_none_or(str::is_empty) =>
+            {
+                return Err(
+                    "context: a selection without activeFile (a buffer with no file) must carry its text"
+                        .to_string(),
+                );
+            }
             Some(s) => Some((lines(s.start_line, s.end_line)?, s.text.clone())),
             None => None,
         };

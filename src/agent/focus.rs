@@ -32,7 +32,8 @@ pub struct Lines {
 pub struct Focus {
     /// The active file, as the editor or the user named it (absolute or workspace-relative).
     pub active_file: Option<String>,
-    /// The selection in the active file, and its text when the editor sent it.
+    /// The selection in the active file, and its text when the editor sent it; without an
+    /// active file, the lines and text of a buffer that has no file (text required).
     pub selection: Option<(Lines, Option<String>)>,
     /// The ranges of the active file on screen.
     pub visible: Vec<Lines>,
@@ -42,7 +43,7 @@ pub struct Focus {
 
 impl Focus {
     pub fn is_empty(&self) -> bool {
-        self.active_file.is_none() && self.files.is_empty()
+        self.active_file.is_none() && self.selection.is_none() && self.files.is_empty()
     }
 }
 
@@ -124,6 +125,18 @@ pub fn render_focus(
         if !visible.is_empty() {
             let _ = writeln!(out, "Visible lines: {}", visible.join(", "));
         }
+    } else if let Some((lines, text)) = &focus.selection {
+        // A buffer with no file: only its text can be judged, alone.
+        let _ = writeln!(
+            out,
+            "Selection: lines {}-{} of a buffer with no file",
+            lines.start, lines.end
+        );
+        let text = match text {
+            Some(text) => client_text(&ctx, None, Some(*lines), text),
+            None => Err(Omitted::Unreadable("the editor sent no text".into())),
+        };
+        push_text(&mut out, text);
     }
     for (path, lines) in focus.files.iter().take(MAX_FOCUS_RANGES) {
         let shown = shown_path(workspace, path);
@@ -463,6 +476,32 @@ mod tests {
             ..Focus::default()
         };
         assert!(!render(&focus, &ws).contains(secret));
+    }
+
+    /// A selection of a buffer with no file (Neovim sends its text) is judged alone: code is
+    /// sent, key-body lines are withheld.
+    #[test]
+    fn a_selection_of_a_buffer_with_no_file_is_judged_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = workspace(dir.path());
+        let key = key_file(dir.path());
+        let body: String = key
+            .lines()
+            .skip(1)
+            .take(5)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for (text, sent) in [("let x = compute();\n", true), (body.as_str(), false)] {
+            let out = render(
+                &Focus {
+                    selection: Some((Lines { start: 4, end: 8 }, Some(text.into()))),
+                    ..Focus::default()
+                },
+                &ws,
+            );
+            assert!(out.contains("of a buffer with no file"), "{out}");
+            assert_eq!(out.contains(text), sent, "{out}");
+        }
     }
 
     /// The lines around a key and a selection's text in an ordinary file are sent; a client's

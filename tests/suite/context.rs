@@ -521,6 +521,13 @@ fn the_editor_focus_never_sends_the_body_of_a_key() {
         assert!(!user.contains("b3BlbnNzaC1rZXkt"), "{user}");
         assert!(user.contains("private key material"), "{user}");
     }
+    // A selection of a buffer with no file must carry its text: pen has nothing else to judge.
+    let refused = d.request_raw(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "x",
+               "context": {"selection": {"startLine": 1, "endLine": 2}}}),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }
 
 /// Issue 26, item 2: `pen run --file KEY:2-N` sends none of the key's body lines.
