@@ -139,6 +139,24 @@ diff?: string, reason?: string, };
 export type UnrevertedCall = { turnId: string, tool: string, summary: string, };
 
 /**
+ * An earlier revert of the session that a crash stopped, as the next revert found it.
+ */
+export type InterruptedRevertReport = { 
+/**
+ * Its turns, newest first.
+ */
+turns: Array<string>, 
+/**
+ * Each of its files as it stood: `unchanged` (reverted), `not_reverted` (still as the
+ * turns left it) or `conflict` (changed since).
+ */
+files: Array<RevertedFileReport>, 
+/**
+ * What the model is told with its next prompt.
+ */
+note: string, };
+
+/**
  * `pen/revertTurn` result.
  */
 export type RevertTurnResult = { sessionId: string, 
