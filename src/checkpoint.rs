@@ -13,6 +13,12 @@
 //! this pen or another. It is recorded in the transcript as an event (append-only), and the
 //! model is told with its next prompt. Effects of commands cannot be known: the report names
 //! every command and MCP call of those turns as not reverted.
+//!
+//! A revert acts on the path it recorded itself, following no link: a symlink, FIFO or folder
+//! standing there is a conflict, and force replaces a link or FIFO itself, never what it names.
+//! It is recorded before it acts (`revert_started`) and after (`files_reverted`), so one that a
+//! crash stops is reported on the session's next use. A fork carries the checkpoints of the
+//! turns it copies.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
