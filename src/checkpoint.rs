@@ -13,6 +13,12 @@
 //! this pen or another. It is recorded in the transcript as an event (append-only), and the
 //! model is told with its next prompt. Effects of commands cannot be known: the report names
 //! every command and MCP call of those turns as not reverted.
+//!
+//! A revert acts on the path it recorded itself, following no link: a symlink, FIFO or folder
+//! standing there is a conflict, and force replaces a link or FIFO itself, never what it names.
+//! It is recorded before it acts (`revert_started`) and after (`files_reverted`), so one that a
+//! crash stops is reported on the session's next use. A fork carries the checkpoints of the
+//! turns it copies.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +34,7 @@ use crate::session::{NewEntry, SessionError, SessionStore};
 use crate::tools::write::revert::{self, Current};
 use crate::tools::{Editor, ToolContext};
 use crate::transcript::{Event, Item, RevertedFile};
-use crate::workspace::Workspace;
+use crate::workspace::{Entry, EntryKind, Workspace};
 
 #[derive(Debug, Error)]
 pub enum CheckpointError {
@@ -67,6 +73,8 @@ pub enum FileStatus {
     Conflict,
     /// Its state before cannot be restored (`reason` says why).
     NotRevertible,
+    /// A revert a crash stopped had not reached it: it still holds what the turns wrote.
+    NotReverted,
 }
 
 impl FileStatus {
@@ -77,6 +85,7 @@ impl FileStatus {
             FileStatus::Unchanged => "unchanged",
             FileStatus::Conflict => "conflict",
             FileStatus::NotRevertible => "not_revertible",
+            FileStatus::NotReverted => "not_reverted",
         }
     }
 }
@@ -103,6 +112,17 @@ pub struct UnrevertedCall {
     pub summary: String,
 }
 
+/// A revert a crash stopped, as the next revert found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptedRevert {
+    /// Its turns, newest first.
+    pub turns: Vec<String>,
+    /// Each of its files as it stood: `unchanged` (reverted), `not_reverted` or `conflict`.
+    pub files: Vec<FileReport>,
+    /// What the model is told with its next prompt.
+    pub note: String,
+}
+
 /// What a revert did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RevertReport {
@@ -112,6 +132,11 @@ pub struct RevertReport {
     pub commands: Vec<UnrevertedCall>,
     /// What the model is told with its next prompt.
     pub note: String,
+    /// An earlier revert of the session that a crash stopped, closed by this one.
+    pub interrupted: Option<InterruptedRevert>,
+    /// Turns a fork copied from its original session without their checkpoints (a fork an
+    /// earlier pen made): the original's id and those turns, which were not reverted.
+    pub uncopied: Option<(String, Vec<String>)>,
 }
 
 /// Where a revert runs: the session store, the workspace and the editor's buffers.
@@ -171,7 +196,38 @@ struct FileWrites<'a> {
     writes: Vec<&'a WriteRecord>,
 }
 
+/// The files `writes` wrote with their writes, newest write first (the order a revert undoes
+/// them in).
+fn by_file(writes: &[WriteRecord]) -> Vec<(&str, FileWrites<'_>)> {
+    let mut by_path: BTreeMap<&str, FileWrites<'_>> = BTreeMap::new();
+    for write in writes {
+        by_path
+            .entry(write.path.as_str())
+            .or_insert_with(|| FileWrites { writes: Vec::new() })
+            .writes
+            .push(write);
+    }
+    let mut files: Vec<(&str, FileWrites<'_>)> = by_path.into_iter().collect();
+    files.sort_by_key(|(_, f)| std::cmp::Reverse(f.writes.last().map_or(0, |w| w.id)));
+    files
+}
+
+/// What a revert does with a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Puts it back (`force`: over a conflict too).
+    Revert { force: bool },
+    /// Only says where it stands: as before the turns (`unchanged`), as pen left it
+    /// (`not_reverted`), or something else (`conflict`). For a revert a crash stopped.
+    Inspect,
+}
+
 /// The revert itself (blocking). The caller holds the session's claim.
+///
+/// It is recorded before it acts (`revert_started`, naming its turns and files) and after
+/// (`files_reverted`), so a revert that a crash stops is known: the next revert first closes it
+/// with what its files hold then (`files_reverted` with `interrupted`, its report's
+/// `interrupted`), and the next turn tells the model (see `agent`).
 pub fn revert_blocking(
     scope: &Scope,
     session_id: &str,
@@ -187,19 +243,6 @@ pub fn revert_blocking(
         }
         .into());
     };
-    let reverted_turns: Vec<String> = all_turns[from..].to_vec();
-    let writes = store.writes_of(session_id, &reverted_turns)?;
-    let mut by_path: BTreeMap<&str, FileWrites<'_>> = BTreeMap::new();
-    for write in &writes {
-        by_path
-            .entry(write.path.as_str())
-            .or_insert_with(|| FileWrites { writes: Vec::new() })
-            .writes
-            .push(write);
-    }
-    // Newest write first, so the report reads as the turns are undone.
-    let mut files: Vec<(&str, FileWrites<'_>)> = by_path.into_iter().collect();
-    files.sort_by_key(|(_, f)| std::cmp::Reverse(f.writes.last().map_or(0, |w| w.id)));
     let ctx = ToolContext {
         workspace: &scope.workspace,
         limits: &scope.limits,
@@ -207,37 +250,137 @@ pub fn revert_blocking(
         editor: scope.editor.as_deref().map(|e| e as &dyn Editor),
         recorder: None,
     };
+    let interrupted = close_interrupted(store, session_id, &ctx)?;
+    let reverted_turns: Vec<String> = all_turns[from..].to_vec();
+    let writes = store.writes_of(session_id, &reverted_turns)?;
+    let files = by_file(&writes);
+    let mut newest_first = reverted_turns.clone();
+    newest_first.reverse();
+    // Turns a fork copied without their checkpoints (a fork made by an earlier pen) are said,
+    // never taken for turns that changed no file.
+    let unrecorded: Vec<String> = reverted_turns
+        .iter()
+        .filter(|turn| !writes.iter().any(|w| &w.turn_id == *turn))
+        .cloned()
+        .collect();
+    let uncopied = store.uncopied_checkpoints(session_id, &unrecorded)?;
+    if !files.is_empty() {
+        store.append(
+            session_id,
+            &NewEntry::item(
+                None,
+                &Item::Event(Event::RevertStarted {
+                    turns: newest_first.clone(),
+                    files: files
+                        .iter()
+                        .filter_map(|(_, f)| f.writes.last().map(|w| w.display.clone()))
+                        .collect(),
+                }),
+            ),
+        )?;
+    }
+    let mut crash_after = crate::session::test_hook("crash_after_reverted_files=");
     let mut reports = Vec::with_capacity(files.len());
     for (path, file) in &files {
-        reports.push(revert_file(store, session_id, &ctx, path, file, force));
+        let act = Act::Revert { force };
+        reports.push(revert_file(store, session_id, &ctx, path, file, act));
+        if let Some(left) = &mut crash_after {
+            *left -= 1;
+            if *left == 0 {
+                // The test hook: as abrupt as `kill -9` in the middle of a revert.
+                std::process::abort();
+            }
+        }
     }
     let commands = unreverted_calls(store, session_id, &reverted_turns)?;
-    let mut newest_first = reverted_turns;
-    newest_first.reverse();
-    let note = note(&newest_first, &reports, &commands);
+    let note = note(&newest_first, &reports, &commands, uncopied.as_ref());
+    record_reverted(store, session_id, &newest_first, &reports, &note, false)?;
+    Ok(RevertReport {
+        turns: newest_first,
+        files: reports,
+        commands,
+        note,
+        interrupted,
+        uncopied,
+    })
+}
+
+/// Appends the `files_reverted` of a revert of `turns` (newest first) that ended with `files`
+/// (or, `interrupted`, of one a crash stopped, as the next revert found it).
+fn record_reverted(
+    store: &SessionStore,
+    session_id: &str,
+    turns: &[String],
+    files: &[FileReport],
+    note: &str,
+    interrupted: bool,
+) -> Result<u64, SessionError> {
     store.append(
         session_id,
         &NewEntry::item(
             None,
             &Item::Event(Event::FilesReverted {
-                turns: newest_first.clone(),
-                files: reports
+                turns: turns.to_vec(),
+                files: files
                     .iter()
                     .map(|r| RevertedFile {
                         path: r.path.clone(),
                         status: r.status.as_str().to_string(),
                     })
                     .collect(),
-                note: note.clone(),
+                note: note.to_string(),
+                interrupted,
             }),
         ),
-    )?;
-    Ok(RevertReport {
+    )
+}
+
+/// Closes the session's revert that started and never ended (a crash stopped it), if there is
+/// one: each of its files as it stands now (see [`Act::Inspect`]), recorded as
+/// `files_reverted` with `interrupted`, whose note the model reads with its next prompt.
+fn close_interrupted(
+    store: &SessionStore,
+    session_id: &str,
+    ctx: &ToolContext,
+) -> Result<Option<InterruptedRevert>, CheckpointError> {
+    let Some(newest_first) = store.open_revert(session_id)? else {
+        return Ok(None);
+    };
+    let mut oldest_first = newest_first.clone();
+    oldest_first.reverse();
+    let writes = store.writes_of(session_id, &oldest_first)?;
+    let files: Vec<FileReport> = by_file(&writes)
+        .iter()
+        .map(|(path, file)| revert_file(store, session_id, ctx, path, file, Act::Inspect))
+        .collect();
+    let note = interrupted_note(&newest_first, &files);
+    record_reverted(store, session_id, &newest_first, &files, &note, true)?;
+    Ok(Some(InterruptedRevert {
         turns: newest_first,
-        files: reports,
-        commands,
+        files,
         note,
-    })
+    }))
+}
+
+/// What the model is told of a revert a crash stopped, found by the next revert.
+fn interrupted_note(turns: &[String], files: &[FileReport]) -> String {
+    let mut note = format!(
+        "[pen] A revert of the file changes of {} turn(s) ({}) was interrupted: pen stopped while \
+         it ran. Its files now:",
+        turns.len(),
+        turns.join(", ")
+    );
+    for file in files {
+        let what = match file.status {
+            FileStatus::Unchanged => "as before those turns (reverted)",
+            FileStatus::NotReverted => "still as those turns left it (not reverted)",
+            FileStatus::Conflict => "changed since pen wrote it (not reverted)",
+            _ => "not reverted",
+        };
+        note.push_str(&format!("\n- {}: {what}", file.path));
+    }
+    note.push_str("\nRe-read any of these files before you edit them.");
+    note
 }
 
 fn revert_file(
@@ -246,8 +389,9 @@ fn revert_file(
     ctx: &ToolContext,
     path: &str,
     file: &FileWrites<'_>,
-    force: bool,
+    act: Act,
 ) -> FileReport {
+    let force = act == Act::Revert { force: true };
     let (Some(first), Some(last)) = (file.writes.first(), file.writes.last()) else {
         unreachable!("a file is listed only with its writes")
     };
@@ -288,6 +432,42 @@ fn revert_file(
             Err(e) => return report(FileStatus::NotRevertible, None, Some(e.to_string())),
         },
     };
+    // The revert acts on the recorded path itself: what stands there now, no link followed.
+    let entry = match ctx.workspace.entry(std::path::Path::new(path)) {
+        Ok(entry) => entry,
+        Err(e) => return report(FileStatus::NotRevertible, None, Some(e.to_string())),
+    };
+    let what = match &entry.kind {
+        EntryKind::File | EntryKind::Missing => None,
+        EntryKind::Symlink => Some("a symlink"),
+        EntryKind::Other => Some("a FIFO, socket or device"),
+        EntryKind::Dir => Some("a folder"),
+        EntryKind::NotAFolderOnPath(folder) => {
+            return report(
+                FileStatus::NotRevertible,
+                None,
+                Some(format!(
+                    "{folder}, a folder on its path, is now a symlink or a file; pen neither \
+                     follows nor replaces it"
+                )),
+            );
+        }
+    };
+    if let Some(what) = what {
+        return replace_entry(
+            ctx,
+            path,
+            &entry,
+            what,
+            target.as_deref(),
+            first.mode,
+            force,
+        )
+        .map_or_else(
+            |(status, reason)| report(status, None, Some(reason)),
+            |status| report(status, None, None),
+        );
+    }
     let now = match revert::current(ctx, path) {
         Ok(now) => now,
         Err(e) => return report(FileStatus::NotRevertible, None, Some(e.message)),
@@ -305,6 +485,14 @@ fn revert_file(
                 || matches!(&w.before, Before::Stored { hash: h, .. } if h == hash)
         })
     });
+    if act == Act::Inspect {
+        let status = if known {
+            FileStatus::NotReverted
+        } else {
+            FileStatus::Conflict
+        };
+        return report(status, None, None);
+    }
     if !known && !force {
         let diff = revert::revert_diff(
             now.bytes(),
@@ -326,6 +514,47 @@ fn revert_file(
         Ok(()) if target.is_none() => report(FileStatus::Deleted, None, None),
         Ok(()) => report(FileStatus::Reverted, None, None),
         Err(e) => report(FileStatus::NotRevertible, None, Some(e.message)),
+    }
+}
+
+/// A file whose recorded path now holds `what` (a symlink, a FIFO, a folder: anything but a
+/// regular file) instead of the file pen left: a conflict, whatever it leads to. With `force`
+/// the entry itself is removed (a link is never followed, a folder never removed) and the
+/// file's state before the turns put in its place: `target`, or nothing for a file they made.
+fn replace_entry(
+    ctx: &ToolContext,
+    path: &str,
+    entry: &Entry,
+    what: &str,
+    target: Option<&[u8]>,
+    mode: Option<u32>,
+    force: bool,
+) -> Result<FileStatus, (FileStatus, String)> {
+    if !force {
+        return Err((
+            FileStatus::Conflict,
+            format!(
+                "{what} now stands where pen left a regular file; pen does not follow or \
+                 replace it; revert with force to replace the entry itself"
+            ),
+        ));
+    }
+    if entry.kind == EntryKind::Dir {
+        return Err((
+            FileStatus::NotRevertible,
+            "a folder now stands where pen left a regular file; pen does not remove folders"
+                .to_string(),
+        ));
+    }
+    let failed = |e: String| (FileStatus::NotRevertible, e);
+    entry
+        .remove()
+        .map_err(|e| failed(format!("{what} there could not be removed: {e}")))?;
+    match target {
+        None => Ok(FileStatus::Deleted),
+        Some(_) => revert::restore(ctx, path, &Current::Absent, target, mode)
+            .map(|()| FileStatus::Reverted)
+            .map_err(|e| failed(e.message)),
     }
 }
 
@@ -356,13 +585,18 @@ fn unreverted_calls(
 }
 
 /// What the model is told with its next prompt.
-fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> String {
+fn note(
+    turns: &[String],
+    files: &[FileReport],
+    commands: &[UnrevertedCall],
+    uncopied: Option<&(String, Vec<String>)>,
+) -> String {
     let mut note = format!(
         "[pen] The owner reverted the file changes of {} turn(s) since your last answer ({}).",
         turns.len(),
         turns.join(", ")
     );
-    if files.is_empty() {
+    if files.is_empty() && uncopied.is_none() {
         note.push_str(" They changed no file.");
     }
     for file in files {
@@ -371,7 +605,7 @@ fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> 
             FileStatus::Deleted => "deleted (those turns created it)",
             FileStatus::Unchanged => "already as before those turns",
             FileStatus::Conflict => "kept as it is (it changed after pen wrote it)",
-            FileStatus::NotRevertible => "not reverted",
+            FileStatus::NotRevertible | FileStatus::NotReverted => "not reverted",
         };
         note.push_str(&format!("\n- {}: {what}", file.path));
     }
@@ -379,6 +613,15 @@ fn note(turns: &[String], files: &[FileReport], commands: &[UnrevertedCall]) -> 
         note.push_str(&format!(
             "\nThe effects of {} command(s) of those turns were not reverted.",
             commands.len()
+        ));
+    }
+    if let Some((original, turns)) = uncopied {
+        note.push_str(&format!(
+            "\n{} of these turns ({}) were copied from session {original} by a fork that kept \
+             no record of their file changes: their files were not reverted here (revert them \
+             in {original}).",
+            turns.len(),
+            turns.join(", ")
         ));
     }
     note.push_str("\nRe-read any of these files before you edit them.");

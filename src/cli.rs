@@ -361,9 +361,12 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
     // The attached files are read on a blocking thread, as every file read of a turn is.
     let attached = {
         let workspace = workspace.clone();
-        tokio::task::spawn_blocking(move || crate::agent::render_focus(&focus, &workspace, None))
-            .await
-            .unwrap_or_default()
+        let limits = config.limits();
+        tokio::task::spawn_blocking(move || {
+            crate::agent::render_focus(&focus, &workspace, None, &limits)
+        })
+        .await
+        .unwrap_or_default()
     };
     let prompt = format!("{}{attached}", command.prompt);
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -687,10 +690,11 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
         match crate::checkpoint::revert_turn(&engine, scope, session_id, &turn_id, force).await {
             Ok(report) => {
                 let result = protocol::RevertTurnResult::new(session_id, report);
-                let clean = result
-                    .files
-                    .iter()
-                    .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
+                let clean = result.without_checkpoints.is_none()
+                    && result
+                        .files
+                        .iter()
+                        .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
                 if !print_line(&json_line(&result)) {
                     return ExitCode::from(EXIT_STDOUT_CLOSED);
                 }

@@ -11,6 +11,9 @@ pub mod bytes;
 /// Cutting text to a byte bound on a character boundary.
 pub mod text;
 
+/// JSON read strictly (no repeated keys) where a repeated key could change a decision.
+pub mod json;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 

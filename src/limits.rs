@@ -95,6 +95,10 @@ pub const MAX_GIT_OUTPUT_BYTES: usize = 65_536;
 /// prompt: at most this many bytes, cut with a note.
 pub const MAX_FOCUS_BYTES: usize = 16_384;
 
+/// The most of a file pen reads to find where a client's text (an ACP embedded resource) lies
+/// in it, to judge it in place: 8 MiB. Text it does not find there is judged alone.
+pub const MAX_PLACED_TEXT_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
 /// The most visible ranges and `--file` attachments one prompt's focus names.
 pub const MAX_FOCUS_RANGES: usize = 16;
 

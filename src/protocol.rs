@@ -150,6 +150,13 @@ pub fn uri_to_path(uri: &Uri) -> Option<PathBuf> {
     Some(crate::workspace::canonical(&path))
 }
 
+/// The canonical path of a `file:` URI given as text (an ACP resource's `uri`), without its
+/// query or fragment (`#L3`); `None` for any other URI.
+pub fn file_uri_path(uri: &str) -> Option<PathBuf> {
+    let bare = uri.split(['#', '?']).next().unwrap_or(uri);
+    uri_to_path(&bare.parse::<Uri>().ok()?)
+}
+
 pub fn path_to_uri(path: &std::path::Path) -> Option<Uri> {
     Uri::from_file_path(path)
 }
@@ -249,6 +256,20 @@ pub struct UnrevertedCall {
     pub summary: String,
 }
 
+/// An earlier revert of the session that a crash stopped, as the next revert found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptedRevertReport {
+    /// Its turns, newest first.
+    pub turns: Vec<String>,
+    /// Each of its files as it stood: `unchanged` (reverted), `not_reverted` (still as the
+    /// turns left it) or `conflict` (changed since).
+    pub files: Vec<RevertedFileReport>,
+    /// What the model is told with its next prompt.
+    pub note: String,
+}
+
 /// `pen/revertTurn` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
@@ -262,6 +283,29 @@ pub struct RevertTurnResult {
     pub commands: Vec<UnrevertedCall>,
     /// What the model is told with its next prompt.
     pub note: String,
+    /// An earlier revert of the session that a crash stopped (`kill -9`, a power cut), which
+    /// this one found open and closed first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub interrupted: Option<InterruptedRevertReport>,
+    /// Turns a fork copied from its original session without their checkpoints (a fork made
+    /// by an earlier pen): their files were not reverted (revert them in the original).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub without_checkpoints: Option<Vec<String>>,
+}
+
+fn file_reports(files: Vec<crate::checkpoint::FileReport>) -> Vec<RevertedFileReport> {
+    files
+        .into_iter()
+        .map(|f| RevertedFileReport {
+            path: f.path,
+            status: f.status.as_str().to_string(),
+            turns: f.turns,
+            diff: f.diff,
+            reason: f.reason,
+        })
+        .collect()
 }
 
 impl RevertTurnResult {
@@ -269,17 +313,7 @@ impl RevertTurnResult {
         RevertTurnResult {
             session_id: session_id.to_string(),
             turns: report.turns,
-            files: report
-                .files
-                .into_iter()
-                .map(|f| RevertedFileReport {
-                    path: f.path,
-                    status: f.status.as_str().to_string(),
-                    turns: f.turns,
-                    diff: f.diff,
-                    reason: f.reason,
-                })
-                .collect(),
+            files: file_reports(report.files),
             commands: report
                 .commands
                 .into_iter()
@@ -290,6 +324,12 @@ impl RevertTurnResult {
                 })
                 .collect(),
             note: report.note,
+            interrupted: report.interrupted.map(|i| InterruptedRevertReport {
+                turns: i.turns,
+                files: file_reports(i.files),
+                note: i.note,
+            }),
+            without_checkpoints: report.uncopied.map(|(_, turns)| turns),
         }
     }
 }
@@ -637,12 +677,14 @@ impl From<transcript::Item> for EntryBody {
                 EntryBody::ToolAllowedForSession { tool }
             }
             // Shown as stored (what the planner reads, or its own record): policy 4's
-            // compaction, a revert (`{type: "files_reverted", turns, files, note}`), the session's
+            // compaction, a revert (`{type: "revert_started", turns, files}` before it acts,
+            // `{type: "files_reverted", turns, files, note, interrupted?}` after), the session's
             // instructions and environment (pen/getSessionContext gives them in wire casing),
             // the window found and a provider's warning.
             stored @ Item::Event(
                 Event::ContextCompacted(_)
                 | Event::FilesReverted { .. }
+                | Event::RevertStarted { .. }
                 | Event::SessionContext(_)
                 | Event::InstructionsDelivered { .. }
                 | Event::InstructionsChanged { .. }
@@ -730,6 +772,14 @@ impl PromptContext {
             }
         };
         let selection = match &self.selection {
+            Some(s)
+                if s.text.is_none() && self.active_file.as_deref().is_none_or(str::is_empty) =>
+            {
+                return Err(
+                    "context: a selection without activeFile (a buffer with no file) must carry its text"
+                        .to_string(),
+                );
+            }
             Some(s) => Some((lines(s.start_line, s.end_line)?, s.text.clone())),
             None => None,
         };

@@ -384,12 +384,21 @@ pub enum Event {
     ContextCompacted(Compaction),
     /// The owner allowed `tool` for the rest of the session ("Allow for session").
     ToolAllowedForSession { tool: String },
+    /// A revert of `turns` (newest first) is about to change `files` (as results show them):
+    /// recorded before it acts, so a revert a crash stops is known (SPEC §13).
+    RevertStarted {
+        turns: Vec<String>,
+        files: Vec<String>,
+    },
     /// The owner reverted the files of `turns` (newest first, SPEC §13); `note` is what the
-    /// model is told with the next prompt, so it re-reads them.
+    /// model is told with the next prompt, so it re-reads them. `interrupted`: this closes a
+    /// [`Event::RevertStarted`] that a crash stopped, with what its files held when the next
+    /// use of the session found it.
     FilesReverted {
         turns: Vec<String>,
         files: Vec<RevertedFile>,
         note: String,
+        interrupted: bool,
     },
     /// An event this pen does not know (a newer pen's), kept as stored.
     Other(Value),
@@ -414,6 +423,21 @@ pub struct Record {
     /// Unix milliseconds.
     pub created_at: i64,
     pub item: Item,
+}
+
+/// The strings of the array at `key` (others left out); empty when it is no array.
+fn str_list(fields: &Map<String, Value>, key: &str) -> Vec<String> {
+    fields
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn str_field(fields: &Map<String, Value>, key: &str) -> String {
@@ -586,6 +610,7 @@ pub mod event_type {
     pub const CONTEXT_COMPACTED: &str = "context_compacted";
     pub const TOOL_ALLOWED_FOR_SESSION: &str = "tool_allowed_for_session";
     pub const FILES_REVERTED: &str = "files_reverted";
+    pub const REVERT_STARTED: &str = "revert_started";
     pub const SESSION_CONTEXT: &str = "session_context";
     pub const INSTRUCTIONS_DELIVERED: &str = "instructions_delivered";
     pub const INSTRUCTIONS_CHANGED: &str = "instructions_changed";
@@ -695,20 +720,11 @@ impl Event {
                 Some(tool) => Event::ToolAllowedForSession { tool },
                 None => other(),
             },
+            Some(event_type::REVERT_STARTED) => Event::RevertStarted {
+                turns: str_list(fields, "turns"),
+                files: str_list(fields, "files"),
+            },
             Some(event_type::FILES_REVERTED) => {
-                let strings = |key: &str| -> Vec<String> {
-                    fields
-                        .get(key)
-                        .and_then(Value::as_array)
-                        .map(|items| {
-                            items
-                                .iter()
-                                .filter_map(Value::as_str)
-                                .map(str::to_string)
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
                 let files = fields
                     .get("files")
                     .and_then(Value::as_array)
@@ -724,9 +740,10 @@ impl Event {
                     })
                     .unwrap_or_default();
                 Event::FilesReverted {
-                    turns: strings("turns"),
+                    turns: str_list(fields, "turns"),
                     files,
                     note: str_field(fields, "note"),
+                    interrupted: fields.get("interrupted").and_then(Value::as_bool) == Some(true),
                 }
             }
             Some(event_type::SESSION_CONTEXT) => {
@@ -864,15 +881,32 @@ impl Event {
                 "type": event_type::TOOL_ALLOWED_FOR_SESSION,
                 "tool": tool,
             }),
-            Event::FilesReverted { turns, files, note } => json!({
-                "type": event_type::FILES_REVERTED,
+            Event::RevertStarted { turns, files } => json!({
+                "type": event_type::REVERT_STARTED,
                 "turns": turns,
-                "files": files
-                    .iter()
-                    .map(|f| json!({"path": f.path, "status": f.status}))
-                    .collect::<Vec<_>>(),
-                "note": note,
+                "files": files,
             }),
+            Event::FilesReverted {
+                turns,
+                files,
+                note,
+                interrupted,
+            } => {
+                let mut payload = json!({
+                    "type": event_type::FILES_REVERTED,
+                    "turns": turns,
+                    "files": files
+                        .iter()
+                        .map(|f| json!({"path": f.path, "status": f.status}))
+                        .collect::<Vec<_>>(),
+                    "note": note,
+                });
+                // Written only when set: a revert that ended is stored as pen always stored it.
+                if *interrupted {
+                    payload["interrupted"] = json!(true);
+                }
+                payload
+            }
             Event::Other(value) => value.clone(),
         }
     }
@@ -1023,6 +1057,20 @@ mod tests {
                 status: "reverted".into(),
             }],
             note: "[pen] reverted".into(),
+            interrupted: false,
+        }));
+        round_trip(Item::Event(Event::FilesReverted {
+            turns: vec!["t_1".into()],
+            files: vec![RevertedFile {
+                path: "a.txt".into(),
+                status: "not_reverted".into(),
+            }],
+            note: "[pen] interrupted".into(),
+            interrupted: true,
+        }));
+        round_trip(Item::Event(Event::RevertStarted {
+            turns: vec!["t_1".into()],
+            files: vec!["a.txt".into(), "b.txt".into()],
         }));
         round_trip(Item::Event(Event::Other(
             json!({"type": "from_the_future"}),

@@ -136,7 +136,11 @@ pub async fn serve<I, O, S>(
         } else if value.get("id").is_some()
             && (value.get("result").is_some() || value.get("error").is_some())
         {
-            if client_responses.send(client_response(value)).await.is_err() {
+            if client_responses
+                .send(client_response(value, &body))
+                .await
+                .is_err()
+            {
                 break;
             }
         } else {
@@ -157,8 +161,14 @@ pub async fn serve<I, O, S>(
 /// allows `result` or `error`, never both: a response with both, or one that does not parse
 /// (an `error` that is not an error object), is passed on as an error, so that a waiter such as
 /// an approval fails closed instead of taking the `result` (tower-lsp-server would take it) or
-/// waiting for ever. An `"error": null` beside a result carries no error and is ignored.
-fn client_response(mut value: Value) -> Response {
+/// waiting for ever. An `"error": null` beside a result carries no error and is ignored. A
+/// response whose `body` repeats a key in any object is an error too: serde_json read its last
+/// value, and an approval must not mean what one reader of it picks (`crate::json`).
+fn client_response(mut value: Value, body: &[u8]) -> Response {
+    if let Err(e) = crate::json::from_slice_unique_keys(body) {
+        tracing::warn!("a client response repeated a key; taken as an error: {e}");
+        return malformed_response(&value, &e);
+    }
     let has_error = value.get("error").is_some_and(|e| !e.is_null());
     if let Some(object) = value.as_object_mut() {
         if has_error && object.remove("result").is_some() {
@@ -169,22 +179,27 @@ fn client_response(mut value: Value) -> Response {
             object.remove("error");
         }
     }
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    match serde_json::from_value::<Response>(value) {
+    match serde_json::from_value::<Response>(value.clone()) {
         Ok(response) => response,
         Err(e) => {
             tracing::warn!("unusable response from the client: {e}");
-            let id = serde_json::from_value(id).unwrap_or(tower_lsp_server::jsonrpc::Id::Null);
-            Response::from_error(
-                id,
-                tower_lsp_server::jsonrpc::Error {
-                    code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
-                    message: format!("the client's response was malformed: {e}").into(),
-                    data: None,
-                },
-            )
+            malformed_response(&value, &e)
         }
     }
+}
+
+/// The error a waiter gets for the client's response `value` that pen cannot use.
+fn malformed_response(value: &Value, why: &serde_json::Error) -> Response {
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let id = serde_json::from_value(id).unwrap_or(tower_lsp_server::jsonrpc::Id::Null);
+    Response::from_error(
+        id,
+        tower_lsp_server::jsonrpc::Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
+            message: format!("the client's response was malformed: {why}").into(),
+            data: None,
+        },
+    )
 }
 
 fn send_error(out: &mpsc::UnboundedSender<Vec<u8>>, id: Value, code: i64, message: &str) {

@@ -183,6 +183,41 @@ impl Opened {
     }
 }
 
+/// What stands at a path itself, with no link followed anywhere on it (see
+/// [`Workspace::entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Nothing: the entry, or a folder above it, does not exist.
+    Missing,
+    File,
+    Symlink,
+    Dir,
+    /// A FIFO, a socket, a device.
+    Other,
+    /// A folder on the way (named, as shown) is a symlink or not a folder.
+    NotAFolderOnPath(String),
+}
+
+/// An entry looked at by [`Workspace::entry`]: its kind, and the folder that holds it (opened
+/// without following links) while that folder exists.
+#[derive(Debug)]
+pub struct Entry {
+    pub kind: EntryKind,
+    parent: Option<OwnedFd>,
+    name: OsString,
+}
+
+impl Entry {
+    /// Removes the entry itself (a link, a FIFO, a socket, a file) from its folder: never what
+    /// a link names. A folder is not removed.
+    pub fn remove(&self) -> io::Result<()> {
+        let Some(parent) = &self.parent else {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        };
+        rustix::fs::unlinkat(parent, &self.name, AtFlags::empty()).map_err(Into::into)
+    }
+}
+
 /// The error for a file that changed between being found and being opened.
 fn changed_meanwhile() -> io::Error {
     io::Error::other("the file changed while it was being opened; try again")
@@ -255,6 +290,70 @@ impl Workspace {
             hops: 0,
         };
         walk.run()
+    }
+
+    /// What stands at `absolute` (a canonical path inside a root, as recorded), the path
+    /// itself: each folder on it opened without following a link (a link or a file where a
+    /// folder was is [`EntryKind::NotAFolderOnPath`]), the last entry looked at without
+    /// following it. For a revert, which must act on the path it recorded and nothing a link
+    /// there now names.
+    pub fn entry(&self, absolute: &Path) -> Result<Entry, WorkspaceError> {
+        let shown = || absolute.to_string_lossy().into_owned();
+        let io_error = |e: Errno| WorkspaceError::Io {
+            path: shown(),
+            reason: io::Error::from(e).to_string(),
+        };
+        let normal = normalize(absolute).ok_or_else(|| WorkspaceError::Outside(shown()))?;
+        let (root, rest) = self
+            .root_of(&normal)
+            .ok_or_else(|| WorkspaceError::Outside(shown()))?;
+        let names: Vec<OsString> = parts(&rest).collect();
+        let mut dir = open_root(&self.roots[root])?;
+        let Some((name, folders)) = names.split_last() else {
+            return Ok(Entry {
+                kind: EntryKind::Dir,
+                parent: None,
+                name: OsString::new(),
+            });
+        };
+        let missing = |name: &OsString| Entry {
+            kind: EntryKind::Missing,
+            parent: None,
+            name: name.clone(),
+        };
+        for (depth, folder) in folders.iter().enumerate() {
+            let fd = match rustix::fs::openat(&dir, folder, dir_path_flags(), Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => return Ok(missing(name)),
+                // O_DIRECTORY with O_NOFOLLOW: a link or a file where a folder was.
+                Err(Errno::NOTDIR | Errno::LOOP) => {
+                    let mut shown = self.roots[root].path.clone();
+                    shown.extend(&names[..=depth]);
+                    return Ok(Entry {
+                        kind: EntryKind::NotAFolderOnPath(self.display(&shown)),
+                        parent: None,
+                        name: name.clone(),
+                    });
+                }
+                Err(e) => return Err(io_error(e)),
+            };
+            dir = fd;
+        }
+        let kind = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+                rustix::fs::FileType::RegularFile => EntryKind::File,
+                rustix::fs::FileType::Symlink => EntryKind::Symlink,
+                rustix::fs::FileType::Directory => EntryKind::Dir,
+                _ => EntryKind::Other,
+            },
+            Err(Errno::NOENT) => EntryKind::Missing,
+            Err(e) => return Err(io_error(e)),
+        };
+        Ok(Entry {
+            kind,
+            parent: Some(dir),
+            name: name.clone(),
+        })
     }
 
     /// The root a search of `absolute` (a resolved path) opens its files beneath.
@@ -842,6 +941,34 @@ mod tests {
         fs::write(dir.path().join("src/lib.rs"), "x").unwrap();
         let ws = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
         (dir, ws)
+    }
+
+    /// What stands at a path itself: a link is a link (not its target), a link on the way is
+    /// no folder, and removing an entry removes the link, never what it names.
+    #[test]
+    fn an_entry_is_the_path_itself() {
+        let (dir, ws) = workspace();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("src/lib.rs", root.join("link.rs")).unwrap();
+        std::os::unix::fs::symlink("src", root.join("src-link")).unwrap();
+        let kind = |path: &str| ws.entry(&root.join(path)).unwrap().kind;
+        assert_eq!(kind("src/lib.rs"), EntryKind::File);
+        assert_eq!(kind("link.rs"), EntryKind::Symlink);
+        assert_eq!(kind("src"), EntryKind::Dir);
+        assert_eq!(kind("nope/lib.rs"), EntryKind::Missing);
+        assert_eq!(kind("src/nope.rs"), EntryKind::Missing);
+        assert_eq!(
+            kind("src-link/lib.rs"),
+            EntryKind::NotAFolderOnPath("src-link".into())
+        );
+        assert_eq!(
+            kind("src/lib.rs/x"),
+            EntryKind::NotAFolderOnPath("src/lib.rs".into())
+        );
+        assert!(ws.entry(Path::new("/etc/passwd")).is_err());
+        ws.entry(&root.join("link.rs")).unwrap().remove().unwrap();
+        assert!(root.join("src/lib.rs").exists());
+        assert!(fs::symlink_metadata(root.join("link.rs")).is_err());
     }
 
     #[test]

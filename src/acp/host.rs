@@ -1,16 +1,19 @@
 //! The tool host of an ACP turn: pen's [`LocalTools`] as they are, plus a record of each
 //! edit's whole old and new text, which ACP shows as a `diff` content block (the permission
 //! request of an edit, and its `tool_call_update`). The tools themselves run unchanged.
+//!
+//! Invariant: a diff is the edit pen planned (the plan's base text and new bytes) or wrote (the
+//! bytes handed to the write recorder just before the write), never a read of the file, which a
+//! client that has not yet updated its buffer answers with the old text.
 
 use crate::agent::{LocalTools, ToolHost};
-use crate::bytes::{ByteSource, read_range};
 use crate::limits::MAX_ACP_DIFF_BYTES;
 use crate::tools::registry::ToolSpec;
 use crate::tools::write::EditPlan;
-use crate::tools::{self, ToolContext, ToolError, source};
+use crate::tools::{self, ToolError};
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -66,53 +69,63 @@ pub struct AcpTools {
     pub changes: Arc<Changes>,
 }
 
-/// What a file holds now, for a diff: `Ok(None)` when it does not exist, `Err` when it cannot
-/// be shown whole (too large, not text, unreadable).
-type Text = Result<Option<(PathBuf, String)>, ()>;
+/// The write a call is about to make, seen on its way to the turn's recorder: the diff of an
+/// edit is what pen planned and writes, never a read of the file after it (a client may not
+/// have updated its buffer yet, and would show the old text as the new).
+struct Capture<'a> {
+    recorder: Option<&'a dyn tools::WriteRecorder>,
+    named: &'a str,
+    seen: Mutex<Option<FileChange>>,
+}
 
-impl AcpTools {
-    /// The text the tools would read at `path` (the client's buffer or the disk), without
-    /// touching the read ledger.
-    fn text_of(&self, path: &str) -> Text {
-        let ctx = ToolContext {
-            workspace: &self.inner.workspace,
-            limits: self.inner.limits(),
-            ledger: None,
-            editor: self
-                .inner
-                .editor
-                .as_deref()
-                .map(|e| e as &dyn tools::Editor),
-            recorder: None,
-        };
-        let opened = match source::open_file(&ctx, path) {
-            Ok(opened) => opened,
-            Err(err) if err.code == tools::ErrorCode::NotFound => return Ok(None),
-            Err(_) => return Err(()),
-        };
-        let len = opened.source.len();
-        if len > MAX_ACP_DIFF_BYTES as u64 {
-            return Err(());
-        }
-        let bytes = read_range(&opened.source, 0, len).map_err(|_| ())?;
-        let text = String::from_utf8(bytes).map_err(|_| ())?;
-        Ok(Some((opened.resolved.absolute, text)))
-    }
-
-    /// Records `named`'s change from `before` to what it holds now.
-    fn record_written(&self, named: &str, before: Text) {
-        if let (Ok(before), Ok(Some((absolute, new_text)))) = (before, self.text_of(named)) {
-            keep(
-                &self.changes.written,
-                FileChange {
-                    named: named.to_string(),
-                    absolute,
-                    old_text: before.map(|(_, text)| text),
-                    new_text,
-                },
-            );
+impl<'a> Capture<'a> {
+    fn new(recorder: Option<&'a dyn tools::WriteRecorder>, named: &'a str) -> Capture<'a> {
+        Capture {
+            recorder,
+            named,
+            seen: Mutex::default(),
         }
     }
+
+    /// The change the call wrote, when it wrote one ACP can show whole as text.
+    fn written(self) -> Option<FileChange> {
+        self.seen.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl tools::WriteRecorder for Capture<'_> {
+    fn before_write(&self, write: &tools::PendingWrite<'_>) -> Result<(), String> {
+        if let Some(recorder) = self.recorder {
+            recorder.before_write(write)?;
+        }
+        let change = file_change(self.named, write.absolute, write.before, write.after);
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = change;
+        Ok(())
+    }
+}
+
+/// A change from `before` (`None`: a new file) to `after`, when both are text ACP can show
+/// whole (UTF-8, at most [`MAX_ACP_DIFF_BYTES`] each).
+fn file_change(
+    named: &str,
+    absolute: &Path,
+    before: Option<&[u8]>,
+    after: &[u8],
+) -> Option<FileChange> {
+    let text = |bytes: &[u8]| {
+        (bytes.len() <= MAX_ACP_DIFF_BYTES)
+            .then(|| std::str::from_utf8(bytes).ok().map(str::to_string))
+            .flatten()
+    };
+    Some(FileChange {
+        named: named.to_string(),
+        absolute: absolute.to_path_buf(),
+        old_text: match before {
+            Some(bytes) => Some(text(bytes)?),
+            None => None,
+        },
+        new_text: text(after)?,
+    })
 }
 
 fn edits_a_file(name: &str) -> bool {
@@ -140,10 +153,12 @@ impl ToolHost for AcpTools {
         let Some(named) = named_path(arguments).filter(|_| edits_a_file(name)) else {
             return ToolHost::call(&self.inner, name, arguments, recorder);
         };
-        let before = self.text_of(named);
-        let result = ToolHost::call(&self.inner, name, arguments, recorder);
-        if result.is_ok() {
-            self.record_written(named, before);
+        let capture = Capture::new(recorder, named);
+        let result = ToolHost::call(&self.inner, name, arguments, Some(&capture));
+        if result.is_ok()
+            && let Some(change) = capture.written()
+        {
+            keep(&self.changes.written, change);
         }
         result
     }
@@ -159,18 +174,13 @@ impl ToolHost for AcpTools {
 
     fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
         let plan = self.inner.plan_edit(arguments)?;
-        if let Ok(Some((absolute, old_text))) = self.text_of(plan.path())
-            && let Ok(new_text) = String::from_utf8(plan.new_bytes().to_vec())
-        {
-            keep(
-                &self.changes.planned,
-                FileChange {
-                    named: plan.path().to_string(),
-                    absolute,
-                    old_text: Some(old_text),
-                    new_text,
-                },
-            );
+        if let Some(change) = file_change(
+            plan.path(),
+            plan.absolute(),
+            Some(plan.before_bytes()),
+            plan.new_bytes(),
+        ) {
+            keep(&self.changes.planned, change);
         }
         Ok(plan)
     }
@@ -181,10 +191,12 @@ impl ToolHost for AcpTools {
         recorder: Option<&dyn tools::WriteRecorder>,
     ) -> Result<Value, ToolError> {
         let named = plan.path().to_string();
-        let before = self.text_of(&named);
-        let result = self.inner.apply_edit(plan, recorder);
-        if result.is_ok() {
-            self.record_written(&named, before);
+        let capture = Capture::new(recorder, &named);
+        let result = self.inner.apply_edit(plan, Some(&capture));
+        if result.is_ok()
+            && let Some(change) = capture.written()
+        {
+            keep(&self.changes.written, change);
         }
         result
     }

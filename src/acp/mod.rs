@@ -575,7 +575,22 @@ impl AgentState {
     ) -> Result<PromptResponse, RpcError> {
         self.client()?;
         let session = self.session(&params.session_id)?;
-        let text = prompt_text(&params.prompt)?;
+        // Embedded text is judged for key material where it lies in its file (a blocking
+        // read), as the editors' selections are.
+        let text = {
+            let workspace = session.workspace.clone();
+            let limits = self.config.limits();
+            let blocks = params.prompt;
+            tokio::task::spawn_blocking(move || {
+                prompt_text(&blocks, &|uri, text| {
+                    let path = crate::protocol::file_uri_path(uri);
+                    let path = path.as_ref().map(|p| p.to_string_lossy());
+                    crate::agent::withheld_client_text(&workspace, path.as_deref(), text, &limits)
+                })
+            })
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))??
+        };
         let engine = self.engine.clone().map_err(AcpError::NoStore)?;
         let pending = match engine.begin(&session.id, cancel.clone()).await {
             Ok(pending) => pending,
@@ -710,8 +725,12 @@ fn modes(current: &str) -> SessionModeState {
 
 /// The user prompt of a `session/prompt`: text as it is, a resource link as a Markdown link
 /// (pen reads the file itself when it needs it), an embedded text resource as its text marked
-/// with its URI. Bounded by [`MAX_ACP_PROMPT_BYTES`]; nothing is cut silently.
-fn prompt_text(blocks: &[ContentBlock]) -> Result<String, AcpError> {
+/// with its URI — or, when `withheld(uri, text)` gives a reason (key material), that reason in
+/// its place. Bounded by [`MAX_ACP_PROMPT_BYTES`]; nothing is cut silently.
+fn prompt_text(
+    blocks: &[ContentBlock],
+    withheld: &dyn Fn(&str, &str) -> Option<String>,
+) -> Result<String, AcpError> {
     let mut text = String::new();
     for block in blocks {
         match block {
@@ -720,10 +739,16 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, AcpError> {
                 text.push_str(&format!("[{name}]({uri})"));
             }
             ContentBlock::Resource { resource } => match &resource.text {
-                Some(contents) => text.push_str(&format!(
-                    "\n<resource uri=\"{}\">\n{contents}\n</resource>\n",
-                    resource.uri
-                )),
+                Some(contents) => {
+                    let shown = match withheld(&resource.uri, contents) {
+                        Some(why) => format!("({why})"),
+                        None => contents.clone(),
+                    };
+                    text.push_str(&format!(
+                        "\n<resource uri=\"{}\">\n{shown}\n</resource>\n",
+                        resource.uri
+                    ));
+                }
                 None => return Err(AcpError::BinaryResource(resource.uri.clone())),
             },
             ContentBlock::Image {} => return Err(AcpError::Unsupported("image")),
@@ -1081,7 +1106,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            prompt_text(&blocks).unwrap(),
+            prompt_text(&blocks, &|_, _| None).unwrap(),
             "look at [a.rs](file:///w/a.rs)\n<resource uri=\"file:///w/b.rs\">\nfn b() {}\n</resource>\n"
         );
         let blob = ContentBlock::Resource {
@@ -1092,19 +1117,22 @@ mod tests {
             },
         };
         assert!(matches!(
-            prompt_text(&[blob]),
+            prompt_text(&[blob], &|_, _| None),
             Err(AcpError::BinaryResource(_))
         ));
         assert!(matches!(
-            prompt_text(&[ContentBlock::Image {}]),
+            prompt_text(&[ContentBlock::Image {}], &|_, _| None),
             Err(AcpError::Unsupported("image"))
         ));
         assert!(matches!(
-            prompt_text(&[ContentBlock::text(" ")]),
+            prompt_text(&[ContentBlock::text(" ")], &|_, _| None),
             Err(AcpError::EmptyPrompt)
         ));
         let big = ContentBlock::text("x".repeat(MAX_ACP_PROMPT_BYTES + 1));
-        assert!(matches!(prompt_text(&[big]), Err(AcpError::PromptTooLarge)));
+        assert!(matches!(
+            prompt_text(&[big], &|_, _| None),
+            Err(AcpError::PromptTooLarge)
+        ));
     }
 
     fn open_session() -> OpenSession {

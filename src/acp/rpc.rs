@@ -197,7 +197,18 @@ pub fn parse(line: &[u8]) -> Incoming {
             INVALID_REQUEST,
             "the method must be a string and the id a string or a number".into(),
         ),
+        // An answer that repeats a key means what its reader picks (serde_json: the last
+        // value); pen refuses it, so an approval is never read from one (`crate::json`).
         (None, Some(id)) => {
+            if let Err(e) = crate::json::from_slice_unique_keys(line) {
+                return Incoming::Response {
+                    id,
+                    result: Err(RpcError::new(
+                        INVALID_REQUEST,
+                        format!("the answer is malformed: {e}"),
+                    )),
+                };
+            }
             let result = match (message.remove("result"), message.remove("error")) {
                 (_, Some(error)) => Err(RpcError {
                     code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
@@ -334,6 +345,22 @@ mod tests {
         match incoming {
             Incoming::Invalid { error, .. } => error.code,
             other => panic!("not invalid: {other:?}"),
+        }
+    }
+
+    /// Issue 26, item 12: an answer that repeats a key reaches its waiter as an error.
+    #[test]
+    fn an_answer_that_repeats_a_key_is_an_error_for_its_waiter() {
+        let line = br#"{"jsonrpc":"2.0","id":4,"result":{"outcome":{"outcome":"selected","optionId":"reject_once","optionId":"allow_once"}}}"#;
+        match parse(line) {
+            Incoming::Response {
+                id,
+                result: Err(error),
+            } => {
+                assert_eq!(id, json!(4));
+                assert!(error.message.contains("\"optionId\""), "{error}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -33,6 +33,8 @@ pub struct SessionHistory {
     usage: Option<crate::providers::Usage>,
     /// The notes of the reverts since the last prompt, for the next one.
     revert_note: Option<String>,
+    /// A revert that started and has not ended (its turns and files): a crash stopped it.
+    open_revert: Option<(Vec<String>, Vec<String>)>,
     /// The session's recorded instructions and environment (its first `session_context`).
     context: Option<crate::transcript::SessionContext>,
     /// The root instruction files as the session last recorded them (the context's, or the
@@ -95,6 +97,11 @@ impl SessionHistory {
         self.revert_note.as_deref()
     }
 
+    /// The turns and files of a revert that started and never ended (a crash stopped it).
+    pub fn open_revert(&self) -> Option<&(Vec<String>, Vec<String>)> {
+        self.open_revert.as_ref()
+    }
+
     /// Whether the owner allowed `tool` for the rest of the session.
     pub fn allows(&self, tool: &str) -> bool {
         self.grants.contains(tool)
@@ -121,7 +128,11 @@ impl SessionHistory {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 self.grants.insert(tool.clone());
             }
+            Item::Event(Event::RevertStarted { turns, files }) => {
+                self.open_revert = Some((turns.clone(), files.clone()));
+            }
             Item::Event(Event::FilesReverted { note, .. }) => {
+                self.open_revert = None;
                 // Several reverts before the next prompt are all told.
                 match &mut self.revert_note {
                     Some(told) => {

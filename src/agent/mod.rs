@@ -28,20 +28,19 @@ mod checkpoint;
 mod context;
 mod engine;
 mod events;
+mod focus;
 mod history;
 mod host;
 mod lease;
 mod system_prompt;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
-pub use context::{
-    Focus, Lines, environment, gather, parse_file_arg, render_file, render_focus,
-    root_instructions, system_text,
-};
+pub use context::{environment, gather, render_file, root_instructions, system_text};
 pub use engine::{BeginError, Engine, PendingTurn, TurnSpec};
 pub use events::{
     AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent, window_line,
 };
+pub use focus::{Focus, Lines, parse_file_arg, render_focus, withheld_client_text};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
 pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
@@ -316,13 +315,20 @@ impl Turn {
             Ok::<_, SessionError>(history)
         })
         .await?;
+        let open_revert = history.open_revert().cloned();
+        *self.lock_history() = history;
+        // A revert a crash stopped is closed and said, before this prompt (see
+        // `crate::checkpoint`): which files it may have left half done.
+        if let Some((turns, files)) = open_revert {
+            self.append_item(Item::Event(interrupted_revert(turns, files)))
+                .await?;
+        }
         // Files reverted since the last prompt are told with this one, as a note before it:
         // appended, so every earlier request stays a prefix of this one (and cached).
-        let text = match history.revert_note() {
+        let text = match self.lock_history().revert_note() {
             Some(note) => format!("{note}\n\n{prompt}"),
             None => prompt.to_string(),
         };
-        *self.lock_history() = history;
         self.record_window(seq).await?;
         if self.config.budget_policy >= 4 {
             // Pages fitted to the budget of the window this turn plans under (SPEC §3), before
@@ -1215,6 +1221,34 @@ fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefinition> {
 /// OpenAI itself or a local OpenAI-compatible server).
 fn provider_family(config: &Config) -> ProviderKind {
     config.provider.unwrap_or(ProviderKind::OpenAi)
+}
+
+/// The `files_reverted` that closes a revert a crash stopped, found when a turn begins: its
+/// files may be half reverted, which only a look at each could tell (the next revert does), so
+/// the model is told to re-read them.
+fn interrupted_revert(turns: Vec<String>, files: Vec<String>) -> Event {
+    let mut note = format!(
+        "[pen] A revert of the file changes of {} turn(s) ({}) was interrupted: pen stopped \
+         while it ran, so some of its files may be reverted and others not:",
+        turns.len(),
+        turns.join(", ")
+    );
+    for file in &files {
+        note.push_str(&format!("\n- {file}"));
+    }
+    note.push_str("\nRe-read any of these files before you edit them.");
+    Event::FilesReverted {
+        turns,
+        files: files
+            .into_iter()
+            .map(|path| crate::transcript::RevertedFile {
+                path,
+                status: "unknown".to_string(),
+            })
+            .collect(),
+        note,
+        interrupted: true,
+    }
 }
 
 #[cfg(test)]

@@ -129,7 +129,9 @@ impl History {
                     smallest.1 = Some(smallest.1.map_or(*tokens, |known| known.min(*tokens)));
                 }
             }
-            Item::Event(Event::ContextWindowFound { model, window }) => {
+            // A window recorded outside the bounds (by a pen that did not check them) is no
+            // window: the session plans as if none was recorded.
+            Item::Event(Event::ContextWindowFound { model, window }) if window.within_bounds() => {
                 self.windows.insert(model.clone(), *window);
             }
             Item::Event(Event::ContextTrimmed(report)) => self.last_trim = Some(report.clone()),
@@ -358,6 +360,33 @@ mod tests {
         assert_eq!(ratio(&constant), 1.0);
         // A repeated count for a request of the same size is a cache-stable server, not this.
         assert!((ratio(&[answer(1, 100, 150), answer(2, 100, 155)]) - 100.0 / 155.0).abs() < 1e-9);
+    }
+
+    /// Issue 26, item 9: a window an earlier pen recorded outside the bounds (a server's
+    /// `n_ctx` of 2^64−1) is not planned under; one within them is.
+    #[test]
+    fn a_recorded_window_outside_the_bounds_is_no_window() {
+        use crate::providers::window::{ModelWindow, WindowSource};
+        let found = |seq, tokens| Record {
+            seq,
+            turn_id: None,
+            created_at: 0,
+            item: Item::Event(Event::ContextWindowFound {
+                model: "m".into(),
+                window: ModelWindow::new(tokens, WindowSource::LlamaCppProps),
+            }),
+        };
+        assert_eq!(
+            History::of([&found(1, u64::MAX)]).recorded_window("m"),
+            None
+        );
+        assert_eq!(History::of([&found(1, 0)]).recorded_window("m"), None);
+        assert_eq!(
+            History::of([&found(1, 8_192)])
+                .recorded_window("m")
+                .map(|w| w.tokens),
+            Some(8_192)
+        );
     }
 
     #[test]

@@ -116,6 +116,7 @@ fn typescript() -> String {
     decl::<RevertTurnParams>(&cfg, &mut out);
     decl::<RevertedFileReport>(&cfg, &mut out);
     decl::<UnrevertedCall>(&cfg, &mut out);
+    decl::<InterruptedRevertReport>(&cfg, &mut out);
     decl::<RevertTurnResult>(&cfg, &mut out);
     decl::<ForkSessionParams>(&cfg, &mut out);
     decl::<ForkSessionResult>(&cfg, &mut out);

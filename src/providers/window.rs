@@ -91,6 +91,17 @@ impl ModelWindow {
         ModelWindow::new(CONTEXT_WINDOW_TOKENS.default, WindowSource::Default)
     }
 
+    /// Whether this window lies within the bounds a user may set (`context_window_tokens`'s
+    /// range), the trained window too: a server's or a stored answer outside them (llama.cpp
+    /// reports 0 while a slot is unset; a broken or hostile server 2^64−1) is no answer, so no
+    /// window pen plans under is one the config would refuse, and no page arithmetic on it can
+    /// wrap.
+    pub fn within_bounds(&self) -> bool {
+        let bounds = CONTEXT_WINDOW_TOKENS;
+        bounds.check(self.tokens).is_ok()
+            && self.trained_tokens.is_none_or(|t| bounds.check(t).is_ok())
+    }
+
     /// The output tokens to reserve (and ask for) under this window: `configured`, capped at
     /// the model's own limit, and for a window pen found (not one the user set) at a quarter
     /// of the window, so a 2k local server is not all output reserve.
@@ -236,7 +247,7 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
         })
     };
     if kind == ProviderKind::Ollama {
-        return ollama.await;
+        return ollama.await.filter(answered);
     }
     let llama = async {
         let props = get_json(client.get(format!("{root}/props"))).await?;
@@ -262,9 +273,27 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
         Some(ModelWindow::new(tokens, WindowSource::LmStudioModels))
     };
     let (llama, vllm, lm_studio, ollama) = futures::join!(llama, vllm, lm_studio, ollama);
-    let found = llama.or(vllm).or(lm_studio).or(ollama);
-    // A zero or absurd window is not an answer (llama.cpp reports 0 while a slot is unset).
-    found.filter(|window| window.tokens >= crate::limits::CONTEXT_WINDOW_TOKENS.min)
+    // A window outside the bounds is not an answer: the next source that gave one wins.
+    [llama, vllm, lm_studio, ollama]
+        .into_iter()
+        .flatten()
+        .find(answered)
+}
+
+/// Whether a discovered `window` is an answer (see [`ModelWindow::within_bounds`]); logged when
+/// it is not.
+fn answered(window: &ModelWindow) -> bool {
+    let within = window.within_bounds();
+    if !within {
+        tracing::warn!(
+            tokens = window.tokens,
+            trained = window.trained_tokens,
+            source = %window.source,
+            "context-window discovery: the server reported a window outside the bounds of \
+             context_window_tokens; not used"
+        );
+    }
+    within
 }
 
 /// `<arch>.context_length` of an `/api/show` answer (`model_info["llama.context_length"]`).

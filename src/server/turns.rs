@@ -78,9 +78,15 @@ impl Backend {
         if let Some(context) = &params.context {
             let focus = context.to_focus().map_err(jsonrpc::Error::invalid_params)?;
             let workspace = local.workspace.clone();
+            let limits = local.limits.clone();
             let buffers = Arc::clone(&self.state);
             let rendered = tokio::task::spawn_blocking(move || {
-                agent::render_focus(&focus, &workspace, Some(&*buffers as &dyn tools::Editor))
+                agent::render_focus(
+                    &focus,
+                    &workspace,
+                    Some(&*buffers as &dyn tools::Editor),
+                    &limits,
+                )
             })
             .await
             .map_err(|e| internal(&e.to_string()))?;

@@ -284,6 +284,68 @@ impl SessionStore {
         })
     }
 
+    /// Of `turn_ids` (turns of `session_id` with no checkpoint there), those a fork copied from
+    /// its original session by a pen that did not copy checkpoints: the original recorded
+    /// writes for them. Returns the original's id with them; `None` when there are none.
+    pub fn uncopied_checkpoints(
+        &self,
+        session_id: &str,
+        turn_ids: &[String],
+    ) -> Result<Option<(String, Vec<String>)>, SessionError> {
+        self.transaction(TransactionBehavior::Deferred, "reading a fork", |tx| {
+            let from: Option<String> = tx
+                .prepare_cached("SELECT from_session_id FROM session_forks WHERE session_id = ?1")?
+                .query_row(params![session_id], |row| row.get(0))
+                .optional()?;
+            let Some(from) = from else {
+                return Ok(None);
+            };
+            let mut has_writes = tx.prepare_cached(
+                "SELECT 1 FROM checkpoint_writes WHERE session_id = ?1 AND turn_id = ?2",
+            )?;
+            let mut turns = Vec::new();
+            for turn in turn_ids {
+                if !has_writes.exists(params![session_id, turn])?
+                    && has_writes.exists(params![from, turn])?
+                {
+                    turns.push(turn.clone());
+                }
+            }
+            Ok((!turns.is_empty()).then_some((from, turns)))
+        })
+    }
+
+    /// The turns (newest first) of the session's last revert when it started and never ended:
+    /// a `revert_started` event with no `files_reverted` after it (a crash stopped it).
+    pub fn open_revert(&self, session_id: &str) -> Result<Option<Vec<String>>, SessionError> {
+        use crate::transcript::{Event, Item, event_type};
+        self.transaction(TransactionBehavior::Deferred, "reading reverts", |tx| {
+            let last: Option<String> = tx
+                .prepare_cached(
+                    "SELECT payload FROM entries
+                     WHERE session_id = ?1 AND kind = 'event'
+                       AND json_extract(payload, '$.type') IN (?2, ?3)
+                     ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row(
+                    params![
+                        session_id,
+                        event_type::REVERT_STARTED,
+                        event_type::FILES_REVERTED
+                    ],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let payload = last.and_then(|text| serde_json::from_str(&text).ok());
+            Ok(
+                match payload.map(|payload| Item::from_stored(EntryKind::Event, &payload)) {
+                    Some(Item::Event(Event::RevertStarted { turns, .. })) => Some(turns),
+                    _ => None,
+                },
+            )
+        })
+    }
+
     /// A stored pre-image.
     pub fn checkpoint_blob(
         &self,
@@ -305,8 +367,9 @@ impl SessionStore {
     }
 
     /// Starts a new session whose entries are `session_id`'s before the first entry of
-    /// `before_turn_id`, copied in one transaction; the original is not changed. Returns the
-    /// new session's id.
+    /// `before_turn_id`, copied in one transaction with the checkpoints of the turns they hold
+    /// (so those turns revert in the fork); the original is not changed. Returns the new
+    /// session's id.
     pub fn fork_session(
         &self,
         session_id: &str,
@@ -379,6 +442,31 @@ impl SessionStore {
                  VALUES (?1, ?2, ?3)",
                 )?
                 .execute(params![id, session_id, before_turn_id])?;
+                // The fork carries the checkpoints of the turns it copies (their rows in order,
+                // and the pre-images they name), so a copied turn reverts in the fork too.
+                tx.prepare_cached(
+                    "INSERT INTO checkpoint_blobs (session_id, sha256, size, content)
+                     SELECT ?1, sha256, size, content FROM checkpoint_blobs
+                     WHERE session_id = ?2 AND sha256 IN (
+                         SELECT before_sha256 FROM checkpoint_writes
+                         WHERE session_id = ?2 AND before_sha256 IS NOT NULL AND turn_id IN (
+                             SELECT turn_id FROM entries
+                             WHERE session_id = ?2 AND seq < ?3 AND turn_id IS NOT NULL))",
+                )?
+                .execute(params![id, session_id, first])?;
+                tx.prepare_cached(
+                    "INSERT INTO checkpoint_writes (session_id, turn_id, call_id, tool, path,
+                         display, before_state, before_sha256, before_size, mode, after_sha256,
+                         created_at)
+                     SELECT ?1, turn_id, call_id, tool, path, display, before_state,
+                         before_sha256, before_size, mode, after_sha256, created_at
+                     FROM checkpoint_writes
+                     WHERE session_id = ?2 AND turn_id IN (
+                         SELECT turn_id FROM entries
+                         WHERE session_id = ?2 AND seq < ?3 AND turn_id IS NOT NULL)
+                     ORDER BY id",
+                )?
+                .execute(params![id, session_id, first])?;
                 Ok(id.clone())
             })?;
         self.committed_append();

@@ -1031,9 +1031,9 @@ fn crash_after_appends_hook() -> Option<u64> {
     test_hook("crash_after_appends=")
 }
 
-/// The count of the test hook `name` (`crash_after_appends=`, `crash_after_checkpoints=`) in
-/// the test-hooks builds; never in an installed pen.
-fn test_hook(name: &str) -> Option<u64> {
+/// The count of the test hook `name` (`crash_after_appends=`, `crash_after_checkpoints=`,
+/// `crash_after_reverted_files=`) in the test-hooks builds; never in an installed pen.
+pub(crate) fn test_hook(name: &str) -> Option<u64> {
     if cfg!(feature = "test-hooks") {
         parse_hook(&std::env::var(TEST_HOOKS_ENV).ok()?, name)
     } else {

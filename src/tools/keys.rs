@@ -362,6 +362,10 @@ pub enum KeyRefusal {
     /// The window ends in key-body lines that run on to a private-key END line at this file
     /// offset: a key whose BEGIN line is missing.
     BodyBeforeEnd { end_at: u64 },
+    /// A head cut from a text sent whole or not at all ([`check_head`]) ends in key-body lines
+    /// that run on past the look-ahead: pen cannot see whether an END line closes them, so it
+    /// fails closed.
+    BodyPastCut,
 }
 
 impl KeyRefusal {
@@ -383,6 +387,9 @@ impl KeyRefusal {
                 "it ends in key-body lines that run on to a private-key END line at byte offset \
                  {end_at}; no tool returns private key material"
             ),
+            KeyRefusal::BodyPastCut => "it is cut inside key-body lines that run on past what \
+                 pen looks ahead, so it may be inside a private key; pen fails closed"
+                .to_string(),
         }
     }
 }
@@ -409,6 +416,51 @@ pub fn check_window<S: ByteSource + ?Sized>(
         }),
         None => Ok(()),
     })
+}
+
+/// Judges the window `[start, end)` of `src` that is sent whole or not at all, never paged on
+/// (an instruction file cut at its budget, the lines of the editor's focus): [`check_window`],
+/// and, when the window is cut inside key-body lines, refused also when those lines run on
+/// past the `reach` of the look-ahead, since nothing after the cut is ever shown to prove
+/// they were no key.
+pub fn check_head<S: ByteSource + ?Sized>(
+    src: &S,
+    start: u64,
+    end: u64,
+    reach: usize,
+) -> io::Result<Result<(), KeyRefusal>> {
+    let verdict = check_window(src, start, end, reach)?;
+    if verdict.is_err() || end >= src.len() {
+        return Ok(verdict);
+    }
+    let window = read_range(src, end.saturating_sub(reach as u64).max(start), end)?;
+    if !ends_in_key_body(&window) {
+        return Ok(verdict);
+    }
+    let until = end.saturating_add(reach as u64);
+    let ahead = read_range(src, end, until)?;
+    Ok(if until < src.len() && only_key_body(&ahead) {
+        Err(KeyRefusal::BodyPastCut)
+    } else {
+        verdict
+    })
+}
+
+/// Judges text whose place in its file is unknown (a client's text pen cannot find in the
+/// file it names): refused when it holds a marker, and, failing closed at each edge beyond
+/// which nothing can be seen, when it begins in key-body lines (unless it starts its file) or
+/// ends in them.
+pub fn check_detached(text: &[u8], starts_its_file: bool) -> Result<(), KeyRefusal> {
+    check_bytes(text, 0, 0)?;
+    let begins_in_body = text
+        .split(|&b| b == b'\n')
+        .map(<[u8]>::trim_ascii)
+        .find(|line| !line.is_empty())
+        .is_some_and(is_key_body);
+    if (begins_in_body && !starts_its_file) || ends_in_key_body(text) {
+        return Err(KeyRefusal::MayBeInside);
+    }
+    Ok(())
 }
 
 /// The decision of [`check_window`] over bytes already read: `bytes[..split]` is the look-back
@@ -723,6 +775,63 @@ mod tests {
         let d = "{\"d\": \"AAAAAAAAAAAAAAAAAAAAAAAA\"}\n";
         assert!(!holds_key_material(d.as_bytes()));
         assert!(check_bytes(d.as_bytes(), 0, 0).is_err());
+    }
+
+    /// Issue 26, item 13: a head cut inside a key body is refused when an END line follows
+    /// within the look-ahead, and also (failing closed) when the body runs on past it; a head
+    /// cut inside base64 that ends within reach, or in ordinary text, is served.
+    #[test]
+    fn a_head_cut_inside_a_key_body_fails_closed() {
+        let line = "MIIEowIBAAKCAQEAq83vEjKz4LxQ+7/abcdefghijklmnopqrstuvwxyz0123456\n";
+        let reach = 4 * 1024;
+        let cut = 1_000;
+        let with_end = format!("notes\n{}-----END RSA PRIVATE KEY-----\n", line.repeat(40));
+        let src: &[u8] = with_end.as_bytes();
+        assert!(matches!(
+            check_head(src, 0, cut, reach).unwrap(),
+            Err(KeyRefusal::BodyBeforeEnd { .. })
+        ));
+        let endless = format!("notes\n{}", line.repeat(200));
+        let src: &[u8] = endless.as_bytes();
+        assert_eq!(check_window(src, 0, cut, reach).unwrap(), Ok(()), "a page");
+        assert_eq!(
+            check_head(src, 0, cut, reach).unwrap(),
+            Err(KeyRefusal::BodyPastCut),
+            "a head"
+        );
+        let ends_in_text = format!("notes\n{}the end of the data\n", line.repeat(40));
+        let src: &[u8] = ends_in_text.as_bytes();
+        assert_eq!(check_head(src, 0, cut, reach).unwrap(), Ok(()));
+        let prose = "An ordinary line of instructions for the project.\n".repeat(200);
+        let src: &[u8] = prose.as_bytes();
+        assert_eq!(check_head(src, 0, cut, reach).unwrap(), Ok(()));
+        // Not cut: nothing lies past the head.
+        let src: &[u8] = endless.as_bytes();
+        assert_eq!(
+            check_head(src, 0, endless.len() as u64, reach).unwrap(),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn detached_text_fails_closed_at_its_edges() {
+        let body = "MIIEowIBAAKCAQEAq83vEjKz4LxQ+7/abcdefghijklmnopqrstuvwxyz0123456\n";
+        let inside = body.repeat(3);
+        assert_eq!(
+            check_detached(inside.as_bytes(), false),
+            Err(KeyRefusal::MayBeInside)
+        );
+        assert_eq!(
+            check_detached(inside.as_bytes(), true),
+            Err(KeyRefusal::MayBeInside),
+            "it ends in key body"
+        );
+        let code = "fn main() {\n    let x = 1;\n}\n";
+        assert_eq!(check_detached(code.as_bytes(), false), Ok(()));
+        assert!(check_detached(KEY.as_bytes(), true).is_err());
+        let begins = format!("{body}the end of it.\n");
+        assert_eq!(check_detached(begins.as_bytes(), true), Ok(()));
+        assert!(check_detached(begins.as_bytes(), false).is_err());
     }
 
     #[test]

@@ -22,6 +22,14 @@ pub struct DiskFile {
     len: u64,
 }
 
+impl DiskFile {
+    /// The open `file` read as `len` bytes (its length when opened: bytes appended later are
+    /// not read).
+    pub fn new(file: File, len: u64) -> DiskFile {
+        DiskFile { file, len }
+    }
+}
+
 impl ByteSource for DiskFile {
     fn len(&self) -> u64 {
         self.len

@@ -33,8 +33,11 @@ WAIT_SECONDS = 30
 class Client:
     """Records everything pen sends; answers permissions from a script, files from buffers."""
 
-    def __init__(self, answers=(), buffers=None):
+    def __init__(self, answers=(), buffers=None, lagging=False):
         self.updates = []
+        # A client that saves a write and updates its buffer later: a read right after a write
+        # still gets the text before it.
+        self.lagging = lagging
         self.permissions = []
         self.answers = list(answers)
         self.buffers = dict(buffers or {})
@@ -75,7 +78,8 @@ class Client:
 
     async def write_text_file(self, session_id, path, content, **kwargs):
         self.writes.append({"path": path, "content": content})
-        self.buffers[path] = content
+        if not self.lagging:
+            self.buffers[path] = content
         return WriteTextFileResponse()
 
     async def until(self, condition, what):
@@ -309,6 +313,32 @@ async def client_fs_stale(workspace):
     return {"session_id": session.session_id}
 
 
+async def client_fs_lagging(workspace):
+    """The client's buffer still holds the old text when pen reads it after its write (the
+    client saves and refreshes later): the edit's diff is the edit pen planned and wrote, not
+    that re-read (issue 26, item 14)."""
+    real = os.path.realpath(os.path.join(workspace, "a.txt"))
+    client = Client(
+        answers=["allow_once", "allow_once"], buffers={real: "one\ntwo\n"}, lagging=True
+    )
+    context, conn = await connect(client, workspace, fs=True)
+    session = await conn.new_session(cwd=workspace, mcp_servers=[])
+    assert await prompt(conn, session.session_id, "edit a.txt") == "end_turn"
+    await client.until(lambda: len(client.finished()) == 3, "the read, the edit, the create")
+    assert client.writes[0] == {"path": real, "content": "one\nTWO\n"}, client.writes
+    expected = {"type": "diff", "path": real, "oldText": "one\ntwo\n", "newText": "one\nTWO\n"}
+    [planned] = client.permissions[0]["tool_call"]["content"]
+    assert planned == expected, planned
+    _, edit, create = client.finished()
+    assert edit["status"] == "completed", edit
+    assert edit["content"][0] == expected, edit
+    made = os.path.realpath(os.path.join(workspace, "made.txt"))
+    assert create["status"] == "completed", create
+    assert create["content"][0] == {"type": "diff", "path": made, "newText": "made\n"}, create
+    await context.__aexit__(None, None, None)
+    return {"session_id": session.session_id, "writes": client.writes}
+
+
 async def modes(workspace):
     """In allow_edits mode an edit runs without asking; an unknown mode is refused."""
     client = Client()
@@ -361,6 +391,7 @@ async def main():
         "client_fs": lambda: client_fs(workspace),
         "modes": lambda: modes(workspace),
         "client_fs_stale": lambda: client_fs_stale(workspace),
+        "client_fs_lagging": lambda: client_fs_lagging(workspace),
         "mcp": lambda: mcp(workspace, sys.argv[3]),
     }
     seen = await runs[scenario]()

@@ -427,6 +427,34 @@ fn python_sdk_an_edit_of_a_buffer_changed_during_approval_is_stale() {
     assert!(edit.contains("approval no longer applies"), "{edit}");
 }
 
+/// Issue 26, item 14: a client whose buffer still holds the old text when pen reads it right
+/// after writing through it (it saves and refreshes later) is shown, in the edit's
+/// `tool_call_update`, the edit pen planned and wrote — not `oldText` twice. A created file's
+/// diff is its content.
+#[test]
+fn python_sdk_the_diff_of_an_edit_is_what_pen_wrote() {
+    let Some(python) = peer(
+        "PEN_ACP_PYTHON",
+        "python_sdk_the_diff_of_an_edit_is_what_pen_wrote",
+    ) else {
+        return;
+    };
+    let setup = Setup::new();
+    std::fs::write(setup.workspace().join("a.txt"), "one\ntwo\n").unwrap();
+    setup.fake.push([
+        calls(&[call("c1", "pen_read", json!({"path": "a.txt"}))]),
+        calls(&[edit("c2", "a.txt", "two", "TWO")]),
+        calls(&[call(
+            "c3",
+            "pen_create",
+            json!({"path": "made.txt", "content": "made\n"}),
+        )]),
+        text(&["Done."]),
+    ]);
+    let seen = setup.python(&python, "client_fs_lagging", &[]);
+    assert_eq!(seen["writes"][0]["content"], "one\nTWO\n", "{seen}");
+}
+
 /// session/set_mode: in `allow_edits` an edit runs without a permission request; an unknown
 /// mode is refused.
 #[test]
@@ -887,5 +915,91 @@ fn the_checkpoint_extension_methods_revert_and_fork_and_wait_for_a_running_turn(
     let fork = forked["result"]["sessionId"].as_str().unwrap();
     assert_ne!(fork, session_id);
     assert!(setup.transcript(fork).is_empty());
+    assert!(pen.close().success());
+}
+
+/// Issue 26, item 12: a permission answer that repeats a key is refused, whatever the last one
+/// says. serde_json keeps the last of a repeated key, so `reject_once` then `allow_once` ran
+/// the command; now the answer is no answer, the command does not run, and the model is told.
+#[test]
+fn a_permission_answer_with_a_repeated_key_is_refused() {
+    let setup = Setup::new();
+    setup.fake.push([
+        calls(&[call(
+            "c1",
+            "pen_command",
+            json!({"command": "touch ran.txt"}),
+        )]),
+        text(&["Done."]),
+    ]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]}}),
+    );
+    let asked = pen.until(|line| line["method"] == "session/request_permission");
+    let id = asked["id"].to_string();
+    let stdin = pen.stdin.as_mut().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"outcome":{{"outcome":"selected","optionId":"reject_once","optionId":"allow_once"}}}}}}"#
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let answer = pen.answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(
+        !setup.workspace().join("ran.txt").exists(),
+        "the command ran on an answer that repeated its key"
+    );
+    let result = &tool_results(&setup, 1)[0];
+    assert!(result.contains("approval no longer applies"), "{result}");
+    assert!(pen.close().success());
+}
+
+/// Issue 26, item 2 on ACP: an embedded resource (text the client sends, as Zed sends a
+/// selection) holding the body lines of a key in the workspace, or key-body lines pen cannot
+/// place in any file, is withheld with a note; ordinary embedded text is sent.
+#[test]
+fn an_embedded_resource_with_a_key_body_is_withheld() {
+    let setup = Setup::new();
+    let body =
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n".repeat(20);
+    let key =
+        format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{body}-----END OPENSSH PRIVATE KEY-----\n");
+    let path = setup.workspace().join("id_ed25519");
+    std::fs::write(&path, &key).unwrap();
+    setup.fake.push([text(&["Seen."])]);
+    let mut pen = RawAcp::start(&setup);
+    pen.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}));
+    pen.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": setup.workspace(), "mcpServers": []}}));
+    let session_id = pen.answer(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resource = |uri: String, text: &str| json!({"type": "resource", "resource": {"uri": uri, "text": text}});
+    pen.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [
+            {"type": "text", "text": "what are these?"},
+            resource(format!("file://{}#L2:21", path.display()), &body),
+            resource("file:///elsewhere/notes.txt".into(), &body),
+            resource("file:///elsewhere/main.rs".into(), "fn main() {}\n"),
+        ]}}),
+    );
+    let answer = pen.answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let sent = setup.fake.requests()[0].body["messages"].to_string();
+    assert!(!sent.contains("b3BlbnNzaC1rZXkt"), "{sent}");
+    assert_eq!(sent.matches("private key material").count(), 2, "{sent}");
+    assert!(sent.contains("fn main() {}"), "{sent}");
     assert!(pen.close().success());
 }

@@ -336,6 +336,49 @@ fn an_approval_request_follows_the_events_before_it() {
     }
 }
 
+/// Issue 26, item 12: an answer to `pen/requestApproval` that repeats a key is refused, whatever
+/// its last value says (serde_json keeps the last one: `deny` then `allow` ran the tool), so
+/// the file is not created and the model is told the approval no longer applies.
+#[test]
+fn an_approval_answer_with_a_repeated_key_is_refused() {
+    let fake = FakeProvider::start();
+    let mut d = daemon(&fake, "openai");
+    let session = d.new_session();
+    fake.push([
+        Reply::Stream(openai_frames(
+            &[],
+            &[call(
+                "c1",
+                "pen_create",
+                json!({"path": "made.txt", "content": "x"}),
+            )],
+            usage(),
+        )),
+        Reply::Stream(openai_frames(&["Ok."], &[], usage())),
+    ]);
+    let prompt = d.client.send_request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "create it"}),
+    );
+    let request = d
+        .client
+        .wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"decision":"deny","decision":"allow"}}}}"#,
+        request["id"]
+    );
+    d.client
+        .send_raw(&super::lsp_client::frame(body.as_bytes()));
+    let answer = d.client.wait_for_response(&prompt);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(
+        !d.root.path().join("made.txt").exists(),
+        "the tool ran on an answer that repeated its key"
+    );
+    let results = fake.requests()[1].body["messages"].to_string();
+    assert!(results.contains("approval no longer applies"), "{results}");
+}
+
 #[test]
 fn stop_ends_a_streaming_turn_and_the_next_prompt_works() {
     let fake = FakeProvider::start();

@@ -2,6 +2,7 @@
 //! model's calls) writes files; `pen revert` and `pen fork`, separate processes on the same data
 //! directory, read the checkpoints it recorded and undo its turns, byte for byte.
 
+use super::common::env_number;
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use super::lsp_client::{LspClient, file_uri};
 use pen::providers::{ToolCall, Usage};
@@ -678,4 +679,384 @@ fn two_daemons_see_the_same_checkpoints_and_an_open_buffer_reverts_through_the_e
     assert!(a.transcript(fork).is_empty());
     a.close();
     b.close();
+}
+
+/// Issue 26, item 3, without force: pen created `config.local.json`; the owner renamed it to
+/// `config.json` and linked the old name to it. The revert acts on the recorded path itself:
+/// the link there is a conflict, and neither it nor `config.json` is touched.
+#[test]
+fn a_link_where_pen_left_a_file_is_a_conflict_and_its_target_is_kept() {
+    let env = Env::new();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Creating.",
+                &[call(
+                    "c1",
+                    "pen_create",
+                    json!({"path": "config.local.json", "content": "{\"debug\": true}\n"}),
+                )],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::rename(env.path("config.local.json"), env.path("config.json")).unwrap();
+    std::os::unix::fs::symlink("config.json", env.path("config.local.json")).unwrap();
+
+    let (code, result) = env.revert(&[&env.session()]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[("config.local.json", "conflict")])
+    );
+    let reason = result["files"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("symlink"), "{reason}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("config.json")).unwrap(),
+        "{\"debug\": true}\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(env.path("config.local.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+/// Issue 26, item 3, with force: the files a turn wrote were replaced by links to files it
+/// never touched, a FIFO and a folder. Force replaces each link and the FIFO themselves —
+/// the created file's link is removed, the edited file's link becomes the file pen found —
+/// never following them: the untouched files keep their bytes. A folder is not removed.
+#[test]
+fn a_forced_revert_replaces_links_themselves_and_never_follows_them() {
+    let env = Env::new();
+    std::fs::write(env.path("edited.txt"), "alpha\n").unwrap();
+    std::fs::write(env.path("piped.txt"), "pipe\n").unwrap();
+    std::fs::write(env.path("foldered.txt"), "folder\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Writing.",
+                &[
+                    call(
+                        "c1",
+                        "pen_create",
+                        json!({"path": "created.txt", "content": "made\n"}),
+                    ),
+                    edit("c2", "edited.txt", b"alpha\n", "alpha", "beta"),
+                    edit("c3", "piped.txt", b"pipe\n", "pipe", "PIPE"),
+                    edit("c4", "foldered.txt", b"folder\n", "folder", "FOLDER"),
+                ],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::write(env.path("untouched-1.txt"), "keep me one\n").unwrap();
+    std::fs::write(env.path("untouched-2.txt"), "keep me two\n").unwrap();
+    for (name, target) in [
+        ("created.txt", "untouched-1.txt"),
+        ("edited.txt", "untouched-2.txt"),
+    ] {
+        std::fs::remove_file(env.path(name)).unwrap();
+        std::os::unix::fs::symlink(env.path(target), env.path(name)).unwrap();
+    }
+    std::fs::remove_file(env.path("piped.txt")).unwrap();
+    let fifo = std::ffi::CString::new(env.path("piped.txt").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    std::fs::remove_file(env.path("foldered.txt")).unwrap();
+    std::fs::create_dir(env.path("foldered.txt")).unwrap();
+    std::fs::write(env.path("foldered.txt/inside"), "mine\n").unwrap();
+
+    let session = env.session();
+    let (code, result) = env.revert(&[&session]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[
+            ("created.txt", "conflict"),
+            ("edited.txt", "conflict"),
+            ("piped.txt", "conflict"),
+            ("foldered.txt", "conflict"),
+        ])
+    );
+    let turn = env.turns(&session)[0].clone();
+    let (code, result) = env.revert(&[&session, &turn, "--force"]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(
+        statuses(&result),
+        pairs(&[
+            ("created.txt", "deleted"),
+            ("edited.txt", "reverted"),
+            ("piped.txt", "reverted"),
+            ("foldered.txt", "not_revertible"),
+        ])
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("untouched-1.txt")).unwrap(),
+        "keep me one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("untouched-2.txt")).unwrap(),
+        "keep me two\n"
+    );
+    assert!(std::fs::symlink_metadata(env.path("created.txt")).is_err());
+    let edited = std::fs::symlink_metadata(env.path("edited.txt")).unwrap();
+    assert!(edited.file_type().is_file());
+    assert_eq!(
+        std::fs::read_to_string(env.path("edited.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("piped.txt")).unwrap(),
+        "pipe\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("foldered.txt/inside")).unwrap(),
+        "mine\n"
+    );
+}
+
+/// Issue 26, item 3: a folder on the recorded path that became a link (here to a folder the
+/// turn never wrote in) is never written through, forced or not.
+#[test]
+fn a_folder_on_the_path_that_became_a_link_is_never_written_through() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("dir")).unwrap();
+    std::fs::write(env.path("dir/f.txt"), "alpha\n").unwrap();
+    let output = env.run(
+        None,
+        vec![
+            frames(
+                "Editing.",
+                &[edit("c1", "dir/f.txt", b"alpha\n", "alpha", "beta")],
+            ),
+            frames("Done.", &[]),
+        ],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    std::fs::rename(env.path("dir"), env.path("moved")).unwrap();
+    std::fs::create_dir(env.path("other")).unwrap();
+    std::fs::write(env.path("other/f.txt"), "beta\n").unwrap();
+    std::os::unix::fs::symlink("other", env.path("dir")).unwrap();
+    let session = env.session();
+    let turn = env.turns(&session)[0].clone();
+    for args in [vec![session.as_str()], vec![&session, &turn, "--force"]] {
+        let (code, result) = env.revert(&args);
+        assert_eq!(code, 2, "{result}");
+        assert_eq!(statuses(&result), pairs(&[("dir/f.txt", "not_revertible")]));
+        assert_eq!(
+            std::fs::read_to_string(env.path("other/f.txt")).unwrap(),
+            "beta\n"
+        );
+    }
+}
+
+/// The files of the kill-point test: `f000.txt`… as the turn created them.
+fn kill_point_file(i: u64) -> (String, String) {
+    (format!("f{i:03}.txt"), format!("file {i}\n"))
+}
+
+/// Issue 26, item 7: a revert killed (`kill -9`-abrupt, the `crash_after_reverted_files` test
+/// hook) after K of its F files. It recorded its start, so the next use knows: the next
+/// `pen revert` reports the interrupted one with each file as it stands (K `unchanged`, F-K
+/// `not_reverted`) and then finishes the job; a turn instead tells the model which files may
+/// be half reverted. `PEN_REVERT_FILES` (default 24), `PEN_REVERT_KILL_POINTS` (default 3) and
+/// `PEN_REVERT_SEED` (default 26) scale it; `scripts/revert-kill.sh` runs 600 files at 10
+/// points and prints one line a point.
+#[test]
+fn a_revert_killed_midway_is_reported_on_the_next_use() {
+    let count = env_number("PEN_REVERT_FILES", 24);
+    let kill_points = env_number("PEN_REVERT_KILL_POINTS", 3);
+    let mut rng = fastrand::Rng::with_seed(env_number("PEN_REVERT_SEED", 26));
+    // A window that holds the turn's answer to all its calls (600 by the script).
+    let env =
+        Env::with_config("auto_approve = [\"pen_create\"]\ncontext_window_tokens = 1000000\n");
+    let creates: Vec<ToolCall> = (0..count)
+        .map(|i| {
+            let (path, content) = kill_point_file(i);
+            call(
+                &format!("c{i}"),
+                "pen_create",
+                json!({"path": path, "content": content}),
+            )
+        })
+        .collect();
+    let output = env.run(
+        None,
+        vec![frames("Creating.", &creates), frames("Done.", &[])],
+        None,
+    );
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let session = env.session();
+    let turn = env.turns(&session)[0].clone();
+    // The database after the turn, put back before each kill point.
+    let pristine = tempfile::tempdir().unwrap();
+    let copy_dir = |from: &std::path::Path, to: &std::path::Path| {
+        for entry in std::fs::read_dir(to).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    };
+    copy_dir(env.data.path(), pristine.path());
+    for point in 0..kill_points {
+        copy_dir(pristine.path(), env.data.path());
+        for i in 0..count {
+            let (path, content) = kill_point_file(i);
+            std::fs::write(env.path(&path), content).unwrap();
+        }
+        let kill_after = rng.u64(1..=count);
+        let output = env
+            .pen()
+            .args(["revert", &session])
+            .env(
+                pen::session::TEST_HOOKS_ENV,
+                format!("crash_after_reverted_files={kill_after}"),
+            )
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "the hook aborts pen revert");
+        let left = (0..count)
+            .filter(|&i| env.path(&kill_point_file(i).0).exists())
+            .count() as u64;
+        assert_eq!(left, count - kill_after, "the files it had not reached");
+
+        if point % 2 == 1 {
+            // The next use is a turn: the model is told which files may be half reverted.
+            let fake = FakeProvider::start();
+            fake.push([frames("Noted.", &[])]);
+            let output = env.run_with(&fake, Some(&session), None);
+            assert_eq!(ended(&output)["stopReason"], "end_turn");
+            let request = fake.requests().pop().unwrap();
+            let last =
+                request.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+            assert!(last.contains("was interrupted"), "{last}");
+            assert!(last.contains("f000.txt"), "{last}");
+            println!(
+                "kill point {point}: killed after {kill_after} of {count} files; {} deleted, \
+                 {left} left; the next turn told the model: \"A revert … was interrupted …\" \
+                 naming all {count} files",
+                count - left
+            );
+            continue;
+        }
+        // The next use is a revert: it reports the interrupted one, then finishes the job.
+        let (code, result) = env.revert(&[&session, &turn]);
+        assert_eq!(code, 0, "{result}");
+        let interrupted = &result["interrupted"];
+        let tally = |files: &Value, status: &str| {
+            files
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["status"] == status)
+                .count() as u64
+        };
+        assert_eq!(
+            (
+                tally(&interrupted["files"], "unchanged"),
+                tally(&interrupted["files"], "not_reverted")
+            ),
+            (kill_after, left),
+            "{interrupted}"
+        );
+        assert!(
+            interrupted["note"]
+                .as_str()
+                .unwrap()
+                .contains("was interrupted"),
+            "{interrupted}"
+        );
+        assert_eq!(
+            (
+                tally(&result["files"], "unchanged"),
+                tally(&result["files"], "deleted")
+            ),
+            (kill_after, left),
+            "{result}"
+        );
+        assert!((0..count).all(|i| !env.path(&kill_point_file(i).0).exists()));
+        println!(
+            "kill point {point}: killed after {kill_after} of {count} files; {} deleted, {left} \
+             left; the next revert reported it interrupted ({} unchanged, {} not_reverted, {} \
+             conflict) and deleted the {left} left",
+            count - left,
+            tally(&interrupted["files"], "unchanged"),
+            tally(&interrupted["files"], "not_reverted"),
+            tally(&interrupted["files"], "conflict"),
+        );
+    }
+}
+
+/// Issue 26, item 8: a fork carries the checkpoints of the turns it copies, so reverting a
+/// copied turn inside the fork reverts its files; a fork an earlier pen made (which copied no
+/// checkpoint) says so, never "They changed no file".
+#[test]
+fn a_copied_turn_reverts_inside_its_fork() {
+    let env = Env::new();
+    edit_alpha_to_beta(&env);
+    let session = env.session();
+    let output = env.run(Some(&session), vec![frames("Just talk.", &[])], None);
+    assert_eq!(ended(&output)["stopReason"], "end_turn");
+    let turns = env.turns(&session);
+    let output = env
+        .pen()
+        .args(["fork", &session, &turns[1]])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let fork: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let fork = fork["sessionId"].as_str().unwrap().to_string();
+
+    let (code, result) = env.revert(&[&fork, &turns[0]]);
+    assert_eq!(code, 0, "{result}");
+    assert_eq!(statuses(&result), pairs(&[("a.txt", "reverted")]));
+    assert_eq!(
+        std::fs::read_to_string(env.path("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    // The original keeps its own checkpoints: its revert finds the file already as before.
+    let (code, result) = env.revert(&[&session, &turns[0]]);
+    assert_eq!(code, 0, "{result}");
+    assert_eq!(statuses(&result), pairs(&[("a.txt", "unchanged")]));
+
+    // A fork made the old way: the entries and the fork's row, no checkpoint.
+    std::fs::write(env.path("a.txt"), "beta\n").unwrap();
+    let old_fork = "s_0000000000000000000000000000f0a7";
+    let db = rusqlite::Connection::open(env.data.path().join("sessions.sqlite3")).unwrap();
+    db.execute_batch(&format!(
+        "BEGIN IMMEDIATE;
+         INSERT INTO sessions (id, title, created_at, updated_at, created_tick)
+             VALUES ('{old_fork}', 'old fork', 0, 0, 0);
+         INSERT INTO entries (session_id, seq, kind, turn_id, tick, created_at, call_id, payload)
+             SELECT '{old_fork}', seq, kind, turn_id, tick, created_at, call_id, payload FROM entries
+             WHERE session_id = '{session}' AND turn_id = '{turn}';
+         INSERT INTO session_forks (session_id, from_session_id, before_turn_id)
+             VALUES ('{old_fork}', '{session}', '{next}');
+         COMMIT;",
+        turn = turns[0],
+        next = turns[1],
+    ))
+    .unwrap();
+    drop(db);
+    let (code, result) = env.revert(&[old_fork, &turns[0]]);
+    assert_eq!(code, 2, "{result}");
+    assert_eq!(result["withoutCheckpoints"], json!([turns[0]]), "{result}");
+    let note = result["note"].as_str().unwrap();
+    assert!(!note.contains("They changed no file"), "{note}");
+    assert!(note.contains(&session), "{note}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("a.txt")).unwrap(),
+        "beta\n"
+    );
 }

@@ -67,3 +67,12 @@ pub fn call_tool(
     let observation = pen::tools::observation(&result, &limits);
     (result, observation)
 }
+
+/// The number in the environment variable `name`, else `default` (the scale of a test that a
+/// script runs larger).
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}

@@ -424,22 +424,16 @@ fn the_editor_focus_reaches_the_prompt_from_the_unsaved_buffer() {
     assert_eq!(fake.requests().len(), 1);
 }
 
-#[test]
-fn pen_run_attaches_files_and_line_ranges() {
-    let fake = FakeProvider::start();
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    fs::write(root.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
-    fs::write(root.path().join("b.txt"), "whole b\n").unwrap();
+/// `pen run look --file F…` in `root` against the fake (one answer); the prompt it sent.
+fn run_look(fake: &FakeProvider, data: &Path, root: &Path, files: &[&str]) -> String {
     fake.push([answer("ok")]);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pen"));
+    command.args(["run", "look"]);
+    for file in files {
+        command.args(["--file", file]);
+    }
+    let output = command
         .args([
-            "run",
-            "look",
-            "--file",
-            "a.txt:2-3",
-            "--file",
-            "b.txt",
             "--provider",
             "openai",
             "--model",
@@ -447,8 +441,8 @@ fn pen_run_attaches_files_and_line_ranges() {
             "--base-url",
         ])
         .arg(format!("{}/v1", fake.url()))
-        .current_dir(root.path())
-        .env("PEN_DATA_DIR", data.path())
+        .current_dir(root)
+        .env("PEN_DATA_DIR", data)
         .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
         .stdin(std::process::Stdio::null())
         .output()
@@ -459,11 +453,94 @@ fn pen_run_attaches_files_and_line_ranges() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let user = contents(&bodies(&fake)[0], "user").pop().unwrap();
+    contents(&bodies(fake)[0], "user").pop().unwrap()
+}
+
+#[test]
+fn pen_run_attaches_files_and_line_ranges() {
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+    fs::write(root.path().join("b.txt"), "whole b\n").unwrap();
+    let user = run_look(&fake, data.path(), root.path(), &["a.txt:2-3", "b.txt"]);
     assert!(
         user.contains("Attached: a.txt, lines 2-3\n```\ntwo\nthree\n```")
             && user.contains("Attached: b.txt\n```\nwhole b\n```"),
         "{user}"
     );
     assert!(!user.contains("four"), "{user}");
+}
+
+/// A private key: BEGIN on line 1, body lines 2..=21, END on line 22.
+fn key_text() -> String {
+    format!(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n{}-----END OPENSSH PRIVATE KEY-----\n",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n".repeat(20)
+    )
+}
+
+/// Issue 26, item 2: the body lines of a key (2..=N-1) never reach the model through the
+/// editor's focus: Neovim's range (pen reads the buffer), VS Code's selection `text` (the
+/// client sends it), each from the unsaved buffer; the prompt says why they are left out.
+#[test]
+fn the_editor_focus_never_sends_the_body_of_a_key() {
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("id_ed25519");
+    fs::write(&path, "not yet saved\n").unwrap();
+    let key = key_text();
+    let body: String = key
+        .lines()
+        .skip(1)
+        .take(20)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fake.push([answer("ok"), answer("ok")]);
+    let mut d = daemon(&fake, data.path(), root.path());
+    d.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": file_uri(&path), "languageId": "text", "version": 1,
+               "text": key}}),
+    );
+    let session = d.new_session();
+    for selection in [
+        json!({"startLine": 2, "endLine": 21}),
+        json!({"startLine": 2, "endLine": 21, "text": body}),
+    ] {
+        let answer = d.request(
+            "pen/prompt",
+            json!({"sessionId": session, "text": "explain",
+                   "context": {"activeFile": path.to_string_lossy(), "selection": selection}}),
+        );
+        assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    }
+    for body in bodies(&fake) {
+        let user = contents(&body, "user").pop().unwrap();
+        assert!(!user.contains("b3BlbnNzaC1rZXkt"), "{user}");
+        assert!(user.contains("private key material"), "{user}");
+    }
+    // A selection of a buffer with no file must carry its text: pen has nothing else to judge.
+    let refused = d.request_raw(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "x",
+               "context": {"selection": {"startLine": 1, "endLine": 2}}}),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
+
+/// Issue 26, item 2: `pen run --file KEY:2-N` sends none of the key's body lines.
+#[test]
+fn pen_run_never_attaches_the_body_of_a_key() {
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("id_ed25519"), key_text()).unwrap();
+    let user = run_look(&fake, data.path(), root.path(), &["id_ed25519:2-21"]);
+    assert!(!user.contains("b3BlbnNzaC1rZXkt"), "{user}");
+    assert!(
+        user.contains("Attached: id_ed25519, lines 2-21\n(not included:"),
+        "{user}"
+    );
 }

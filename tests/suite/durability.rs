@@ -10,6 +10,7 @@
 //! `PEN_DURABILITY_KILL_POINTS` (default 100) and `PEN_DURABILITY_SEED` (default 11) change
 //! the count and the seed; `scripts/durability.sh` runs it at 1,000.
 
+use super::common::env_number;
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use pen::providers::{ToolCall, Usage};
 use pen::session::{Entry, EntryKind, SessionStore};
@@ -334,13 +335,6 @@ fn sigkill_during_a_command(figures: &mut Figures) {
             status("read")
         ));
     }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

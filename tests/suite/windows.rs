@@ -439,3 +439,58 @@ fn a_found_window_fits_the_pages_of_the_turn() {
         }
     }
 }
+
+/// Issue 26, item 9: a server that reports an absurd window (llama.cpp `n_ctx` 2^64−1, an
+/// Ollama model "trained" on as much) is no answer: the configured bounds of
+/// `context_window_tokens` apply to a discovered window as to a set one, so pen falls back to
+/// the default, records nothing, and a turn with a paged read plans and runs (no page
+/// arithmetic wraps).
+#[test]
+fn a_discovered_window_outside_the_bounds_is_not_adopted() {
+    for (path, body) in [
+        (
+            "/props",
+            json!({"default_generation_settings": {"n_ctx": u64::MAX}}),
+        ),
+        (
+            "/v1/models",
+            json!({"data": [{"id": "fake-model", "max_model_len": 10_000_001u64}]}),
+        ),
+    ] {
+        let fake = FakeProvider::start();
+        fake.discovery(path, body);
+        let mut d = daemon(&fake, "openai", "/v1", &[("PEN_BUDGET_POLICY", "4")]);
+        let shown = effective(&mut d);
+        assert_eq!(shown["source"], "default", "{path}: {shown}");
+        assert_eq!(shown["tokens"], 32_768, "{path}: {shown}");
+        std::fs::write(d._root.path().join("a.txt"), "alpha\n".repeat(50)).unwrap();
+        let read = pen::providers::ToolCall {
+            id: "c1".into(),
+            name: "pen_read".into(),
+            arguments: json!({"path": "a.txt"}).to_string(),
+        };
+        fake.push([
+            Reply::Stream(openai_frames(
+                &["Reading."],
+                &[read],
+                Usage::new(BODY_TOKENS, 3),
+            )),
+            answer("Read.", BODY_TOKENS),
+        ]);
+        let session = d.client.new_session();
+        let outcome = d.client.prompt(&session, "read a.txt");
+        assert_eq!(outcome["stopReason"], "end_turn", "{path}: {outcome}");
+        let transcript = d.client.transcript(&session);
+        assert!(
+            !transcript
+                .iter()
+                .any(|e| e["data"]["type"] == "context_window_found"),
+            "{path}: {transcript:?}"
+        );
+    }
+    // Native Ollama: a trained window over the bounds is no answer either.
+    let fake = FakeProvider::start();
+    let mut d = ollama_daemon(&fake, u64::MAX, &[]);
+    let shown = effective(&mut d);
+    assert_eq!(shown["source"], "default", "{shown}");
+}

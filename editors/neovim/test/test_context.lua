@@ -1,7 +1,7 @@
 -- :'<,'>Pen sends the range as pen/prompt's context; pen reads the lines from the buffer
 -- (unsaved text included), and the project's AGENTS.md is in the system part.
 local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
-local ws = H.setup({ { text = 'It is the middle.' }, { text = 'It is the file.' } })
+local ws = H.setup({ { text = 'It is the middle.' }, { text = 'It is the file.' }, { text = 'Code.' }, { text = 'Withheld.' } })
 vim.fn.writefile({ 'Answer in haiku.' }, ws .. '/AGENTS.md')
 vim.fn.writefile({ 'one on disk', 'two on disk', 'three on disk' }, ws .. '/lines.txt')
 vim.cmd.edit('lines.txt')
@@ -45,4 +45,25 @@ sent = vim.fn.readfile(H.requests_file)
 body = vim.json.decode(sent[#sent])
 user = body.messages[#body.messages].content
 H.check(user:find('Active file: lines.txt', 1, true) and not user:find('Selection:', 1, true), 'the buffer: ' .. user)
+
+-- A buffer without a file sends the range's text, which pen judges alone: ordinary lines reach
+-- the model, key-body lines never do (issue 26, item 2).
+vim.cmd.enew()
+local body = 'b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW'
+vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'local x = compute()', body, body, body })
+for _, case in ipairs({ { range = '1,1', sent = true }, { range = '2,4', sent = false } }) do
+  require('pen').state.last_result = {}
+  vim.cmd(case.range .. 'Pen what is this')
+  H.wait_turn()
+  sent = vim.fn.readfile(H.requests_file)
+  local body_sent = vim.json.decode(sent[#sent])
+  user = body_sent.messages[#body_sent.messages].content
+  H.check(user:find('of a buffer with no file', 1, true), 'the scratch selection: ' .. user)
+  if case.sent then
+    H.check(user:find('local x = compute()', 1, true), 'the scratch line was not sent: ' .. user)
+  else
+    H.check(not user:find(body, 1, true), 'key-body lines were sent: ' .. user)
+    H.check(user:find('private key material', 1, true), 'no note: ' .. user)
+  end
+end
 H.done()

@@ -139,6 +139,24 @@ diff?: string, reason?: string, };
 export type UnrevertedCall = { turnId: string, tool: string, summary: string, };
 
 /**
+ * An earlier revert of the session that a crash stopped, as the next revert found it.
+ */
+export type InterruptedRevertReport = { 
+/**
+ * Its turns, newest first.
+ */
+turns: Array<string>, 
+/**
+ * Each of its files as it stood: `unchanged` (reverted), `not_reverted` (still as the
+ * turns left it) or `conflict` (changed since).
+ */
+files: Array<RevertedFileReport>, 
+/**
+ * What the model is told with its next prompt.
+ */
+note: string, };
+
+/**
  * `pen/revertTurn` result.
  */
 export type RevertTurnResult = { sessionId: string, 
@@ -153,7 +171,17 @@ commands: Array<UnrevertedCall>,
 /**
  * What the model is told with its next prompt.
  */
-note: string, };
+note: string, 
+/**
+ * An earlier revert of the session that a crash stopped (`kill -9`, a power cut), which
+ * this one found open and closed first.
+ */
+interrupted?: InterruptedRevertReport, 
+/**
+ * Turns a fork copied from its original session without their checkpoints (a fork made
+ * by an earlier pen): their files were not reverted (revert them in the original).
+ */
+withoutCheckpoints?: Array<string>, };
 
 /**
  * `pen/forkSession` params: a new session whose history is the original's before

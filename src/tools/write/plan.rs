@@ -69,6 +69,11 @@ impl EditPlan {
     pub fn path(&self) -> &str {
         &self.path
     }
+
+    /// Where the path led when planned (canonical, absolute).
+    pub fn absolute(&self) -> &Path {
+        &self.absolute
+    }
 }
 
 /// Plans pen_edit: reads the file once, checks it is fresh (see [`check_fresh`]) and computes

@@ -188,22 +188,19 @@ local function ensure_session(client, title)
   return res.sessionId
 end
 
---- Build the prompt text of a range form: the selection with its file and line numbers.
-local function with_selection(text, buf, line1, line2)
-  local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(buf), ':.')
-  local lines = vim.api.nvim_buf_get_lines(buf, line1 - 1, line2, false)
-  local ft = vim.bo[buf].filetype
-  return ('%s\n\nSelection from `%s` lines %d-%d:\n```%s\n%s\n```'):format(
-    text, name, line1, line2, ft, table.concat(lines, '\n'))
-end
-
 --- What the owner has in view, for `pen/prompt`'s `context`: the current buffer's file, the
 --- range of `:'<,'>Pen` and the window's visible lines. pen reads the lines from the buffer it
---- is sent (unsaved text included), so only the range goes; nil for a buffer without a file.
+--- is sent (unsaved text included), so only the range goes. A buffer without a file sends the
+--- range's text, which pen judges like any text a client sends (key material is withheld);
+--- nil for such a buffer without a range.
 local function focus_context(buf, range)
   local name = vim.api.nvim_buf_get_name(buf)
   if name == '' or vim.bo[buf].buftype ~= '' then
-    return nil
+    if not range then
+      return nil
+    end
+    local lines = vim.api.nvim_buf_get_lines(buf, range[1] - 1, range[2], false)
+    return { selection = { startLine = range[1], endLine = range[2], text = table.concat(lines, '\n') .. '\n' } }
   end
   local context = { activeFile = vim.fn.fnamemodify(name, ':p') }
   if range then
@@ -228,10 +225,8 @@ function M.prompt(text, range)
   end
   local context = focus_context(buf, range)
   local shown = text
-  if range and not context then
-    -- A buffer without a file: its selected lines go into the prompt text itself.
-    text = with_selection(text, buf, range[1], range[2])
-    shown = text
+  if range and not context.activeFile then
+    shown = ('%s\n\n(with lines %d-%d of a buffer without a file)'):format(text, range[1], range[2])
   elseif range then
     shown = ('%s\n\n(with `%s` lines %d-%d)'):format(text, vim.fn.fnamemodify(vim.api.nvim_buf_get_name(buf), ':.'),
       range[1], range[2])
