@@ -33,6 +33,8 @@ mod planner;
 mod reference;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v4_law_tests;
 
 pub use crate::providers::ProviderKind;
 pub use estimate::{Budget, TokenEstimator};

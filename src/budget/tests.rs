@@ -551,7 +551,7 @@ fn transcript_strategy() -> impl Strategy<Value = Transcript> {
 
 /// Every assistant call is followed at once by its results, in call order, and every result
 /// follows its call: what every provider requires.
-fn provider_valid(messages: &[Message]) -> bool {
+pub(super) fn provider_valid(messages: &[Message]) -> bool {
     let mut waiting: Vec<&str> = Vec::new();
     for message in messages {
         match message {
@@ -573,7 +573,7 @@ fn provider_valid(messages: &[Message]) -> bool {
 
 /// The untouched messages from the start of the newest exchange's second-to-last group (or its
 /// last) to the end: the policy must send them byte for byte.
-fn protected_tail(untouched: &[Message]) -> &[Message] {
+pub(super) fn protected_tail(untouched: &[Message]) -> &[Message] {
     let start = untouched
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))

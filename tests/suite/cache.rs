@@ -457,3 +457,110 @@ fn a_daemon_killed_after_recording_a_compaction_resumes_with_its_prefix() {
         .expect("a new compaction");
     assert!(decided >= entries.len());
 }
+
+/// A workspace of `dirs` folders whose pen_list pages are 0.1 to 0.9 KB (1 to 18 entries of about
+/// 45 bytes each): many small results, each smaller than its excerpt would be, the shape policy 4
+/// once failed on.
+fn small_listings(root: &Path, dirs: usize) {
+    for k in 0..dirs {
+        let dir = root.join(format!("d{k:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for j in 0..1 + (k * 7) % 16 {
+            std::fs::write(dir.join(format!("file_{j:02}.rs")), "fn main() {}\n").unwrap();
+        }
+    }
+}
+
+/// One answer for each of `dirs` pen_list calls, then a final answer.
+fn list_turn(dirs: usize) -> Vec<Reply> {
+    let mut replies: Vec<Reply> = (0..dirs)
+        .map(|k| {
+            let call = pen::providers::ToolCall {
+                id: format!("list_{k}"),
+                name: "pen_list".into(),
+                arguments: json!({"path": format!("d{k:03}")}).to_string(),
+            };
+            Reply::Stream(super::fake_provider::openai_frames(
+                &["Next."],
+                &[call],
+                cache_figures::honest_usage(),
+            ))
+        })
+        .collect();
+    replies.push(Reply::Stream(super::fake_provider::openai_frames(
+        &["Listed them all."],
+        &[],
+        cache_figures::honest_usage(),
+    )));
+    replies
+}
+
+/// The small-results workload: a turn of 160 pen_list results of 0.1 to 0.9 KB, under the default
+/// policy and default settings (the window found from the server, as a local model's is: output
+/// and margin capped at ¼ and 1/32 of it), at 8k, 12k, 16k and 32k windows, and at a 12k window
+/// set by the user with margins of 0 and 500. Every turn completes (`end_turn`, one request a
+/// call), every request within the window. Policy 4 once failed these turns the first time the
+/// newest exchange reached the budget: it could leave out only the groups it had excerpted,
+/// and a group smaller than its excerpt is never excerpted.
+#[test]
+fn a_turn_of_many_small_results_completes_at_every_window() {
+    const DIRS: usize = 160;
+    let root = tempfile::tempdir().unwrap();
+    small_listings(root.path(), DIRS);
+    let found = [8_000u64, 12_000, 16_000, 32_000].map(|w| (w, None));
+    let set = [(12_000u64, Some(0u64)), (12_000, Some(500))];
+    let mut failures = Vec::new();
+    for (window, margin) in found.into_iter().chain(set) {
+        let fake = FakeProvider::start();
+        fake.push(list_turn(DIRS));
+        let window_bytes = usize::try_from(window * 4).unwrap();
+        fake.reject_bodies_over(window_bytes, too_long());
+        let data = tempfile::tempdir().unwrap();
+        let base = format!("{}/v1", fake.url());
+        let mut env = vec![
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", base.as_str()),
+            ("PEN_MODEL", "fake-model"),
+        ];
+        let (window_text, margin_text) = (window.to_string(), margin.unwrap_or(0).to_string());
+        match margin {
+            // The user's window, with its margin; the output reserve stays the default.
+            Some(_) => {
+                env.push(("PEN_CONTEXT_WINDOW_TOKENS", window_text.as_str()));
+                env.push(("PEN_BUDGET_MARGIN_TOKENS", margin_text.as_str()));
+            }
+            None => fake.discovery(
+                "/props",
+                json!({"default_generation_settings": {"n_ctx": window}}),
+            ),
+        }
+        let mut d = LspClient::spawn(data.path(), root.path(), &env);
+        d.initialize(root.path(), &["utf-16"]);
+        d.request("pen/setConfig", json!({"max_turn_requests": 200}));
+        let session = d.new_session();
+        let answer = d.prompt(&session, "List every folder.");
+        let case = format!("window {window}, margin {margin:?}");
+        let bodies = bodies(&fake);
+        let largest = bodies
+            .iter()
+            .map(|body| serde_json::to_vec(body).unwrap().len())
+            .max()
+            .unwrap_or(0);
+        // The budget was met, so the turn was compacted (under policy 4) on the way.
+        let compacted = d
+            .transcript(&session)
+            .iter()
+            .any(|e| e["kind"] == "context_trimmed" && e["data"]["policyVersion"] == 4);
+        if answer["stopReason"] != "end_turn"
+            || bodies.len() != DIRS + 1
+            || largest > window_bytes
+            || !compacted
+        {
+            failures.push(format!(
+                "{case}: {} requests, the largest {largest} bytes, compacted {compacted}: {answer}",
+                bodies.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
