@@ -3,7 +3,7 @@
 //! window; and a resumed session (a new `pen serve` on the same data) plans byte for byte the
 //! requests the first daemon would have sent, from the compactions recorded in the session.
 
-use super::cache_figures::{self, cache_order, figures};
+use super::cache_figures::{self, cache_order};
 use super::fake_provider::{FakeProvider, Reply, anthropic_frames, openai_error};
 use super::lsp_client::LspClient;
 use serde_json::{Value, json};
@@ -86,11 +86,15 @@ fn in_root(bodies: Vec<Value>, root: &Path, as_root: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// 120 calls at a 16k window under the default policy (4): at least 85% of all request bytes
-/// are a prefix of the request before (policy 3 on the same turn: about a seventh), at least
-/// 90% of the requests reuse 90% of their bytes, no result over the page the window fits, every
-/// request within the window and none rejected; each compaction is a `context_compacted`
-/// entry with its `context_trimmed` report (policy 4), and the excerpts are quoted history.
+/// 120 calls at a 16k window under the default policy (4): the turn completes, every request
+/// within the window and none rejected; every read of the workspace's files (1.5 to 7 KB) comes
+/// back whole in one page, the information a policy-3 turn gets; and the requests are
+/// append-only between compactions: each request the provider gets is the one before it with
+/// new messages after it, except the one request after each compaction. Each compaction is a
+/// `context_compacted` entry with its `context_trimmed` report (policy 4), far fewer than the
+/// requests, and the excerpts are quoted history. (The share of bytes a request reuses is a
+/// diagnostic, printed by `cargo bench --bench cache`, not a target: smaller pages raise it
+/// while costing more requests for the same information.)
 #[test]
 fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
     const CALLS: usize = 120;
@@ -111,29 +115,24 @@ fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
         let size = serde_json::to_vec(body).unwrap().len();
         assert!(size <= WINDOW_BYTES, "a {size}-byte request");
     }
-    let figures = figures(&bodies);
-    assert!(
-        figures.whole_share >= 0.85,
-        "whole-session prefix share {figures:?}"
-    );
-    // Pages fitted to the window (`Limits::fitted_to_budget`) keep each step small: nine in ten
-    // requests reuse nine tenths of their bytes.
-    assert!(figures.reusing_90 >= 0.90, "{figures:?}");
-    // No result's page is over the share of the budget: 14,500 tokens × 4 ÷ 32 bytes.
+    // Every read is of a whole file: one page, no cursor.
     let transcript = d.transcript(&session);
+    let mut reads = 0;
     for entry in transcript.iter().filter(|e| e["kind"] == "tool_result") {
         let content = entry["data"]["content"].as_str().unwrap();
         let result: Value = serde_json::from_str(content).unwrap();
-        let page = result["content"].as_str().or(result["matches"].as_str());
-        if let Some(page) = page {
-            assert!(page.len() <= 1_812, "a {}-byte page", page.len());
+        if result.get("content").is_some() && result.get("path").is_some() {
+            reads += 1;
+            assert!(result.get("next_start_line").is_none(), "{result}");
+            assert!(result.get("next_offset").is_none(), "{result}");
         }
-        assert!(
-            content.len() <= 1_812 + 600,
-            "a {}-byte result",
-            content.len()
-        );
     }
+    assert!(reads >= CALLS / 2, "{reads} reads");
+    let forms: Vec<Vec<u8>> = bodies.iter().map(cache_order).collect();
+    let rewritten = forms
+        .windows(2)
+        .filter(|pair| !pair[1].starts_with(&pair[0]))
+        .count();
     let transcript = d.transcript(&session);
     assert!(
         !transcript
@@ -150,6 +149,12 @@ fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
         .collect();
     assert!(!compactions.is_empty(), "no compaction at all");
     assert_eq!(compactions.len(), reports.len());
+    // Append-only between compactions: only a compaction changes what was sent.
+    assert!(
+        rewritten <= compactions.len(),
+        "{rewritten} requests rewrote the one before, {} compactions",
+        compactions.len()
+    );
     // Batched: far fewer compactions than requests.
     assert!(
         compactions.len() * 4 < bodies.len(),
