@@ -496,9 +496,9 @@ impl Config {
         })
     }
 
-    /// The tool limits this config implies: SPEC §3's pages. Under budget policy 4 a turn fits
-    /// them to what its prompt budget holds as it starts (`crate::agent::ToolHost::fit_pages`),
-    /// and `crate::agent::catalog_limits` shows that fit for the catalog outside a turn.
+    /// The tool limits this config implies: the cap's pages. A turn fits them to what its prompt
+    /// budget holds as it starts (SPEC §3, `crate::agent::ToolHost::fit_pages`), and
+    /// `crate::agent::catalog_limits` shows that fit for the catalog outside a turn.
     pub fn limits(&self) -> Limits {
         Limits {
             max_tool_result_bytes: self.max_tool_result_bytes as usize,

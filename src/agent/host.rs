@@ -23,11 +23,20 @@ pub struct LocalTools {
     pub fitted: FittedLimits,
 }
 
-/// The limits a turn's engine fitted to its prompt budget (SPEC §3 under policy 4): set once,
+/// The limits a turn's engine fitted to its prompt budget (SPEC §3): set once,
 /// at the start of the turn, before any tool runs or the model is sent the catalog (which
 /// states the fitted page).
 #[derive(Debug, Default)]
 pub struct FittedLimits(std::sync::OnceLock<Limits>);
+
+#[cfg(test)]
+impl FittedLimits {
+    /// Limits fitted already, which the turn's fit leaves as they are: a host whose results the
+    /// fit does not bound (as an MCP tool's are not).
+    pub fn unfitted(limits: Limits) -> FittedLimits {
+        FittedLimits(std::sync::OnceLock::from(limits))
+    }
+}
 
 impl LocalTools {
     /// The limits the tools run under: fitted to the turn's budget when the engine did so.

@@ -191,9 +191,8 @@ pub trait ToolHost: Send + Sync {
         None
     }
     /// Fits the pages of the host's tools to `room_tokens`, what the turn's prompt budget
-    /// leaves after its system prompt and tool schemas (budget policy 4, SPEC §3:
-    /// `Limits::fitted_to_room`); the engine calls it once, as the turn starts. A host without
-    /// pages ignores it.
+    /// leaves after its system prompt and tool schemas (SPEC §3: `Limits::fitted_to_room`); the
+    /// engine calls it once, as the turn starts. A host without pages ignores it.
     fn fit_pages(&self, _room_tokens: u64) {}
 }
 
@@ -331,18 +330,16 @@ impl Turn {
         if let Some(note) = self.record_context(seq).await? {
             text.push_str(&note);
         }
-        if self.config.budget_policy >= 4 {
-            // Pages fitted to what the budget of the window this turn plans under leaves after
-            // the system prompt (with the instructions just recorded) and the tool schemas (SPEC
-            // §3), before a tool runs or the model is sent the catalog. The estimate is taken at
-            // a ratio of 1, so the page, which the catalog states, changes only with the window
-            // and those parts, not with every calibration (the catalog heads every request's
-            // cached prefix).
-            let budget = self.budget_of(self.window());
-            let estimator = budget::TokenEstimator::new(provider_family(&self.config), 1.0);
-            self.tools
-                .fit_pages(budget.room(&self.system_text(), &self.definitions(), &estimator));
-        }
+        // Pages fitted to what the budget of the window this turn plans under leaves after the
+        // system prompt (with the instructions just recorded) and the tool schemas (SPEC §3),
+        // before a tool runs or the model is sent the catalog, under either policy. The
+        // estimate is taken at a ratio of 1, so the page, which the catalog states, changes
+        // only with the window and those parts, not with every calibration (the catalog heads
+        // every request's cached prefix).
+        let budget = self.budget_of(self.window());
+        let estimator = budget::TokenEstimator::new(provider_family(&self.config), 1.0);
+        self.tools
+            .fit_pages(budget.room(&self.system_text(), &self.definitions(), &estimator));
         self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
@@ -1219,17 +1216,14 @@ fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefinition> {
 }
 
 /// The tool limits `config` implies with the pages a turn fits them to as it starts (SPEC §3),
-/// for the catalog shown outside a turn (`pen tool --list`, `pen/listTools`): under budget policy
-/// 4 with the window set, to the room its budget leaves after pen's system prompt and these
-/// tools' schemas. A turn also counts the session's environment, its project instructions and
-/// its MCP tools, so its pages may be a little smaller; with the window unset the turn fits
-/// them to the window it finds, and these are SPEC §3's pages.
+/// for the catalog shown outside a turn (`pen tool --list`, `pen/listTools`): with the window
+/// set, to the room its budget leaves after pen's system prompt and these tools' schemas. A
+/// turn also counts the session's environment, its project instructions and its MCP tools, so
+/// its pages may be a little smaller; with the window unset the turn fits them to the window it
+/// finds, and these are the cap's pages.
 pub fn catalog_limits(config: &Config) -> crate::limits::Limits {
     let limits = config.limits();
-    let Some(window) = config
-        .context_window_tokens
-        .filter(|_| config.budget_policy >= 4)
-    else {
+    let Some(window) = config.context_window_tokens else {
         return limits;
     };
     let budget = Budget::new(

@@ -569,3 +569,79 @@ fn a_turn_of_many_small_results_completes_at_every_window() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// Files read to their end through the cursor give both policies the same information: at a
+/// found 16,000-token window (pages of 200 lines under policy 3, about 11.5 KB under policy 4)
+/// files of 2, 6, 9 and 30 KB come back, page after page, as exactly their text; both turns
+/// complete within the window, and the 2 to 9 KB files are one page under either policy.
+#[test]
+fn files_read_to_their_end_give_both_policies_the_same_information() {
+    let root = tempfile::tempdir().unwrap();
+    let files: Vec<(String, String)> = [2_000usize, 6_000, 9_000, 30_000]
+        .iter()
+        .map(|&size| {
+            let line = |j: usize| format!("    let line_{j} = \"{}\";\n", "x".repeat(j % 40));
+            let mut text = String::new();
+            let mut j = 0;
+            while text.len() < size {
+                text.push_str(&line(j));
+                j += 1;
+            }
+            let path = format!("f{size}.rs");
+            std::fs::write(root.path().join(&path), &text).unwrap();
+            (path, text)
+        })
+        .collect();
+    let tasks: Vec<cache_figures::Task> = files
+        .iter()
+        .map(|(path, _)| cache_figures::Task::new("pen_read", json!({ "path": path })))
+        .collect();
+    for policy in ["3", "4"] {
+        let fake = FakeProvider::start();
+        fake.discovery(
+            "/props",
+            json!({"default_generation_settings": {"n_ctx": 16_000}}),
+        );
+        fake.reject_bodies_over(WINDOW_BYTES, too_long());
+        let script = tasks.clone();
+        fake.respond_with(move |number, body| cache_figures::scripted_reply(&script, number, body));
+        let data = tempfile::tempdir().unwrap();
+        let base = format!("{}/v1", fake.url());
+        let env = [
+            ("PEN_PROVIDER", "openai"),
+            ("PEN_BASE_URL", base.as_str()),
+            ("PEN_MODEL", "fake-model"),
+            ("PEN_BUDGET_POLICY", policy),
+        ];
+        let mut d = LspClient::spawn(data.path(), root.path(), &env);
+        d.initialize(root.path(), &["utf-16"]);
+        let session = d.new_session();
+        let answer = d.prompt(&session, "Read every file to its end.");
+        assert_eq!(
+            answer["stopReason"], "end_turn",
+            "policy {policy}: {answer}"
+        );
+        let mut read: std::collections::BTreeMap<String, (String, usize)> = Default::default();
+        for entry in d.transcript(&session) {
+            if entry["kind"] != "tool_result" {
+                continue;
+            }
+            let result: Value =
+                serde_json::from_str(entry["data"]["content"].as_str().unwrap()).unwrap();
+            let path = result["path"].as_str().unwrap().to_string();
+            let page = read.entry(path).or_default();
+            page.0.push_str(result["content"].as_str().unwrap());
+            page.1 += 1;
+        }
+        for (path, text) in &files {
+            let (got, pages) = &read[path];
+            assert_eq!(got, text, "policy {policy}: {path}");
+            if text.len() <= 9_000 {
+                assert_eq!(*pages, 1, "policy {policy}: {path}");
+            }
+        }
+        for body in bodies(&fake) {
+            assert!(serde_json::to_vec(&body).unwrap().len() <= WINDOW_BYTES);
+        }
+    }
+}
