@@ -324,10 +324,11 @@ impl Planner {
 
     /// Plans one request under policy 4 (see the module doc): the session's recorded frontier
     /// rendered, or, when that is over the budget, a new compaction, returned in
-    /// [`Plan::compaction`] for the caller to record before sending: the step down to
-    /// `low_water_percent` % of the budget; when even that is over the budget (the mark cannot
-    /// be reached), every group the policy may take excerpted with none newly left out (the
-    /// note may outweigh the few small groups it would stand for), then every one left out.
+    /// [`Plan::compaction`] for the caller to record before sending: the step down to the
+    /// low-water mark, `low_water_percent` % of the way from the smallest request the policy
+    /// can make to the budget; when even that is over the budget, every group the policy may
+    /// take excerpted with none newly left out (the note may outweigh the few small groups it
+    /// would stand for), then every one left out.
     /// Only when none of these fits is the request refused, naming the smallest of them, which
     /// is over the budget. Same transcript, recorded compactions, budget and estimator ⇒
     /// byte-identical plan.
@@ -376,14 +377,7 @@ impl Planner {
                 compaction: None,
             });
         }
-        let target =
-            u64::try_from(u128::from(limit) * u128::from(low_water_percent) / 100).unwrap_or(limit);
         let newest = self.exchanges.len() - 1;
-        let estimate = fixed
-            + (frontier.dropped..=newest)
-                .map(|i| self.shown_exchange_tokens(&frontier, i, estimator))
-                .sum::<u64>();
-        let stepped = self.compact(frontier, estimate, target, &compactable, estimator);
         let last = compactable.last().map(|&j| (newest, j));
         let excerpted_all = Frontier {
             dropped: newest,
@@ -394,6 +388,21 @@ impl Planner {
             omitted: frontier.omitted.max(last),
             ..excerpted_all
         };
+        // The low-water mark is a share of what a compaction can free: of the room between the
+        // smallest request the policy can make (the fixed parts, the prompt, the latest two
+        // groups, the note) and the budget. A share of the whole budget would be out of reach
+        // at a small window, where the fixed parts and the latest groups take most of it, and
+        // every compaction would then leave out every older group.
+        let (least, _) = tally(&self.render(&omitted_all, estimator).0);
+        let floor = least.min(limit);
+        let target = floor
+            + u64::try_from(u128::from(limit - floor) * u128::from(low_water_percent) / 100)
+                .unwrap_or(0);
+        let estimate = fixed
+            + (frontier.dropped..=newest)
+                .map(|i| self.shown_exchange_tokens(&frontier, i, estimator))
+                .sum::<u64>();
+        let stepped = self.compact(frontier, estimate, target, &compactable, estimator);
         let mut smallest = u64::MAX;
         let mut tried: Vec<Frontier> = Vec::new();
         for candidate in [stepped, excerpted_all, omitted_all] {
