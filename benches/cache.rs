@@ -420,7 +420,7 @@ fn row(workload: &str, window: u64, policy: u64, run: &Run, base: Option<&Run>) 
     let f = &run.figures;
     // A ratio to a run that did not complete compares different work: none is shown.
     let ratio = |value: f64, of: fn(&Figures) -> f64| match base {
-        Some(base) if base.completed => format!(" {:>5.2}x", value / of(&base.figures).max(1e-9)),
+        Some(base) if base.completed => format!("{:>6.3}x", value / of(&base.figures).max(1e-9)),
         Some(_) => "    n/a".to_string(),
         None => "       ".to_string(),
     };
