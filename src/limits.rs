@@ -147,17 +147,16 @@ pub const BUDGET_POLICY: Bounds = Bounds {
     max: 4,
 };
 
-/// `compaction_low_water_percent`: under policy 4, how full (in % of the input budget) a
-/// compaction leaves the request. The default, 20, was chosen by cost (`cargo bench --bench
-/// cache -- sweep`, issue 25): on every workload and window the cost of the same work falls as
-/// the mark goes down, under both price shapes (cache read 0.1 and write 1.25; cached 0.25 and
-/// no write premium) — at 128k, the 75-file workload costs 0.197× policy 3 at 20% against
-/// 0.231× at 50% (0.397× against 0.466× cached), 200 files 0.129× against 0.164× — because
-/// the requests between compactions are smaller on average and compactions fewer; below about
-/// 40k tokens the mark cannot be reached (the fixed parts and the latest two groups take more)
-/// and does not matter. The floor keeps a fifth of the budget for what a compaction keeps (the
-/// excerpts of the turn's older calls, the latest groups); the ceiling keeps a margin below
-/// the budget, or every request would compact again.
+/// `compaction_low_water_percent`: under policy 4, how far a compaction brings the request down:
+/// this share of the way from the smallest request the policy can make (the fixed parts, the
+/// prompt, the latest two groups, the note) to the input budget. The default, 20, was chosen by
+/// cost (`cargo bench --bench cache -- sweep`, issue 25): on every workload and window the cost
+/// of the same work falls as the mark goes down, under both price shapes (cache read 0.1 and
+/// write 1.25; cached 0.25 and no write premium) — at 128k the 75-file workload costs 0.201×
+/// policy 3 at 20% against 0.233× at 50% (0.405× against 0.470× cached), 200 files 0.134×
+/// against 0.165× — because a deeper compaction leaves more room before the next one. The
+/// floor keeps a fifth of that room for what a compaction keeps of the turn's older calls (their
+/// excerpts); the ceiling keeps a margin below the budget, or every request would compact again.
 pub const COMPACTION_LOW_WATER_PERCENT: Bounds = Bounds {
     name: "compaction_low_water_percent",
     default: 20,

@@ -7,14 +7,19 @@
 //! are left out, up to which group the kept exchanges are excerpted, up to which the excerpts
 //! are left out behind the note). New records are appended after it, so the requests between
 //! two compactions extend each other byte for byte. Only when a request would exceed the budget
-//! (the high-water mark) is a new compaction made, in one step down to the low-water mark:
-//! older exchanges dropped first, then the newest exchange's oldest groups excerpted, then the
-//! oldest excerpts omitted. The caller records it; from then on every plan (in this process or
-//! a resumed one) renders the same prefix.
+//! (the high-water mark) is a new compaction made, in one step down to the low-water mark (a
+//! share of the way from the smallest request the policy can make to the budget): older
+//! exchanges dropped first, then the newest exchange's oldest groups excerpted, then its oldest
+//! groups left out behind the note, whatever their size. The caller records it; from then on
+//! every plan (in this process or a resumed one) renders the same prefix.
 //!
-//! What a frontier renders depends only on the transcript: an excerpt is made from its group's
-//! recorded words, calls and results, never from the estimator's ratio, so an excerpt, once
-//! made, is the same text in every later request.
+//! Policy 4 is never weaker than policy 3: it plans whenever policy 3 does, and a refusal names
+//! the smallest request it rendered, above the budget (`v4_law_tests`).
+//!
+//! What a frontier renders depends only on the transcript and the provider family: an excerpt
+//! is made from its group's recorded words, calls and results, and whether a group is worth
+//! excerpting from sizes before the ratio, so an excerpt, once made, is the same text in every
+//! later request.
 
 use super::{Group, Outbound, Planner, Unit};
 use crate::budget::{Budget, BudgetError, Part, Plan, TokenEstimator, TrimReport, excerpt};
