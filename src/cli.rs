@@ -237,9 +237,8 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
     if let Some(max) = command.max_result_bytes {
         config.max_tool_result_bytes = max;
     }
-    let limits = config.limits();
     if command.list {
-        let catalog = tools::registry::catalog(&limits);
+        let catalog = tools::registry::catalog(&crate::agent::catalog_limits(&config));
         let text = match serde_json::to_string(&catalog) {
             Ok(text) => text,
             Err(e) => return usage(&format!("cannot print the catalog: {e}")),
@@ -264,6 +263,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         Ok(ws) => ws,
         Err(e) => return usage(&e.to_string()),
     };
+    let limits = config.limits();
     let ctx = ToolContext {
         workspace: &workspace,
         limits: &limits,

@@ -500,28 +500,13 @@ impl Config {
         })
     }
 
-    /// The tool limits this config implies.
-    /// Under budget policy 4, with `context_window_tokens` set, pages are also sized to the
-    /// prompt budget (SPEC §3, [`Limits::fitted_to_budget`]), so the requests between two
-    /// compactions extend each other in steps small against the window. With the window unset
-    /// the turn's engine fits them to the window it finds ([`crate::agent::ToolHost::fit_pages`]);
-    /// policy 3 keeps the pages it always had.
+    /// The tool limits this config implies: the cap's pages. A turn fits them to what its prompt
+    /// budget holds as it starts (SPEC §3, `crate::agent::ToolHost::fit_pages`), and
+    /// `crate::agent::catalog_limits` shows that fit for the catalog outside a turn.
     pub fn limits(&self) -> Limits {
-        let limits = Limits {
+        Limits {
             max_tool_result_bytes: self.max_tool_result_bytes as usize,
             ..Limits::default()
-        };
-        match self.context_window_tokens {
-            Some(window) if self.budget_policy >= 4 => {
-                // The prompt budget as `budget::Budget::new` makes it (computed here, as config
-                // is below budget in the module graph).
-                limits.fitted_to_budget(
-                    window
-                        .saturating_sub(self.max_output_tokens)
-                        .saturating_sub(self.budget_margin_tokens),
-                )
-            }
-            _ => limits,
         }
     }
 
@@ -646,24 +631,6 @@ fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>, Conf
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limits_fit_pages_to_the_prompt_budget_under_policy_4_only() {
-        let mut config = Config::default();
-        config.set("context_window_tokens", &json!(16_000)).unwrap();
-        config.set("max_output_tokens", &json!(1_000)).unwrap();
-        config.set("budget_margin_tokens", &json!(500)).unwrap();
-        assert_eq!(config.budget_policy, 4);
-        assert_eq!(config.limits().fitted_page_bytes, 14_500 * 4 / 32);
-        config.set("budget_policy", &json!(3)).unwrap();
-        assert_eq!(
-            config.limits(),
-            Limits {
-                max_tool_result_bytes: config.max_tool_result_bytes as usize,
-                ..Limits::default()
-            }
-        );
-    }
 
     #[test]
     fn set_checks_key_type_and_bounds() {

@@ -151,14 +151,19 @@ pub const BUDGET_POLICY: Bounds = Bounds {
     max: 4,
 };
 
-/// `compaction_low_water_percent`: under policy 4, how full (in % of the input budget) a
-/// compaction leaves the request. Low enough that many requests fit before the next compaction,
-/// high enough that a compaction does not throw away most of what fits. The floor keeps a
-/// compaction from emptying the context; the ceiling keeps a margin below the budget, or every
-/// request would compact again.
+/// `compaction_low_water_percent`: under policy 4, how far a compaction brings the request down:
+/// this share of the way from the smallest request the policy can make (the fixed parts, the
+/// prompt, the latest two groups, the note) to the input budget. The default, 20, was chosen by
+/// cost (`cargo bench --bench cache -- sweep`, issue 25): on every workload and window the cost
+/// of the same work falls as the mark goes down, under both price shapes (cache read 0.1 and
+/// write 1.25; cached 0.25 and no write premium) — at 128k the 75-file workload costs 0.201×
+/// policy 3 at 20% against 0.233× at 50% (0.405× against 0.470× cached), 200 files 0.134×
+/// against 0.165× — because a deeper compaction leaves more room before the next one. The
+/// floor keeps a fifth of that room for what a compaction keeps of the turn's older calls (their
+/// excerpts); the ceiling keeps a margin below the budget, or every request would compact again.
 pub const COMPACTION_LOW_WATER_PERCENT: Bounds = Bounds {
     name: "compaction_low_water_percent",
-    default: 50,
+    default: 20,
     min: 20,
     max: 90,
 };
@@ -244,7 +249,7 @@ pub struct Limits {
     /// The bytes at the start of a file inspected for a NUL to call it binary. Default 8 KiB.
     pub binary_sniff_bytes: usize,
     /// The most escaped bytes the variable part of a read, tail, list, search or command result
-    /// may take, from the prompt budget ([`Limits::fitted_to_budget`]); unbounded by default.
+    /// may take, from the prompt budget ([`Limits::fitted_to_room`]); unbounded by default.
     pub fitted_page_bytes: usize,
     pub search: SearchLimits,
 }
@@ -278,29 +283,36 @@ impl Limits {
         })
     }
 
-    /// These limits with pages sized for a prompt budget of `input_tokens` (SPEC §3): the page
-    /// of a read, tail, list, search or command result takes at most 1/[`PAGE_SHARE_OF_BUDGET`]
-    /// of the budget's bytes (4 a token), never less than [`MIN_FITTED_PAGE_BYTES`]. At a 128k
-    /// window that is about 16 KB, more than 200 typical lines, so it rarely binds; at 16k it is
-    /// about 1.8 KB, so one result adds a small step to the request and the requests between two
-    /// compactions keep extending each other (a prompt cache's prefix) instead of one search
-    /// taking a fifth of the window.
-    pub fn fitted_to_budget(mut self, input_tokens: u64) -> Limits {
-        let share = input_tokens.saturating_mul(4) / PAGE_SHARE_OF_BUDGET;
-        self.fitted_page_bytes = usize::try_from(share)
+    /// These limits with pages sized for the information a prompt budget holds (SPEC §3).
+    /// `room_tokens` is what the budget leaves after the parts every request of the turn sends
+    /// before its messages: the system prompt with the project's instructions, and the tool
+    /// schemas. The budget must hold the latest two tool groups whole (every plan sends them
+    /// whole, and two full pages may be their results) and a page after them (the next result,
+    /// which arrives before the older of the two can be excerpted): so a page is at most a
+    /// [`PAGES_THE_BUDGET_HOLDS`]th of the room, at [`ESTIMATED_BYTES_PER_TOKEN`]. The third
+    /// page is also the slack for the prompt, the calls and their framing, and a tokenizer that
+    /// counts more than the estimate. Never less than [`MIN_FITTED_PAGE_BYTES`].
+    ///
+    /// At a 16k window this is 8 to 11 KB, so a typical source file (2–6 KB) is one page; from
+    /// about 40k up it is more than the cap's half and 200 lines, and changes nothing.
+    pub fn fitted_to_room(mut self, room_tokens: u64) -> Limits {
+        let page = room_tokens.saturating_mul(ESTIMATED_BYTES_PER_TOKEN) / PAGES_THE_BUDGET_HOLDS;
+        self.fitted_page_bytes = usize::try_from(page)
             .unwrap_or(usize::MAX)
             .max(MIN_FITTED_PAGE_BYTES);
         self
     }
 }
 
-/// The share of the prompt budget one tool result's page may take: 1/32. Policy 4 compacts to
-/// half the budget, so about sixteen full pages fit between two compactions, and a request
-/// adds at most about a sixteenth of the smallest request to the one before it: over 90% of its
-/// bytes stay a prefix a provider has cached.
-pub const PAGE_SHARE_OF_BUDGET: u64 = 32;
+/// How many pages a prompt budget holds besides its fixed parts ([`Limits::fitted_to_room`]):
+/// the latest two groups' results, which every plan sends whole, and the next one: 3.
+pub const PAGES_THE_BUDGET_HOLDS: u64 = 3;
 
-/// The smallest page [`Limits::fitted_to_budget`] sets, whatever the window: 1 KiB, about 25
+/// The bytes of a page's escaped (ASCII) text per estimated token: the token estimate counts an
+/// ASCII byte a quarter of a token (`budget::estimate`): 4.
+pub const ESTIMATED_BYTES_PER_TOKEN: u64 = 4;
+
+/// The smallest page [`Limits::fitted_to_room`] sets, whatever the window: 1 KiB, about 25
 /// lines of code (above the 320-byte minimum page, so the fit alone never fails a tool).
 pub const MIN_FITTED_PAGE_BYTES: usize = 1024;
 

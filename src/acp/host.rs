@@ -211,7 +211,7 @@ impl ToolHost for AcpTools {
         ToolHost::workspace(&self.inner)
     }
 
-    fn fit_pages(&self, input_tokens: u64) {
-        ToolHost::fit_pages(&self.inner, input_tokens);
+    fn fit_pages(&self, room_tokens: u64) {
+        ToolHost::fit_pages(&self.inner, room_tokens);
     }
 }

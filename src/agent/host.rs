@@ -23,10 +23,20 @@ pub struct LocalTools {
     pub fitted: FittedLimits,
 }
 
-/// The limits a turn's engine fitted to its prompt budget (SPEC §3 under policy 4): set once,
-/// at the start of the turn, before the catalog is taken or any tool runs.
+/// The limits a turn's engine fitted to its prompt budget (SPEC §3): set once,
+/// at the start of the turn, before any tool runs or the model is sent the catalog (which
+/// states the fitted page).
 #[derive(Debug, Default)]
 pub struct FittedLimits(std::sync::OnceLock<Limits>);
+
+#[cfg(test)]
+impl FittedLimits {
+    /// Limits fitted already, which the turn's fit leaves as they are: a host whose results the
+    /// fit does not bound (as an MCP tool's are not).
+    pub fn unfitted(limits: Limits) -> FittedLimits {
+        FittedLimits(std::sync::OnceLock::from(limits))
+    }
+}
 
 impl LocalTools {
     /// The limits the tools run under: fitted to the turn's budget when the engine did so.
@@ -132,12 +142,12 @@ impl ToolHost for LocalTools {
         Some(&self.workspace)
     }
 
-    fn fit_pages(&self, input_tokens: u64) {
+    fn fit_pages(&self, room_tokens: u64) {
         // Set once: the first fit of the turn stands (the engine fits at the turn's start).
         let _ = self
             .fitted
             .0
-            .set(self.limits.clone().fitted_to_budget(input_tokens));
+            .set(self.limits.clone().fitted_to_room(room_tokens));
     }
 }
 
@@ -223,8 +233,8 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
         self.local.workspace()
     }
 
-    fn fit_pages(&self, input_tokens: u64) {
-        self.local.fit_pages(input_tokens);
+    fn fit_pages(&self, room_tokens: u64) {
+        self.local.fit_pages(room_tokens);
     }
 
     fn budget_hint(&self) -> Option<String> {

@@ -189,10 +189,10 @@ pub trait ToolHost: Send + Sync {
     fn workspace(&self) -> Option<&crate::workspace::Workspace> {
         None
     }
-    /// Fits the pages of the host's tools to a prompt budget of `input_tokens` (budget policy
-    /// 4, SPEC §3: `Limits::fitted_to_budget`); the engine calls it once, as the turn starts,
-    /// with the budget of the window it found. A host without pages ignores it.
-    fn fit_pages(&self, _input_tokens: u64) {}
+    /// Fits the pages of the host's tools to `room_tokens`, what the turn's prompt budget
+    /// leaves after its system prompt and tool schemas (SPEC §3: `Limits::fitted_to_room`); the
+    /// engine calls it once, as the turn starts. A host without pages ignores it.
+    fn fit_pages(&self, _room_tokens: u64) {}
 }
 
 /// The `tool` of an [`ApprovalRequest`] that asks to start a project's MCP server (never a
@@ -330,18 +330,22 @@ impl Turn {
             None => prompt.to_string(),
         };
         self.record_window(seq).await?;
-        if self.config.budget_policy >= 4 {
-            // Pages fitted to the budget of the window this turn plans under (SPEC §3), before
-            // the catalog is taken or a tool runs.
-            let budget = self.budget_of(self.window());
-            self.tools.fit_pages(budget.max_input_tokens);
-        }
         // The session's context is recorded before its first prompt; a changed root instruction
         // file is announced after this one's text (appended too).
         let mut text = text;
         if let Some(note) = self.record_context(seq).await? {
             text.push_str(&note);
         }
+        // Pages fitted to what the budget of the window this turn plans under leaves after the
+        // system prompt (with the instructions just recorded) and the tool schemas (SPEC §3),
+        // before a tool runs or the model is sent the catalog, under either policy. The
+        // estimate is taken at a ratio of 1, so the page, which the catalog states, changes
+        // only with the window and those parts, not with every calibration (the catalog heads
+        // every request's cached prefix).
+        let budget = self.budget_of(self.window());
+        let estimator = budget::TokenEstimator::new(provider_family(&self.config), 1.0);
+        self.tools
+            .fit_pages(budget.room(&self.system_text(), &self.definitions(), &estimator));
         self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
@@ -369,13 +373,7 @@ impl Turn {
                     },
                 );
             }
-            // A server whose template renders no tools never shows them to the model: pen
-            // sends (and counts) none rather than plan for schemas the prompt will not hold.
-            let definitions = if self.window().tools_dropped {
-                Vec::new()
-            } else {
-                tool_definitions(&self.tools.catalog())
-            };
+            let definitions = self.definitions();
             let span = tracing::debug_span!("request", n = requests);
             let answer = self
                 .request_with_recovery(&definitions, seq)
@@ -494,6 +492,17 @@ impl Turn {
             },
         );
         Ok(Some(note))
+    }
+
+    /// The tool schemas a request sends. A server whose template renders no tools never shows
+    /// them to the model: pen sends (and counts) none rather than plan for schemas the prompt
+    /// will not hold.
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        if self.window().tools_dropped {
+            Vec::new()
+        } else {
+            tool_definitions(&self.tools.catalog())
+        }
     }
 
     /// The system part of the session's requests: pen's prompt and the recorded context.
@@ -1215,6 +1224,28 @@ fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefinition> {
             input_schema: entry.input_schema.clone(),
         })
         .collect()
+}
+
+/// The tool limits `config` implies with the pages a turn fits them to as it starts (SPEC §3),
+/// for the catalog shown outside a turn (`pen tool --list`, `pen/listTools`): with the window
+/// set, to the room its budget leaves after pen's system prompt and these tools' schemas. A
+/// turn also counts the session's environment, its project instructions and its MCP tools, so
+/// its pages may be a little smaller; with the window unset the turn fits them to the window it
+/// finds, and these are the cap's pages.
+pub fn catalog_limits(config: &Config) -> crate::limits::Limits {
+    let limits = config.limits();
+    let Some(window) = config.context_window_tokens else {
+        return limits;
+    };
+    let budget = Budget::new(
+        window,
+        config.max_output_tokens,
+        config.budget_margin_tokens,
+    );
+    let estimator = budget::TokenEstimator::new(provider_family(config), 1.0);
+    let definitions = tool_definitions(&tools::registry::catalog(&limits));
+    let room = budget.room(SYSTEM_PROMPT, &definitions, &estimator);
+    limits.fitted_to_room(room)
 }
 
 /// The token-estimate family of the configured provider (an unset provider is OpenAI-style:

@@ -992,18 +992,24 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
         Step::Answer(answer("", &[read("r1")])),
         Step::Answer(answer("", &[read("r2")])),
     ]);
-    // (Under policy 3: policy 4 fits each page to the window, so two reads always fit.)
-    let outcome = fx
-        .turn(
-            Arc::clone(&provider),
-            owner(vec![]),
-            Config {
-                budget_policy: 3,
-                ..budget_config(bare + 4_500)
-            },
-        )
-        .run("read it twice")
-        .await;
+    // (With the cap's pages: a turn fits each page to its window, so two reads always fit;
+    // results the fit does not bound, as an MCP tool's are not, can still be too large.)
+    let mut turn = fx.turn(
+        Arc::clone(&provider),
+        owner(vec![]),
+        Config {
+            budget_policy: 3,
+            ..budget_config(bare + 4_500)
+        },
+    );
+    turn.tools = Arc::new(LocalTools {
+        workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+        limits: crate::limits::Limits::default(),
+        ledger: Arc::default(),
+        editor: None,
+        fitted: host::FittedLimits::unfitted(crate::limits::Limits::default()),
+    });
+    let outcome = turn.run("read it twice").await;
     let error = outcome.last_error.unwrap();
     assert!(
         error.contains("the latest two tool calls and their results")

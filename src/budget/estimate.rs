@@ -27,6 +27,15 @@ impl Budget {
         }
     }
 
+    /// What the budget leaves for a request's messages after the system prompt `system` and the
+    /// tool schemas `tools`, at the estimator's ratio: the room the turn's pages are fitted to
+    /// (`Limits::fitted_to_room`).
+    pub fn room(&self, system: &str, tools: &[ToolDefinition], estimator: &TokenEstimator) -> u64 {
+        self.max_input_tokens
+            .saturating_sub(estimator.text(system))
+            .saturating_sub(estimator.tools(tools))
+    }
+
     /// The budget after the provider rejected a request estimated at `rejected_tokens` as over
     /// its window: later requests are planned strictly under that estimate, whatever the
     /// configured window claims.

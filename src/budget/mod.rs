@@ -33,6 +33,8 @@ mod planner;
 mod reference;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v4_law_tests;
 
 pub use crate::providers::ProviderKind;
 pub use estimate::{Budget, TokenEstimator};
@@ -73,9 +75,9 @@ pub use crate::transcript::Compaction;
 pub enum Policy {
     /// Compacts as little as each request needs ([`Planner::plan`]).
     V3,
-    /// Compacts in one step down to `low_water_percent` % of the budget when a request would
-    /// exceed it, and renders every later request from that recorded compaction
-    /// ([`Planner::plan_v4`]).
+    /// Compacts in one step down to the low-water mark (`low_water_percent` % of the way from
+    /// the smallest request it can make to the budget) when a request would exceed the budget,
+    /// and renders every later request from that recorded compaction ([`Planner::plan_v4`]).
     V4 { low_water_percent: u64 },
 }
 

@@ -776,10 +776,9 @@ impl Planner {
             .collect();
         let protected = &group_positions[group_positions.len().saturating_sub(2)..];
         let excerptable = &group_positions[..group_positions.len() - protected.len()];
-        let mut excerpted: Vec<String> = Vec::new();
-        // Each replaced position, its excerpt's size and tokens, oldest first.
-        let mut replaced: Vec<(usize, u64, u64)> = Vec::new();
-        for &position in excerptable {
+        // Each excerptable group's excerpt (its size and tokens) when it is replaced by one.
+        let mut replaced: Vec<Option<(u64, u64)>> = vec![None; excerptable.len()];
+        for (k, &position) in excerptable.iter().enumerate() {
             if newest_total <= available {
                 break;
             }
@@ -793,33 +792,42 @@ impl Planner {
                 continue;
             }
             newest_total = newest_total - newest_costs[position] + replacement_tokens;
-            excerpted.extend(group.calls.iter().map(|slot| slot.call.id.clone()));
-            replaced.push((position, excerpt_quarters, replacement_tokens));
+            replaced[k] = Some((excerpt_quarters, replacement_tokens));
         }
-        // Still over: the oldest excerpts are left out too, behind a one-line note, rather than
-        // failing a turn whose latest groups and prompt fit.
-        let mut omitted: Vec<String> = Vec::new();
+        // Still over: the oldest groups are left out too, excerpted or (too small to excerpt)
+        // whole, behind a one-line note, rather than failing a turn whose latest groups and
+        // prompt fit. `omitted_count` of the excerptable groups, the oldest.
         let mut omitted_count = 0;
         let note_quarters = excerpt::omitted_note_quarters();
-        if newest_total > available && !replaced.is_empty() {
+        if newest_total > available && !excerptable.is_empty() {
             let note_tokens = estimator.scale(estimator.framed(note_quarters, 0));
             let mut total = newest_total + note_tokens;
             let mut count = 0;
-            for &(position, _, tokens) in &replaced {
+            for (k, &position) in excerptable.iter().enumerate() {
                 if total <= available {
                     break;
                 }
-                total -= tokens;
-                if let Unit::Group(group) = &newest.units[position] {
-                    omitted.extend(group.calls.iter().map(|slot| slot.call.id.clone()));
-                }
+                total -= replaced[k].map_or(newest_costs[position], |(_, tokens)| tokens);
                 count += 1;
             }
             if total <= available {
                 newest_total = total;
                 omitted_count = count;
-            } else {
-                omitted.clear();
+            }
+        }
+        // The groups replaced by an excerpt or the note, and those left out, oldest first.
+        let mut excerpted: Vec<String> = Vec::new();
+        let mut omitted: Vec<String> = Vec::new();
+        for (k, &position) in excerptable.iter().enumerate() {
+            let Unit::Group(group) = &newest.units[position] else {
+                continue;
+            };
+            let ids = group.calls.iter().map(|slot| slot.call.id.clone());
+            if k < omitted_count {
+                omitted.extend(ids.clone());
+            }
+            if k < omitted_count || replaced[k].is_some() {
+                excerpted.extend(ids);
             }
         }
         if newest_total > available {
@@ -869,20 +877,21 @@ impl Planner {
         // The newest exchange: consecutive excerpts (and the note) are joined into one
         // assistant message, so a run of compacted groups reads as one quoted block rather
         // than a string of assistant turns.
-        let mut next_replaced = 0;
+        let mut next_excerptable = 0;
         let mut previous_was_excerpt = false;
         for (position, unit) in newest.units.iter().enumerate() {
-            let excerpt = match replaced.get(next_replaced) {
-                Some(&(at, quarters, _)) if at == position => {
-                    next_replaced += 1;
-                    if next_replaced == 1 && omitted_count > 0 {
+            let excerpt = match excerptable.get(next_excerptable) {
+                Some(&at) if at == position => {
+                    let k = next_excerptable;
+                    next_excerptable += 1;
+                    if k == 0 && omitted_count > 0 {
                         Some((
                             excerpt::omitted_note(POLICY_VERSION).to_string(),
                             note_quarters,
                         ))
-                    } else if next_replaced <= omitted_count {
+                    } else if k < omitted_count {
                         continue;
-                    } else if let Unit::Group(group) = unit {
+                    } else if let (Unit::Group(group), Some((quarters, _))) = (unit, replaced[k]) {
                         Some((group.excerpt_text(POLICY_VERSION), quarters))
                     } else {
                         None

@@ -1,7 +1,9 @@
-//! The planner of pen before the incremental one (main at a78ff67), kept verbatim as the oracle
-//! of the planner's law: it reads the stored JSON payloads itself and groups the whole
-//! transcript on every call, so whatever the incremental planner plans, this plans the same,
-//! byte for byte, or the law's property test fails.
+//! The planner of pen before the incremental one (main at a78ff67), kept as the oracle of the
+//! planner's law: it reads the stored JSON payloads itself and groups the whole transcript on
+//! every call, so whatever the incremental planner plans, this plans the same, byte for byte,
+//! or the law's property test fails. Verbatim but for one change made to both (issue 25): the
+//! oldest groups left out behind the note are the oldest groups, excerpted or too small to
+//! excerpt, not only the excerpted ones.
 
 use super::{
     Budget, BudgetError, POLICY_VERSION, Part, Plan, TokenEstimator, TrimReport, excerpt, invalid,
@@ -436,7 +438,6 @@ pub(super) fn plan(
     let newest_costs = &costs[costs.len() - 1];
     let mut newest_units: Vec<Unit<'_>> = newest.units;
     let mut newest_total = totals[totals.len() - 1];
-    let mut excerpted: Vec<String> = Vec::new();
     let group_positions: Vec<usize> = newest_units
         .iter()
         .enumerate()
@@ -445,15 +446,17 @@ pub(super) fn plan(
         .collect();
     let protected = &group_positions[group_positions.len().saturating_sub(2)..];
     let excerptable = &group_positions[..group_positions.len() - protected.len()];
-    // Each replaced position, its call ids and the excerpt's tokens, oldest first.
-    let mut replaced: Vec<(usize, Vec<String>, u64)> = Vec::new();
+    // Each excerptable group's call ids, and its excerpt's tokens when it is replaced by one.
+    let mut groups: Vec<(Vec<String>, Option<u64>)> = Vec::new();
     for &position in excerptable {
-        if newest_total <= available {
-            break;
-        }
         let Unit::Group(group) = &newest_units[position] else {
             continue;
         };
+        let ids: Vec<String> = group.calls.iter().map(|a| a.call.id.to_string()).collect();
+        if newest_total <= available {
+            groups.push((ids, None));
+            continue;
+        }
         let replacement = Unit::Excerpt(excerpt::group_text(
             super::POLICY_VERSION,
             group.text,
@@ -466,34 +469,34 @@ pub(super) fn plan(
         let replacement_tokens = unit_tokens(&replacement, estimator);
         // A group already smaller than its excerpt is kept whole: replacing it saves nothing.
         if replacement_tokens >= newest_costs[position] {
+            groups.push((ids, None));
             continue;
         }
         newest_total = newest_total - newest_costs[position] + replacement_tokens;
-        let ids: Vec<String> = group.calls.iter().map(|a| a.call.id.to_string()).collect();
-        excerpted.extend(ids.iter().cloned());
-        replaced.push((position, ids, replacement_tokens));
+        groups.push((ids, Some(replacement_tokens)));
         newest_units[position] = replacement;
     }
-    // Still over: the oldest excerpts are left out too, behind a one-line note, rather than
-    // failing a turn whose latest groups and prompt fit.
-    let mut omitted: Vec<String> = Vec::new();
-    if newest_total > available && !replaced.is_empty() {
+    // Still over: the oldest groups are left out too, excerpted or (too small to excerpt)
+    // whole, behind a one-line note, rather than failing a turn whose latest groups and prompt
+    // fit.
+    let mut omitted_count = 0;
+    if newest_total > available && !excerptable.is_empty() {
         let note = Unit::Excerpt(excerpt::omitted_note(super::POLICY_VERSION).to_string());
         let note_tokens = unit_tokens(&note, estimator);
         let mut total = newest_total + note_tokens;
         let mut count = 0;
-        for (_, ids, tokens) in &replaced {
+        for (k, (_, replacement)) in groups.iter().enumerate() {
             if total <= available {
                 break;
             }
-            total -= tokens;
-            omitted.extend(ids.iter().cloned());
+            total -= replacement.unwrap_or(newest_costs[excerptable[k]]);
             count += 1;
         }
         if total <= available {
             newest_total = total;
-            let positions: HashSet<usize> = replaced[..count].iter().map(|r| r.0).collect();
-            let first = replaced[0].0;
+            omitted_count = count;
+            let positions: HashSet<usize> = excerptable[..count].iter().copied().collect();
+            let first = excerptable[0];
             newest_units = newest_units
                 .into_iter()
                 .enumerate()
@@ -503,8 +506,16 @@ pub(super) fn plan(
                     _ => Some(unit),
                 })
                 .collect();
-        } else {
-            omitted.clear();
+        }
+    }
+    let mut excerpted: Vec<String> = Vec::new();
+    let mut omitted: Vec<String> = Vec::new();
+    for (k, (ids, replacement)) in groups.iter().enumerate() {
+        if k < omitted_count {
+            omitted.extend(ids.iter().cloned());
+        }
+        if k < omitted_count || replacement.is_some() {
+            excerpted.extend(ids.iter().cloned());
         }
     }
     if newest_total > available {

@@ -337,6 +337,31 @@ fn a_denied_call_and_an_error_result_keep_their_text_in_the_excerpt() {
 }
 
 #[test]
+fn small_groups_too_small_to_excerpt_are_left_out_behind_the_note() {
+    // Forty results of 12 bytes: each group is smaller than its excerpt, so none is excerpted;
+    // the oldest are left out behind the note rather than failing the turn (policy 3 once
+    // refused it: "the current prompt with its latest tool calls", under the budget it named).
+    let mut session = Transcript::default().user("list them");
+    for i in 0..40 {
+        session = session.read(&format!("r{i}"), "a.rs\nb.rs\n");
+    }
+    let records = session.records();
+    let budget = Budget {
+        max_input_tokens: 600,
+    };
+    let plan = plan(&records, SYSTEM, &schema(), budget, &estimator()).expect("a plan");
+    assert!(plan.estimated_tokens <= 600);
+    let report = plan.report.expect("a report");
+    assert!(!report.omitted.is_empty());
+    assert_eq!(report.omitted.first().map(String::as_str), Some("r0"));
+    assert_eq!(report.omitted, report.excerpted[..report.omitted.len()]);
+    let text = format!("{:?}", plan.messages);
+    assert!(text.contains("are left out by the prompt budget (policy 3)"));
+    // The latest two groups whole.
+    assert!(text.contains("r38") && text.contains("r39"));
+}
+
+#[test]
 fn what_cannot_fit_fails_honestly_naming_the_part() {
     let session = long_session();
     check(
@@ -551,7 +576,7 @@ fn transcript_strategy() -> impl Strategy<Value = Transcript> {
 
 /// Every assistant call is followed at once by its results, in call order, and every result
 /// follows its call: what every provider requires.
-fn provider_valid(messages: &[Message]) -> bool {
+pub(super) fn provider_valid(messages: &[Message]) -> bool {
     let mut waiting: Vec<&str> = Vec::new();
     for message in messages {
         match message {
@@ -573,7 +598,7 @@ fn provider_valid(messages: &[Message]) -> bool {
 
 /// The untouched messages from the start of the newest exchange's second-to-last group (or its
 /// last) to the end: the policy must send them byte for byte.
-fn protected_tail(untouched: &[Message]) -> &[Message] {
+pub(super) fn protected_tail(untouched: &[Message]) -> &[Message] {
     let start = untouched
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))

@@ -172,7 +172,7 @@ impl Backend {
     }
 
     async fn list_tools(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
-        let limits = read(&self.state.config).limits();
+        let limits = crate::agent::catalog_limits(&read(&self.state.config));
         serde_json::to_value(tools::registry::catalog(&limits))
             .map_err(|e| internal(&e.to_string()))
     }

@@ -130,30 +130,31 @@ mod tests {
 
     #[test]
     fn a_fitted_page_bounds_every_page_but_not_the_diff_the_owner_approves() {
-        // A 14,500-token budget: 14,500 × 4 ÷ 32 = 1,812 bytes a page.
-        let fitted = Limits::default().fitted_to_budget(14_500);
-        assert_eq!(fitted.fitted_page_bytes, 1_812);
+        // 6,500 tokens of room (a 16k window's budget after pen's prompt and schemas): a third
+        // of 6,500 × 4 bytes = 8,666 bytes a page, so a 2-6 KB source file is one page.
+        let fitted = Limits::default().fitted_to_room(6_500);
+        assert_eq!(fitted.fitted_page_bytes, 8_666);
         let envelope = json!({"path": "a"});
-        assert_eq!(page_budget(&envelope, &fitted).unwrap(), 1_812);
-        assert_eq!(page_bytes_bound(&fitted), 1_812);
+        assert_eq!(page_budget(&envelope, &fitted).unwrap(), 8_666);
+        assert_eq!(page_bytes_bound(&fitted), 8_666);
         let len = envelope.to_string().len();
         assert_eq!(
             result_budget(&envelope, &fitted).unwrap(),
             (65_536 - len) / 2
         );
         // The floor, and a window so large that the fit does not bind.
-        let tiny = Limits::default().fitted_to_budget(100);
+        let tiny = Limits::default().fitted_to_room(100);
         assert_eq!(tiny.fitted_page_bytes, crate::limits::MIN_FITTED_PAGE_BYTES);
-        let huge = Limits::default().fitted_to_budget(2_000_000);
+        let huge = Limits::default().fitted_to_room(2_000_000);
         assert_eq!(page_bytes_bound(&huge), 32 * 1024);
         assert_eq!(page_budget(&envelope, &huge).unwrap(), (65_536 - len) / 2);
-        let overflow = Limits::default().fitted_to_budget(u64::MAX);
+        let overflow = Limits::default().fitted_to_room(u64::MAX);
         assert_eq!(page_bytes_bound(&overflow), 32 * 1024);
         // A cap smaller than the fit still decides, with its own error.
         let long = json!({"path": "p".repeat(800)});
         let small = Limits::with_max_tool_result_bytes(1_024)
             .unwrap()
-            .fitted_to_budget(14_500);
+            .fitted_to_room(6_500);
         let err = page_budget(&long, &small).unwrap_err();
         assert_eq!(err.code, ErrorCode::BudgetTooSmall);
     }

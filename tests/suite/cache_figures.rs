@@ -1,18 +1,14 @@
-//! The prompt-cache workload and its figures, shared by the cache suite (`suite::cache`) and the
-//! cache benchmark (`benches/cache.rs`, which includes this file): a generated workspace, a
-//! scripted tool-heavy turn over it (reads, searches and edits with results of varied size),
-//! and what the request bodies a fake provider received share with each other.
+//! The prompt-cache workloads, shared by the cache suite (`suite::cache`) and the cache
+//! benchmark (`benches/cache.rs`, which includes this file): a generated workspace and a
+//! scripted tool-heavy turn over it (reads, searches and edits with results of varied size);
+//! a scripted model that works through tasks and follows every result's cursor to its end, so
+//! two policies get the same information whatever their pages; and the order in which a prompt
+//! cache reads a request.
 //!
 //! **The prefix model.** A provider caches a prompt by its exact prefix in the order it reads
 //! the request: the tool definitions, the system prompt, then the messages in order (Anthropic
 //! and Bedrock by that documented order, OpenAI and local servers by the rendered prompt). So a
 //! body is compared in that order (each part as canonical JSON), not in the order of its keys.
-//!
-//! **The price model.** Anthropic's prompt-cache prices in units of the uncached input price:
-//! uncached 1, cache read 0.1, cache write 1.25, with a breakpoint at the end of every request:
-//! the prefix a request shares with the one before it is read from the cache, the rest is
-//! written. Sizes are bytes (÷ 4 for tokens, which the ratio cancels); the minimum cacheable
-//! length and the cache's lifetime are not modelled.
 
 use super::fake_provider::{BODY_TOKENS, Reply, openai_frames};
 use pen::providers::{ToolCall, Usage};
@@ -113,64 +109,71 @@ pub fn cache_order(body: &Value) -> Vec<u8> {
     out
 }
 
-fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+/// One task of the scripted model: a tool call, continued through its result's cursor until a
+/// result has none.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub tool: &'static str,
+    pub arguments: Value,
 }
 
-/// What a run's requests share with each other.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Figures {
-    pub requests: usize,
-    /// Over the requests after the first: the least and the median share of a request's bytes
-    /// that is a prefix of the request before it.
-    pub min_share: f64,
-    pub median_share: f64,
-    /// Over the whole session (the first request shares nothing): shared bytes ÷ all bytes.
-    pub whole_share: f64,
-    /// The share of requests after the first that reuse at least 90% of their bytes.
-    pub reusing_90: f64,
-    /// The share of requests after the first that extend the one before: all of it is their
-    /// prefix (what they add is all they do not reuse).
-    pub appending: f64,
-    /// The session's price under the model above ÷ its price without caching.
-    pub price_ratio: f64,
-    /// The largest request, in bytes of its cache-order form.
-    pub max_bytes: usize,
-}
-
-/// The figures of the bodies of one session's requests, in the order they were sent.
-pub fn figures(bodies: &[Value]) -> Figures {
-    let forms: Vec<Vec<u8>> = bodies.iter().map(cache_order).collect();
-    let mut shares: Vec<f64> = Vec::new();
-    let mut appending = 0usize;
-    let (mut shared_total, mut all_total, mut price) = (0usize, 0usize, 0.0f64);
-    for (i, form) in forms.iter().enumerate() {
-        let shared = match i {
-            0 => 0,
-            _ => shared_prefix(&forms[i - 1], form),
-        };
-        if i > 0 && shared == forms[i - 1].len() {
-            appending += 1;
-        }
-        if i > 0 {
-            shares.push(shared as f64 / form.len().max(1) as f64);
-        }
-        shared_total += shared;
-        all_total += form.len();
-        price += 0.1 * shared as f64 + 1.25 * (form.len() - shared) as f64;
+impl Task {
+    pub fn new(tool: &'static str, arguments: Value) -> Task {
+        Task { tool, arguments }
     }
-    let mut sorted = shares.clone();
-    sorted.sort_by(f64::total_cmp);
-    let at = |q: usize| sorted.get(q).copied().unwrap_or(0.0);
-    Figures {
-        requests: bodies.len(),
-        min_share: at(0),
-        median_share: at(sorted.len() / 2),
-        whole_share: shared_total as f64 / all_total.max(1) as f64,
-        reusing_90: shares.iter().filter(|&&s| s >= 0.9).count() as f64
-            / shares.len().max(1) as f64,
-        appending: appending as f64 / shares.len().max(1) as f64,
-        price_ratio: price / all_total.max(1) as f64,
-        max_bytes: forms.iter().map(Vec::len).max().unwrap_or(0),
+}
+
+/// The call ids the scripted model makes: `t{task}_r{request}`.
+fn task_of(call_id: &str) -> Option<usize> {
+    call_id.strip_prefix('t')?.split('_').next()?.parse().ok()
+}
+
+/// The scripted model's answer to request `number` (OpenAI's format): it works through `tasks`
+/// in order and follows each result's cursor to its end (a read's `next_start_line` and
+/// `next_offset`, a list's or a search's `next_after`), then answers. It decides from the
+/// request alone, its last call and that call's result (a plan always sends the latest groups
+/// whole), so a resumed or compacted session gets the same next step.
+pub fn scripted_reply(tasks: &[Task], number: usize, body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last_result = messages.iter().rev().find(|m| m["role"] == "tool");
+    let mut next = Some((0, tasks.first().map(|t| t.arguments.clone())));
+    if let Some(result) = last_result {
+        let id = result["tool_call_id"].as_str().unwrap_or_default();
+        let task = task_of(id).unwrap_or(tasks.len());
+        let arguments: Value = messages
+            .iter()
+            .filter_map(|m| m["tool_calls"].as_array())
+            .flatten()
+            .find(|call| call["id"] == id)
+            .and_then(|call| call["function"]["arguments"].as_str())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or(Value::Null);
+        let content: Value = serde_json::from_str(result["content"].as_str().unwrap_or_default())
+            .unwrap_or(Value::Null);
+        next = if let Some(line) = content["next_start_line"].as_u64() {
+            let mut arguments = arguments;
+            arguments["start_line"] = json!(line);
+            if let Some(offset) = content["next_offset"].as_u64() {
+                arguments["offset"] = json!(offset);
+            }
+            Some((task, Some(arguments)))
+        } else if let Some(after) = content["next_after"].as_str() {
+            let mut arguments = arguments;
+            arguments["after"] = json!(after);
+            Some((task, Some(arguments)))
+        } else {
+            Some((task + 1, tasks.get(task + 1).map(|t| t.arguments.clone())))
+        };
+    }
+    match next {
+        Some((task, Some(arguments))) if task < tasks.len() => {
+            let call = ToolCall {
+                id: format!("t{task}_r{number}"),
+                name: tasks[task].tool.to_string(),
+                arguments: arguments.to_string(),
+            };
+            Reply::Stream(openai_frames(&["Next."], &[call], honest_usage()))
+        }
+        _ => Reply::Stream(openai_frames(&["Done."], &[], honest_usage())),
     }
 }

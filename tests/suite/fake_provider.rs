@@ -131,11 +131,17 @@ struct Shared {
     discovery: Mutex<std::collections::HashMap<String, Value>>,
     /// The discovery requests received, by path.
     discovery_seen: Mutex<Vec<String>>,
+    /// Answers a request when the queue has none: from the request's number (1-based) and
+    /// body, as a model deciding its next step from what it was sent.
+    responder: Mutex<Option<Responder>>,
     /// Native Ollama's silent truncation: `/api/chat` bodies over their `options.num_ctx`
     /// (at four bytes a token) report `num_ctx / 2 + 2` prompt tokens, as Ollama keeps only
     /// that much of the tail (ollama#17427); when off, their size ÷ 4.
     truncate_like_ollama: Mutex<bool>,
 }
+
+/// A reply made from the request's number and body ([`FakeProvider::respond_with`]).
+pub type Responder = Arc<dyn Fn(usize, &Value) -> Reply + Send + Sync>;
 
 /// The paths pen asks for the context window.
 const DISCOVERY_PATHS: [&str; 4] = ["/props", "/v1/models", "/api/v0/models", "/api/show"];
@@ -203,6 +209,12 @@ impl FakeProvider {
             .lock()
             .expect("script lock")
             .extend(replies);
+    }
+
+    /// Answers every request the queue has no reply for with what `responder` makes of the
+    /// request's number (1-based, over every request received) and its body as JSON.
+    pub fn respond_with(&self, responder: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static) {
+        *self.shared.responder.lock().expect("script lock") = Some(Arc::new(responder));
     }
 
     /// From now on, answers any request whose body is over `max_body_bytes` with `reply`
@@ -318,6 +330,11 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         requests.len()
     };
     shared.arrived.send_modify(|arrived| *arrived += 1);
+    let reply = reply.or_else(|| {
+        let responder = shared.responder.lock().expect("script lock").clone()?;
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Some(responder(number, &body))
+    });
     let reply = reply.map(|reply| match reply {
         Reply::Stream(frames) => {
             let tokens = (bytes.len() / 4).to_string();

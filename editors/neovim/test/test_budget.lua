@@ -1,15 +1,15 @@
 -- A long turn at a small context window: pen compacts the oldest tool calls of the turn so
--- every request fits, and the transcript shows the budget's notice, live and re-rendered.
--- Policy 4 (the default) fits each page to the window (about 1 KB at this one), so it takes
--- forty reads to fill the budget.
+-- every request fits, and the transcript shows the budget's notice, live and re-rendered. Six
+-- reads of 200 lines (about 10 KB each, a page of about 7 KB at this window) are more than the
+-- budget holds.
 local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
 local replies = {}
-for i = 1, 40 do
+for i = 1, 6 do
   replies[i] = { tool_calls = { { id = 'read_' .. i, name = 'pen_read', arguments = { path = ('part_%d.txt'):format(i) } } } }
 end
 table.insert(replies, { text = 'Read them all.' })
 local ws = H.setup(replies, { context_window_tokens = 9000, max_output_tokens = 500, budget_margin_tokens = 0 })
-for i = 1, 40 do
+for i = 1, 6 do
   local lines = {}
   for j = 1, 200 do
     lines[j] = ('part %d line %d: some text to make the file large'):format(i, j)

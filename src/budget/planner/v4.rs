@@ -7,14 +7,19 @@
 //! are left out, up to which group the kept exchanges are excerpted, up to which the excerpts
 //! are left out behind the note). New records are appended after it, so the requests between
 //! two compactions extend each other byte for byte. Only when a request would exceed the budget
-//! (the high-water mark) is a new compaction made, in one step down to the low-water mark:
-//! older exchanges dropped first, then the newest exchange's oldest groups excerpted, then the
-//! oldest excerpts omitted. The caller records it; from then on every plan (in this process or
-//! a resumed one) renders the same prefix.
+//! (the high-water mark) is a new compaction made, in one step down to the low-water mark (a
+//! share of the way from the smallest request the policy can make to the budget): older
+//! exchanges dropped first, then the newest exchange's oldest groups excerpted, then its oldest
+//! groups left out behind the note, whatever their size. The caller records it; from then on
+//! every plan (in this process or a resumed one) renders the same prefix.
 //!
-//! What a frontier renders depends only on the transcript: an excerpt is made from its group's
-//! recorded words, calls and results, never from the estimator's ratio, so an excerpt, once
-//! made, is the same text in every later request.
+//! Policy 4 is never weaker than policy 3: it plans whenever policy 3 does, and a refusal names
+//! the smallest request it rendered, above the budget (`v4_law_tests`).
+//!
+//! What a frontier renders depends only on the transcript and the provider family: an excerpt
+//! is made from its group's recorded words, calls and results, and whether a group is worth
+//! excerpting from sizes before the ratio, so an excerpt, once made, is the same text in every
+//! later request.
 
 use super::{Group, Outbound, Planner, Unit};
 use crate::budget::{Budget, BudgetError, Part, Plan, TokenEstimator, TrimReport, excerpt};
@@ -69,24 +74,34 @@ impl Planner {
         };
     }
 
-    /// Whether a group's excerpt is smaller than the group: a group already smaller than its
-    /// excerpt is kept whole, as policy 3 does. Measured in unscaled sizes, so the answer
-    /// depends on the transcript alone.
-    fn worth_excerpting(&self, group: &Group) -> bool {
-        let whole: u64 = self.sizes[group.size].raw
+    /// Whether a group's excerpt is smaller than the group, both framed as the provider
+    /// family frames them: a group no larger than its excerpt is kept whole, as policy 3 keeps
+    /// it. Measured in sizes before the calibration ratio, so the answer depends on the
+    /// transcript and the family alone, never on the request.
+    fn worth_excerpting(&self, group: &Group, estimator: &TokenEstimator) -> bool {
+        let whole: u64 = self.quarters(group.size, estimator)
             + group
                 .calls
                 .iter()
                 .filter_map(|slot| slot.size)
-                .map(|index| self.sizes[index].raw)
+                .map(|index| self.quarters(index, estimator))
                 .sum::<u64>();
-        group.calls.iter().all(|slot| slot.size.is_some()) && group.excerpt_quarters() < whole
+        group.calls.iter().all(|slot| slot.size.is_some())
+            && estimator.framed(group.excerpt_quarters(), 0) < whole
     }
 
-    fn shown(&self, frontier: &Frontier, at: At, group: &Group) -> Shown {
+    fn shown(
+        &self,
+        frontier: &Frontier,
+        at: At,
+        group: &Group,
+        estimator: &TokenEstimator,
+    ) -> Shown {
         if frontier.omitted.is_some_and(|o| at <= o) {
             Shown::Omitted
-        } else if frontier.excerpted.is_some_and(|e| at <= e) && self.worth_excerpting(group) {
+        } else if frontier.excerpted.is_some_and(|e| at <= e)
+            && self.worth_excerpting(group, estimator)
+        {
             Shown::Excerpt
         } else {
             Shown::Whole
@@ -101,7 +116,9 @@ impl Planner {
     /// The messages of the kept exchanges under `frontier`, and the call ids excerpted (omitted
     /// ones included) and omitted, oldest first. Consecutive excerpts (and the note) are joined
     /// into one assistant message, as policy 3 joins them; a later excerpt appends to that
-    /// message, so the text before it stays a prefix.
+    /// message, so the text before it stays a prefix. The groups an exchange leaves out are its
+    /// oldest, and one note stands for all of them where the first was, whatever answers lie
+    /// between them, as policy 3 writes it.
     fn render(
         &self,
         frontier: &Frontier,
@@ -114,21 +131,21 @@ impl Planner {
         let mut excerpted = Vec::new();
         let mut omitted = Vec::new();
         let mut previous_was_quote = false;
-        let mut in_omitted_run = false;
         let first = self.first_kept(frontier);
         for (i, exchange) in self.exchanges.iter().enumerate().skip(first) {
+            let mut noted = false;
             for (j, unit) in exchange.units.iter().enumerate() {
                 let quote = match unit {
-                    Unit::Group(group) => match self.shown(frontier, (i, j), group) {
+                    Unit::Group(group) => match self.shown(frontier, (i, j), group, estimator) {
                         Shown::Whole => None,
                         Shown::Omitted => {
                             let ids = group.calls.iter().map(|slot| slot.call.id.clone());
                             excerpted.extend(ids.clone());
                             omitted.extend(ids);
-                            if in_omitted_run {
+                            if noted {
                                 continue;
                             }
-                            in_omitted_run = true;
+                            noted = true;
                             Some((
                                 excerpt::omitted_note(POLICY_VERSION_4).to_string(),
                                 excerpt::omitted_note_quarters(),
@@ -136,7 +153,6 @@ impl Planner {
                         }
                         Shown::Excerpt => {
                             excerpted.extend(group.calls.iter().map(|slot| slot.call.id.clone()));
-                            in_omitted_run = false;
                             Some((
                                 group.excerpt_text(POLICY_VERSION_4),
                                 group.excerpt_quarters(),
@@ -148,7 +164,6 @@ impl Planner {
                 let Some((text, quarters)) = quote else {
                     self.unit_messages(unit, estimator, &mut out);
                     previous_was_quote = false;
-                    in_omitted_run = false;
                     continue;
                 };
                 out.push_quote(text, quarters, previous_was_quote, estimator);
@@ -168,7 +183,7 @@ impl Planner {
         estimator: &TokenEstimator,
     ) -> u64 {
         match unit {
-            Unit::Group(group) => match self.shown(frontier, at, group) {
+            Unit::Group(group) => match self.shown(frontier, at, group, estimator) {
                 Shown::Whole => self.unit_tokens(unit, estimator),
                 Shown::Excerpt => estimator.scale(estimator.framed(group.excerpt_quarters(), 0)),
                 Shown::Omitted => 0,
@@ -183,36 +198,73 @@ impl Planner {
         index: usize,
         estimator: &TokenEstimator,
     ) -> u64 {
-        // Each run of omitted groups is one note, as `render` writes it.
+        // The groups an exchange leaves out have one note, as `render` writes it.
         let note = estimator.scale(estimator.framed(excerpt::omitted_note_quarters(), 0));
-        let mut in_omitted_run = false;
+        let mut noted = false;
         let mut total = 0;
         for (j, unit) in self.exchanges[index].units.iter().enumerate() {
             let omitted = matches!(unit, Unit::Group(group)
-                if self.shown(frontier, (index, j), group) == Shown::Omitted);
-            if omitted && !in_omitted_run {
+                if self.shown(frontier, (index, j), group, estimator) == Shown::Omitted);
+            if omitted && !noted {
                 total += note;
+                noted = true;
             }
-            in_omitted_run = omitted;
             total += self.shown_tokens(frontier, (index, j), unit, estimator);
         }
         total
     }
 
+    /// The positions of the newest exchange's groups that policy 4 may compact: all but its
+    /// latest two, which are always sent whole.
+    fn compactable(&self) -> Vec<usize> {
+        let Some(newest) = self.exchanges.last() else {
+            return Vec::new();
+        };
+        let mut groups: Vec<usize> = newest
+            .units
+            .iter()
+            .enumerate()
+            .filter(|(_, unit)| matches!(unit, Unit::Group(_)))
+            .map(|(j, _)| j)
+            .collect();
+        groups.truncate(groups.len().saturating_sub(2));
+        groups
+    }
+
+    /// The recorded frontier as it applies to the session now: the newest exchange is never
+    /// left out, and no bound reaches its latest two groups. A compaction is only ever recorded
+    /// naming groups the policy may compact, and groups are only ever added after them, so
+    /// only a damaged entry names one of the latest two: it is applied up to the groups that
+    /// may be compacted.
+    fn applicable(&self, mut frontier: Frontier, compactable: &[usize]) -> Frontier {
+        frontier.dropped = self.first_kept(&frontier);
+        let newest = self.exchanges.len().saturating_sub(1);
+        let last = compactable.last().map(|&j| (newest, j));
+        let bound = |at: Option<At>| match at {
+            Some(at) if at.0 >= newest && last.is_none_or(|last| at > last) => last,
+            at => at,
+        };
+        frontier.excerpted = bound(frontier.excerpted);
+        frontier.omitted = bound(frontier.omitted);
+        frontier
+    }
+
     /// A new frontier from `from` that brings the request (estimated at `total`, fixed parts
     /// included) down to `target`, or as far as the policy can when it cannot: older exchanges
-    /// first, oldest first; then the newest exchange's groups excerpted, oldest first, never
-    /// its latest two; then its excerpts omitted, oldest first. Returns the frontier and its
-    /// estimate (an upper bound of the rendered request).
+    /// first, oldest first; then the newest exchange's `compactable` groups excerpted, oldest
+    /// first; then those groups left out behind the note, oldest first, whatever their size (a
+    /// group too small to excerpt included, as policy 3 leaves out its oldest groups rather
+    /// than fail a turn whose latest groups fit). `total` is kept as an upper bound of the
+    /// rendered request, which the caller counts exactly.
     fn compact(
         &self,
         from: Frontier,
         mut total: u64,
         target: u64,
+        compactable: &[usize],
         estimator: &TokenEstimator,
-    ) -> (Frontier, u64) {
+    ) -> Frontier {
         let mut frontier = from;
-        frontier.dropped = self.first_kept(&frontier);
         let newest = self.exchanges.len() - 1;
         while total > target && frontier.dropped < newest {
             total = total.saturating_sub(self.shown_exchange_tokens(
@@ -223,13 +275,6 @@ impl Planner {
             frontier.dropped += 1;
         }
         let units = &self.exchanges[newest].units;
-        let groups: Vec<usize> = units
-            .iter()
-            .enumerate()
-            .filter(|(_, unit)| matches!(unit, Unit::Group(_)))
-            .map(|(j, _)| j)
-            .collect();
-        let compactable = &groups[..groups.len().saturating_sub(2)];
         for &j in compactable {
             if total <= target {
                 break;
@@ -238,7 +283,9 @@ impl Planner {
                 continue;
             };
             let at = (newest, j);
-            if frontier.excerpted.is_some_and(|e| at <= e) || !self.worth_excerpting(group) {
+            if frontier.excerpted.is_some_and(|e| at <= e)
+                || !self.worth_excerpting(group, estimator)
+            {
                 continue;
             }
             let before = self.shown_tokens(&frontier, at, &units[j], estimator);
@@ -254,9 +301,6 @@ impl Planner {
                 break;
             }
             let at = (newest, j);
-            if frontier.excerpted.is_none_or(|e| at > e) {
-                break;
-            }
             if frontier.omitted.is_some_and(|o| at <= o) {
                 continue;
             }
@@ -265,10 +309,13 @@ impl Planner {
                 total += note_tokens;
                 noted = true;
             }
+            // A group left out counts as excerpted too: the excerpt bound never lags the
+            // omission bound (a compaction records both).
             frontier.omitted = Some(at);
+            frontier.excerpted = frontier.excerpted.max(Some(at));
             total = total.saturating_sub(before);
         }
-        (frontier, total)
+        frontier
     }
 
     /// The first call id of the group at `at`, as a compaction names it.
@@ -281,9 +328,14 @@ impl Planner {
     }
 
     /// Plans one request under policy 4 (see the module doc): the session's recorded frontier
-    /// rendered, or, when that is over the budget, a new compaction down to
-    /// `low_water_percent` % of the budget, returned in [`Plan::compaction`] for the caller to
-    /// record before sending. Same transcript, recorded compactions, budget and estimator ⇒
+    /// rendered, or, when that is over the budget, a new compaction, returned in
+    /// [`Plan::compaction`] for the caller to record before sending: the step down to the
+    /// low-water mark, `low_water_percent` % of the way from the smallest request the policy
+    /// can make to the budget; when even that is over the budget, every group the policy may
+    /// take excerpted with none newly left out (the note may outweigh the few small groups it
+    /// would stand for), then every one left out.
+    /// Only when none of these fits is the request refused, naming the smallest of them, which
+    /// is over the budget. Same transcript, recorded compactions, budget and estimator ⇒
     /// byte-identical plan.
     pub fn plan_v4(
         &self,
@@ -317,99 +369,112 @@ impl Planner {
                 },
             )
         };
-        let mut frontier = self.frontier;
-        frontier.dropped = self.first_kept(&frontier);
-        let (mut out, _, _) = self.render(&frontier, estimator);
-        let (mut tokens, mut uncalibrated_tokens) = tally(&out);
-        let mut compaction = None;
-        let mut report = None;
-        if tokens > limit {
-            let target = u64::try_from(u128::from(limit) * u128::from(low_water_percent) / 100)
-                .unwrap_or(limit);
-            let newest = self.exchanges.len() - 1;
-            let estimate = fixed
-                + (frontier.dropped..=newest)
-                    .map(|i| self.shown_exchange_tokens(&frontier, i, estimator))
-                    .sum::<u64>();
-            let (compacted, estimate) = self.compact(frontier, estimate, target, estimator);
-            if estimate > limit {
-                return Err(self.too_large(fixed, limit, estimator));
-            }
-            frontier = compacted;
-            let (compacted_out, excerpted, omitted) = self.render(&frontier, estimator);
-            out = compacted_out;
-            (tokens, uncalibrated_tokens) = tally(&out);
-            if tokens > limit {
-                return Err(self.too_large(fixed, limit, estimator));
-            }
-            compaction = Some(Compaction {
-                policy_version: POLICY_VERSION_4,
-                dropped_count: frontier.dropped as u64,
-                excerpted_through: self.group_id(frontier.excerpted),
-                omitted_through: self.group_id(frontier.omitted),
-                budget: limit,
-                low_water: target,
-            });
-            report = Some(TrimReport {
-                policy_version: POLICY_VERSION_4,
-                excerpted,
-                omitted,
-                dropped_exchanges: crate::budget::coalesce(&self.spans[..frontier.dropped]),
-                dropped_count: frontier.dropped as u64,
-                tokens_before: fixed + self.all_tokens(estimator),
-                tokens_after: tokens,
-                budget: limit,
+        let compactable = self.compactable();
+        let frontier = self.applicable(self.frontier, &compactable);
+        let (out, _, _) = self.render(&frontier, estimator);
+        let (tokens, uncalibrated_tokens) = tally(&out);
+        if tokens <= limit {
+            return Ok(Plan {
+                messages: out.messages,
+                estimated_tokens: tokens,
+                uncalibrated_tokens,
+                report: None,
+                compaction: None,
             });
         }
-        Ok(Plan {
-            messages: out.messages,
-            estimated_tokens: tokens,
-            uncalibrated_tokens,
-            report,
-            compaction,
-        })
+        let newest = self.exchanges.len() - 1;
+        let last = compactable.last().map(|&j| (newest, j));
+        let excerpted_all = Frontier {
+            dropped: newest,
+            excerpted: frontier.excerpted.max(last),
+            omitted: frontier.omitted,
+        };
+        let omitted_all = Frontier {
+            omitted: frontier.omitted.max(last),
+            ..excerpted_all
+        };
+        // The low-water mark is a share of what a compaction can free: of the room between the
+        // smallest request the policy can make (the fixed parts, the prompt, the latest two
+        // groups, the note) and the budget. A share of the whole budget would be out of reach
+        // at a small window, where the fixed parts and the latest groups take most of it, and
+        // every compaction would then leave out every older group.
+        let (least, _) = tally(&self.render(&omitted_all, estimator).0);
+        let floor = least.min(limit);
+        let target = floor
+            + u64::try_from(u128::from(limit - floor) * u128::from(low_water_percent) / 100)
+                .unwrap_or(0);
+        let estimate = fixed
+            + (frontier.dropped..=newest)
+                .map(|i| self.shown_exchange_tokens(&frontier, i, estimator))
+                .sum::<u64>();
+        let stepped = self.compact(frontier, estimate, target, &compactable, estimator);
+        let mut smallest = u64::MAX;
+        let mut tried: Vec<Frontier> = Vec::new();
+        for candidate in [stepped, excerpted_all, omitted_all] {
+            if tried.contains(&candidate) {
+                continue;
+            }
+            tried.push(candidate);
+            let (out, excerpted, omitted) = self.render(&candidate, estimator);
+            let (tokens, uncalibrated_tokens) = tally(&out);
+            if tokens > limit {
+                smallest = smallest.min(tokens);
+                continue;
+            }
+            return Ok(Plan {
+                messages: out.messages,
+                estimated_tokens: tokens,
+                uncalibrated_tokens,
+                report: Some(TrimReport {
+                    policy_version: POLICY_VERSION_4,
+                    excerpted,
+                    omitted,
+                    dropped_exchanges: crate::budget::coalesce(&self.spans[..candidate.dropped]),
+                    dropped_count: candidate.dropped as u64,
+                    tokens_before: fixed + self.all_tokens(estimator),
+                    tokens_after: tokens,
+                    budget: limit,
+                }),
+                compaction: Some(Compaction {
+                    policy_version: POLICY_VERSION_4,
+                    dropped_count: candidate.dropped as u64,
+                    excerpted_through: self.group_id(candidate.excerpted),
+                    omitted_through: self.group_id(candidate.omitted),
+                    budget: limit,
+                    low_water: target,
+                }),
+            });
+        }
+        Err(self.too_large(fixed, limit, smallest, estimator))
     }
 
     /// The refusal when even the most compacted request is over the budget: the latest two
-    /// groups alone, or the newest exchange around them.
-    fn too_large(&self, fixed: u64, limit: u64, estimator: &TokenEstimator) -> BudgetError {
-        let newest = self.exchanges.len() - 1;
-        let units = &self.exchanges[newest].units;
+    /// groups alone when they are, else the smallest request the policy rendered (`smallest`,
+    /// over the budget, or it would have been sent).
+    fn too_large(
+        &self,
+        fixed: u64,
+        limit: u64,
+        smallest: u64,
+        estimator: &TokenEstimator,
+    ) -> BudgetError {
+        let units = &self.exchanges[self.exchanges.len() - 1].units;
         let groups: Vec<&Unit> = units
             .iter()
             .filter(|unit| matches!(unit, Unit::Group(_)))
             .collect();
-        let latest = &groups[groups.len().saturating_sub(2)..];
-        let groups_tokens: u64 = latest
+        let groups_tokens: u64 = groups[groups.len().saturating_sub(2)..]
             .iter()
             .map(|unit| self.unit_tokens(unit, estimator))
             .sum();
-        if fixed + groups_tokens > limit {
-            return BudgetError::TooLarge {
-                part: Part::NewestGroups,
-                tokens: fixed + groups_tokens,
-                budget: limit,
-            };
-        }
-        // Everything the policy may take out taken out: what is left of the newest exchange.
-        let everything: Vec<usize> = units
-            .iter()
-            .enumerate()
-            .filter(|(_, unit)| matches!(unit, Unit::Group(_)))
-            .map(|(j, _)| j)
-            .collect();
-        let last_compactable = everything
-            .len()
-            .checked_sub(3)
-            .map(|k| (newest, everything[k]));
-        let most = Frontier {
-            dropped: newest,
-            excerpted: last_compactable,
-            omitted: last_compactable,
+        let (part, tokens) = if fixed + groups_tokens > limit {
+            (Part::NewestGroups, fixed + groups_tokens)
+        } else {
+            (Part::Prompt, smallest)
         };
         BudgetError::TooLarge {
-            part: Part::Prompt,
-            tokens: fixed + self.shown_exchange_tokens(&most, newest, estimator),
+            part,
+            tokens,
             budget: limit,
         }
     }

@@ -92,13 +92,13 @@ const replies: unknown[] = [
   },
   { text: 'Read it, trimmed.' },
   // 6. Trimming by the prompt budget on a small context window (the second shape), in a new
-  // session: 25 pages of a large file, more than an 8000-token window holds. (Policy 4 fits a
-  // page to the window, 1 KiB here, so it takes that many.)
-  ...Array.from({ length: 25 }, (_, i) => ({
-    tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: 1 + 16 * i, line_count: 16 } }],
+  // session: five pages of a large file, more than an 8000-token window holds.
+  ...[1, 41, 81, 121, 161].map((start, i) => ({
+    tool_calls: [{ id: `call_page_${i + 1}`, name: 'pen_read', arguments: { path: 'big.txt', start_line: start, line_count: 40 } }],
   })),
-  { text: 'Read 25 pages of big.txt.' },
+  { text: 'Read five pages of big.txt.' },
   // 6b. A prompt too large for the small window fails the turn before any request (no reply).
+  // (A page can no longer be too large: pages are fitted to what the budget holds.)
   // 7. After the daemon was killed and restarted.
   { text: 'Back after the crash.' },
   // 8. After "pen: Set API Key": the daemon runs with the stored key.
@@ -624,7 +624,7 @@ async function main(): Promise<void> {
       const before = requestsMade().length;
       ends = await ask(p, 'read big.txt page by page');
       await turnDone(p, ends);
-      await p.getByText('Read 25 pages of big.txt.').waitFor();
+      await p.getByText('Read five pages of big.txt.').waitFor();
       const notice = p.locator('.notice.trim', { hasText: 'excerpted' }).first();
       await notice.waitFor();
       const text = await notice.innerText();
@@ -655,7 +655,7 @@ async function main(): Promise<void> {
       await p.getByRole('textbox', { name: 'Ask pen' }).waitFor({ timeout: STARTUP_MS });
       // The session is re-rendered from pen/getTranscript.
       await p.locator('.notice.trim', { hasText: 'excerpted' }).first().waitFor({ timeout: TURN_MS });
-      await p.getByText('Read 25 pages of big.txt.').waitFor();
+      await p.getByText('Read five pages of big.txt.').waitFor();
     });
 
     await step(page, 'switched-session', async () => {
