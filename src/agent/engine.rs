@@ -12,22 +12,17 @@ use crate::tools::{self, ToolError};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 impl Turn {
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call
     /// order, all run at once on blocking threads, and their results are recorded in call order.
     /// They need no approval and change nothing, so Stop lets them finish (as a single file tool
     /// does) and they are recorded.
-    pub(super) async fn run_read_only(
-        &self,
-        calls: &[ToolCall],
-        seq: &AtomicU64,
-    ) -> Result<(), TurnError> {
+    pub(super) async fn run_read_only(&self, calls: &[ToolCall]) -> Result<(), TurnError> {
         let mut runs = Vec::with_capacity(calls.len());
         let mut parsed = Vec::with_capacity(calls.len());
         for call in calls {
-            let arguments = self.start_call(call, seq).await?;
+            let arguments = self.start_call(call).await?;
             parsed.push(arguments.as_ref().ok().cloned());
             let host = Arc::clone(&self.tools);
             let name = call.name.clone();
@@ -61,10 +56,9 @@ impl Turn {
                 _ => self.tools.observation(&result),
             };
             if result.is_ok() {
-                self.record_output(call, arguments.as_ref(), &text, seq)
-                    .await?;
+                self.record_output(call, arguments.as_ref(), &text).await?;
             } else {
-                self.record_result(call, &text, true, CallOutcome::Error, seq)
+                self.record_result(call, &text, true, CallOutcome::Error)
                     .await?;
             }
         }
@@ -76,7 +70,6 @@ impl Turn {
     pub(super) async fn start_call(
         &self,
         call: &ToolCall,
-        seq: &AtomicU64,
     ) -> Result<Result<Value, String>, TurnError> {
         let arguments: Result<Value, String> = serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"));
@@ -90,28 +83,25 @@ impl Turn {
                 .unwrap_or(Value::String(call.arguments.clone())),
         }))
         .await?;
-        self.emit(
-            seq,
-            TurnEvent::ToolCallStarted {
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                arguments: arguments.as_ref().ok().cloned(),
-            },
-        );
+        self.emit(TurnEvent::ToolCallStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: arguments.as_ref().ok().cloned(),
+        });
         Ok(arguments)
     }
 
     /// Runs one tool call: records it, asks for approval where needed, runs it, records the
     /// result.
-    pub(super) async fn run_call(&self, call: &ToolCall, seq: &AtomicU64) -> Result<(), TurnError> {
-        let arguments = match self.start_call(call, seq).await? {
+    pub(super) async fn run_call(&self, call: &ToolCall) -> Result<(), TurnError> {
+        let arguments = match self.start_call(call).await? {
             Ok(arguments) => arguments,
             Err(message) => {
                 let text = ToolError::new(tools::ErrorCode::InvalidArguments, message)
                     .to_value()
                     .to_string();
                 return self
-                    .record_result(call, &text, true, CallOutcome::Error, seq)
+                    .record_result(call, &text, true, CallOutcome::Error)
                     .await;
             }
         };
@@ -136,7 +126,7 @@ impl Turn {
                     Err(err) => {
                         let text = self.tools.observation(&Err(err));
                         return self
-                            .record_result(call, &text, true, CallOutcome::Error, seq)
+                            .record_result(call, &text, true, CallOutcome::Error)
                             .await;
                     }
                 }
@@ -155,13 +145,13 @@ impl Turn {
                 },
                 diff,
             };
-            self.emit(seq, TurnEvent::ApprovalRequested(request.clone()));
+            self.emit(TurnEvent::ApprovalRequested(request.clone()));
             let answer = tokio::select! {
                 answer = self.approver.ask(request) => answer,
                 _ = self.cancel.cancelled() => {
-                    self.emit(seq, TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
+                    self.emit(TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
                     return self
-                        .record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted, seq)
+                        .record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
                         .await;
                 }
             };
@@ -185,7 +175,7 @@ impl Turn {
                         _ => DENIED_BY_OWNER.to_string(),
                     };
                     return self
-                        .record_result(call, &text, true, CallOutcome::Denied, seq)
+                        .record_result(call, &text, true, CallOutcome::Denied)
                         .await;
                 }
                 Err(why) => {
@@ -194,7 +184,7 @@ impl Turn {
                          Ask again when the owner is back."
                     );
                     return self
-                        .record_result(call, &text, true, CallOutcome::StaleAuthority, seq)
+                        .record_result(call, &text, true, CallOutcome::StaleAuthority)
                         .await;
                 }
             }
@@ -252,12 +242,10 @@ impl Turn {
             ),
             Ok(_) => {
                 let text = self.tools.observe(&call.name, &result);
-                return self
-                    .record_output(call, Some(&arguments_seen), &text, seq)
-                    .await;
+                return self.record_output(call, Some(&arguments_seen), &text).await;
             }
         };
-        self.record_result(call, &text, is_error, state, seq).await
+        self.record_result(call, &text, is_error, state).await
     }
 
     pub(super) fn needs_approval(&self, tool: &str) -> bool {
@@ -282,7 +270,6 @@ impl Turn {
         content: &str,
         is_error: bool,
         state: CallOutcome,
-        seq: &AtomicU64,
     ) -> Result<(), TurnError> {
         self.append_item(Item::ToolResult(ToolResult {
             call_id: call.id.clone(),
@@ -293,16 +280,13 @@ impl Turn {
         }))
         .await?;
         let excerpt: String = content.chars().take(2_000).collect();
-        self.emit(
-            seq,
-            TurnEvent::ToolCallFinished {
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                outcome: state,
-                is_error,
-                excerpt,
-            },
-        );
+        self.emit(TurnEvent::ToolCallFinished {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            outcome: state,
+            is_error,
+            excerpt,
+        });
         Ok(())
     }
 
@@ -314,7 +298,6 @@ impl Turn {
         call: &ToolCall,
         arguments: Option<&Value>,
         content: &str,
-        seq: &AtomicU64,
     ) -> Result<(), TurnError> {
         let nested = match arguments {
             Some(arguments) => self.nested_instructions(call, arguments).await,
@@ -322,11 +305,11 @@ impl Turn {
         };
         let Some((appended, files)) = nested else {
             return self
-                .record_result(call, content, false, CallOutcome::Done, seq)
+                .record_result(call, content, false, CallOutcome::Done)
                 .await;
         };
         let text = format!("{content}{appended}");
-        self.record_result(call, &text, false, CallOutcome::Done, seq)
+        self.record_result(call, &text, false, CallOutcome::Done)
             .await?;
         self.append_item(Item::Event(Event::InstructionsDelivered {
             call_id: call.id.clone(),

@@ -12,7 +12,6 @@ use crate::providers::{
 };
 use crate::tools;
 use crate::transcript::{Event, Item};
-use std::sync::atomic::AtomicU64;
 
 impl Turn {
     /// The tool schemas a request sends. A server whose template renders no tools never shows
@@ -37,7 +36,6 @@ impl Turn {
     pub(super) async fn request_with_recovery(
         &self,
         definitions: &[ToolDefinition],
-        seq: &AtomicU64,
     ) -> Result<Option<(ModelResponse, u64, Option<String>)>, TurnError> {
         let mut rejection: Option<ProviderError> = None;
         loop {
@@ -56,7 +54,7 @@ impl Turn {
             if let Some(report) = report {
                 self.append_item(Item::Event(Event::ContextTrimmed(report.clone())))
                     .await?;
-                self.emit(seq, TurnEvent::ContextTrimmed(Trim::Budget(report)));
+                self.emit(TurnEvent::ContextTrimmed(Trim::Budget(report)));
             }
             // The cache hints: the session's id, where the previous request ended while it is
             // still a prefix of this one, and the estimate the planner used.
@@ -97,7 +95,7 @@ impl Turn {
                 cache,
             };
             let on_event = |event: StreamEvent| match event {
-                StreamEvent::TextDelta(text) => self.emit(seq, TurnEvent::TextDelta { text }),
+                StreamEvent::TextDelta(text) => self.emit(TurnEvent::TextDelta { text }),
             };
             let err = match self
                 .provider
@@ -145,13 +143,10 @@ impl Turn {
                     reason: err.message.clone(),
                 }))
                 .await?;
-                self.emit(
-                    seq,
-                    TurnEvent::ContextTrimmed(Trim::Shrunk {
-                        call_ids,
-                        head_bytes: SHRUNK_HEAD_BYTES as u64,
-                    }),
-                );
+                self.emit(TurnEvent::ContextTrimmed(Trim::Shrunk {
+                    call_ids,
+                    head_bytes: SHRUNK_HEAD_BYTES as u64,
+                }));
             }
             rejection = Some(err);
         }
@@ -256,7 +251,7 @@ impl Turn {
     /// turn and whenever the window changes. A window pen found (from the server or the
     /// table) is recorded, so a resumed session plans under it while the server cannot be
     /// asked; the user's setting and the default are not (the config says them again).
-    pub(super) async fn record_window(&self, seq: &AtomicU64) -> Result<(), TurnError> {
+    pub(super) async fn record_window(&self) -> Result<(), TurnError> {
         let window = self.window();
         let (recorded, first_turn) = {
             let history = self.lock_history();
@@ -276,13 +271,10 @@ impl Turn {
             }))
             .await?;
         }
-        self.emit(
-            seq,
-            TurnEvent::ContextWindow {
-                model: self.model.clone(),
-                window,
-            },
-        );
+        self.emit(TurnEvent::ContextWindow {
+            model: self.model.clone(),
+            window,
+        });
         Ok(())
     }
 }

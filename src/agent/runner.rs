@@ -20,6 +20,7 @@ use crate::providers::window::{self, ModelWindow, WindowSource};
 use crate::session::{SessionError, SessionStore};
 use crate::transcript::StopReason;
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -366,6 +367,7 @@ impl PendingTurn {
             usage: Mutex::new(None),
             on_event: spec.on_event,
             cancel: self.cancel.clone(),
+            seq: AtomicU64::new(0),
         };
         let lost = lease.lost();
         let cancel = self.cancel.clone();

@@ -39,6 +39,8 @@ pub(super) struct Turn {
     pub(super) usage: Mutex<Option<Usage>>,
     pub(super) on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
     pub(super) cancel: CancellationToken,
+    /// The number of the turn's last event (the first is 1).
+    pub(super) seq: AtomicU64,
 }
 
 /// A failure that ends the turn with `error`.
@@ -87,8 +89,7 @@ pub fn provider_error_kind(err: &ProviderError) -> TurnErrorKind {
 
 impl Turn {
     pub(super) async fn run_to_end(&self, prompt: &str) -> TurnOutcome {
-        let seq = AtomicU64::new(0);
-        let ended = self.run_inner(prompt, &seq).await;
+        let ended = self.run_inner(prompt).await;
         let usage = *self.usage.lock().unwrap_or_else(|p| p.into_inner());
         let session_usage = self.lock_history().usage();
         let outcome = match ended {
@@ -116,15 +117,11 @@ impl Turn {
                 session_usage: outcome.session_usage,
             }))
             .await;
-        self.emit(&seq, TurnEvent::TurnEnded(outcome.clone()));
+        self.emit(TurnEvent::TurnEnded(outcome.clone()));
         outcome
     }
 
-    pub(super) async fn run_inner(
-        &self,
-        prompt: &str,
-        seq: &AtomicU64,
-    ) -> Result<StopReason, TurnError> {
+    pub(super) async fn run_inner(&self, prompt: &str) -> Result<StopReason, TurnError> {
         // Every call a crashed pen left without a result is answered before anything else
         // (under the lease, so no live process is running any of them). This is also the repair
         // of an inconsistent history: the planner takes these late answers into their groups.
@@ -153,11 +150,11 @@ impl Turn {
             Some(note) => format!("{note}\n\n{prompt}"),
             None => prompt.to_string(),
         };
-        self.record_window(seq).await?;
+        self.record_window().await?;
         // The session's context is recorded before its first prompt; a changed root instruction
         // file is announced after this one's text (appended too).
         let mut text = text;
-        if let Some(note) = self.record_context(seq).await? {
+        if let Some(note) = self.record_context().await? {
             text.push_str(&note);
         }
         // Pages fitted to what the budget of the window this turn plans under leaves after the
@@ -188,19 +185,16 @@ impl Turn {
                 _ = self.cancel.cancelled() => return Ok(StopReason::Cancelled),
             };
             for notice in notices {
-                self.emit(
-                    seq,
-                    TurnEvent::McpServer {
-                        server: notice.server,
-                        state: notice.state.to_string(),
-                        reason: notice.reason,
-                    },
-                );
+                self.emit(TurnEvent::McpServer {
+                    server: notice.server,
+                    state: notice.state.to_string(),
+                    reason: notice.reason,
+                });
             }
             let definitions = self.definitions();
             let span = tracing::debug_span!("request", n = requests);
             let answer = self
-                .request_with_recovery(&definitions, seq)
+                .request_with_recovery(&definitions)
                 .instrument(span)
                 .await?;
             let (response, estimated, warning) = match answer {
@@ -233,10 +227,10 @@ impl Turn {
                     message: message.clone(),
                 }))
                 .await?;
-                self.emit(seq, TurnEvent::ProviderWarning { message });
+                self.emit(TurnEvent::ProviderWarning { message });
             }
             if let Some(usage) = usage {
-                self.report_usage(usage, seq);
+                self.report_usage(usage);
             }
             if calls.is_empty() {
                 return Ok(if stopped {
@@ -254,7 +248,6 @@ impl Turn {
                             NOT_EXECUTED_STOPPED,
                             true,
                             CallOutcome::NotExecuted,
-                            seq,
                         )
                         .await?;
                     }
@@ -268,11 +261,10 @@ impl Turn {
                     })
                     .count();
                 if batch > 1 {
-                    self.run_read_only(&calls[index..index + batch], seq)
-                        .await?;
+                    self.run_read_only(&calls[index..index + batch]).await?;
                     index += batch;
                 } else {
-                    self.run_call(&calls[index], seq).await?;
+                    self.run_call(&calls[index]).await?;
                     index += 1;
                 }
             }
@@ -282,10 +274,7 @@ impl Turn {
     /// Records the session's instructions and environment before its first request; at a later
     /// turn, records a root instruction file that changed since, and returns the note the prompt
     /// carries for it.
-    pub(super) async fn record_context(
-        &self,
-        seq: &AtomicU64,
-    ) -> Result<Option<String>, TurnError> {
+    pub(super) async fn record_context(&self) -> Result<Option<String>, TurnError> {
         let Some(workspace) = self.tools.workspace().cloned() else {
             return Ok(None);
         };
@@ -312,12 +301,9 @@ impl Turn {
             instructions: now.clone(),
         }))
         .await?;
-        self.emit(
-            seq,
-            TurnEvent::InstructionsChanged {
-                files: now.iter().map(InstructionSummary::of).collect(),
-            },
-        );
+        self.emit(TurnEvent::InstructionsChanged {
+            files: now.iter().map(InstructionSummary::of).collect(),
+        });
         Ok(Some(note))
     }
 
@@ -353,29 +339,26 @@ impl Turn {
 
     /// Adds one request's usage to the turn's and says so (after its answer is recorded, so the
     /// session's total includes it).
-    pub(super) fn report_usage(&self, usage: Usage, seq: &AtomicU64) {
+    pub(super) fn report_usage(&self, usage: Usage) {
         let turn = {
             let mut total = self.usage.lock().unwrap_or_else(|p| p.into_inner());
             total.get_or_insert_with(Usage::default).add(&usage);
             total.unwrap_or_default()
         };
         let session = self.lock_history().usage().unwrap_or_default();
-        self.emit(
-            seq,
-            TurnEvent::Usage(RequestUsage {
-                model: self.model.clone(),
-                request: usage,
-                turn,
-                session,
-            }),
-        );
+        self.emit(TurnEvent::Usage(RequestUsage {
+            model: self.model.clone(),
+            request: usage,
+            turn,
+            session,
+        }));
     }
 
-    pub(super) fn emit(&self, seq: &AtomicU64, event: TurnEvent) {
+    pub(super) fn emit(&self, event: TurnEvent) {
         (self.on_event)(AgentEvent {
             session_id: self.session_id.clone(),
             turn_id: self.turn_id.clone(),
-            seq: seq.fetch_add(1, Ordering::SeqCst) + 1,
+            seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             event,
         });
     }
