@@ -28,16 +28,7 @@ impl Turn {
             let name = call.name.clone();
             runs.push(async move {
                 match arguments {
-                    Ok(arguments) => {
-                        tokio::task::spawn_blocking(move || host.call(&name, &arguments, None))
-                            .await
-                            .unwrap_or_else(|e| {
-                                Err(ToolError::new(
-                                    tools::ErrorCode::Io,
-                                    format!("the tool failed: {e}"),
-                                ))
-                            })
-                    }
+                    Ok(arguments) => tool_thread(move || host.call(&name, &arguments, None)).await,
                     Err(message) => {
                         Err(ToolError::new(tools::ErrorCode::InvalidArguments, message))
                     }
@@ -116,7 +107,13 @@ impl Turn {
         };
         if self.needs_approval(&call.name) {
             let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
-                match self.tools.plan_edit(&arguments) {
+                // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
+                let host = Arc::clone(&self.tools);
+                let planned = {
+                    let arguments = arguments.clone();
+                    tool_thread(move || host.plan_edit(&arguments)).await
+                };
+                match planned {
                     Ok(planned) => {
                         let diff = planned.diff().to_string();
                         plan = Some(planned);
@@ -206,18 +203,12 @@ impl Turn {
             (plan, _) => {
                 let host = Arc::clone(&self.tools);
                 let name = call.name.clone();
-                tokio::task::spawn_blocking(move || match plan {
+                tool_thread(move || match plan {
                     // The write is the plan whose diff the owner approved.
                     Some(plan) => host.apply_edit(plan, Some(&recorder)),
                     None => host.call(&name, &arguments, Some(&recorder)),
                 })
                 .await
-                .unwrap_or_else(|e| {
-                    Err(ToolError::new(
-                        tools::ErrorCode::Io,
-                        format!("the tool failed: {e}"),
-                    ))
-                })
             }
         };
         let (text, is_error, state) = match &result {
@@ -352,4 +343,16 @@ impl Turn {
         }
         Some((context::delivery_text(&files), files))
     }
+}
+
+/// Runs a tool's blocking work (file reads and writes, hashing, diffs) on a blocking thread.
+async fn tool_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ToolError::new(
+            tools::ErrorCode::Io,
+            format!("the tool failed: {e}"),
+        ))
+    })
 }
