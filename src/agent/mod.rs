@@ -34,6 +34,7 @@ mod host;
 mod lease;
 mod request;
 mod runner;
+mod setup;
 mod system_prompt;
 mod turn;
 
@@ -48,6 +49,7 @@ pub use host::{LocalTools, StartThroughApprover, WithMcp};
 pub use lease::TurnLease;
 pub use request::catalog_limits;
 pub use runner::{BeginError, Engine, PendingTurn, TurnSpec};
+pub use setup::{Channel, Outgoing, TurnSetup};
 pub use system_prompt::SYSTEM_PROMPT;
 pub use turn::provider_error_kind;
 

@@ -330,6 +330,11 @@ impl PendingTurn {
         &self.session_id
     }
 
+    /// The turn's Stop switch.
+    pub(super) fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
     /// Runs the turn for `prompt` to its end and releases the session, however it ends. A
     /// provider that cannot be built ends it at once with `error` (kind `no_provider`), before
     /// anything is written.
