@@ -221,6 +221,18 @@ impl Turn {
         Ok((plan, report, estimator))
     }
 
+    /// Fits the tools' pages to what the budget of the window this turn plans under leaves
+    /// after the system prompt (with the instructions recorded) and the tool schemas (SPEC §3).
+    /// The estimate is taken at a ratio of 1, so the page, which the catalog states, changes only
+    /// with the window and those parts, not with every calibration (the catalog heads every
+    /// request's cached prefix).
+    pub(super) fn fit_pages(&self) {
+        let budget = self.budget_of(self.window());
+        let estimator = budget::TokenEstimator::new(provider_family(&self.config), 1.0);
+        self.tools
+            .fit_pages(budget.room(&self.system_text(), &self.definitions(), &estimator));
+    }
+
     /// The prompt budget of `window`: less the output it reserves and the margin.
     pub(super) fn budget_of(&self, window: ModelWindow) -> Budget {
         Budget::new(
@@ -344,6 +356,6 @@ pub fn catalog_limits(config: &Config) -> crate::limits::Limits {
 
 /// The token-estimate family of the configured provider (an unset provider is OpenAI-style:
 /// OpenAI itself or a local OpenAI-compatible server).
-pub(super) fn provider_family(config: &Config) -> ProviderKind {
+fn provider_family(config: &Config) -> ProviderKind {
     config.provider.unwrap_or(ProviderKind::OpenAi)
 }

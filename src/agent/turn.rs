@@ -2,12 +2,11 @@
 //! answer), the session's context recorded as it starts, and the write-through of every entry.
 
 use super::history::SessionHistory;
-use super::request::provider_family;
 use super::{
     AgentEvent, Approver, HISTORY_UNREPAIRABLE_ADVICE, InstructionSummary, NOT_EXECUTED_STOPPED,
     RequestUsage, StopReason, ToolHost, TurnErrorKind, TurnEvent, TurnOutcome, context,
 };
-use crate::budget::{self, BudgetError};
+use crate::budget::BudgetError;
 use crate::config::Config;
 use crate::providers::window::ModelWindow;
 use crate::providers::{Provider, ProviderError, Usage};
@@ -157,16 +156,8 @@ impl Turn {
         if let Some(note) = self.record_context().await? {
             text.push_str(&note);
         }
-        // Pages fitted to what the budget of the window this turn plans under leaves after the
-        // system prompt (with the instructions just recorded) and the tool schemas (SPEC §3),
-        // before a tool runs or the model is sent the catalog, under either policy. The
-        // estimate is taken at a ratio of 1, so the page, which the catalog states, changes
-        // only with the window and those parts, not with every calibration (the catalog heads
-        // every request's cached prefix).
-        let budget = self.budget_of(self.window());
-        let estimator = budget::TokenEstimator::new(provider_family(&self.config), 1.0);
-        self.tools
-            .fit_pages(budget.room(&self.system_text(), &self.definitions(), &estimator));
+        // Before a tool runs or the model is sent the catalog, under either policy.
+        self.fit_pages();
         self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {
