@@ -8,6 +8,7 @@ use super::{
 };
 use crate::providers::ToolCall;
 use crate::tools::registry::{Execution, Preview, ToolSpec};
+use crate::tools::write::EditPlan;
 use crate::tools::{self, ToolError};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
 use serde_json::Value;
@@ -97,7 +98,6 @@ impl Turn {
             }
         };
         let spec = tools::registry::get(&call.name);
-        let mut plan = None;
         let recorder = checkpoint::TurnRecorder {
             store: Arc::clone(&self.store),
             session_id: self.session_id.clone(),
@@ -105,6 +105,27 @@ impl Turn {
             call_id: call.id.clone(),
             limit: self.config.checkpoint_store_bytes,
         };
+        let Some(plan) = self.authorize(call, &arguments, spec, &recorder).await? else {
+            return Ok(());
+        };
+        let approved_plan = plan.is_some();
+        let arguments_seen = arguments.clone();
+        let result = self.execute(call, arguments, plan, spec, recorder).await;
+        self.record(call, &arguments_seen, approved_plan, result)
+            .await
+    }
+
+    /// Asks the owner where the call needs approval (an edit planned first, so the owner sees
+    /// its diff). `None` when the call is answered already (denied, stopped, stale, or an edit
+    /// that cannot apply); else the approved plan, if any, to run.
+    async fn authorize(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        spec: Option<&'static ToolSpec>,
+        recorder: &checkpoint::TurnRecorder,
+    ) -> Result<Option<Option<EditPlan>>, TurnError> {
+        let mut plan = None;
         if self.needs_approval(&call.name) {
             let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
                 // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
@@ -122,9 +143,9 @@ impl Turn {
                     // An edit that cannot apply fails as it would have; no need to ask.
                     Err(err) => {
                         let text = self.tools.observation(&Err(err));
-                        return self
-                            .record_result(call, &text, true, CallOutcome::Error)
-                            .await;
+                        self.record_result(call, &text, true, CallOutcome::Error)
+                            .await?;
+                        return Ok(None);
                     }
                 }
             } else {
@@ -147,9 +168,9 @@ impl Turn {
                 answer = self.approver.ask(request) => answer,
                 _ = self.cancel.cancelled() => {
                     self.emit(TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
-                    return self
-                        .record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
-                        .await;
+                    self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
+                        .await?;
+                    return Ok(None);
                 }
             };
             match answer {
@@ -171,25 +192,35 @@ impl Turn {
                         }
                         _ => DENIED_BY_OWNER.to_string(),
                     };
-                    return self
-                        .record_result(call, &text, true, CallOutcome::Denied)
-                        .await;
+                    self.record_result(call, &text, true, CallOutcome::Denied)
+                        .await?;
+                    return Ok(None);
                 }
                 Err(why) => {
                     let text = format!(
                         "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
                          Ask again when the owner is back."
                     );
-                    return self
-                        .record_result(call, &text, true, CallOutcome::StaleAuthority)
-                        .await;
+                    self.record_result(call, &text, true, CallOutcome::StaleAuthority)
+                        .await?;
+                    return Ok(None);
                 }
             }
         }
-        let approved_plan = plan.is_some();
-        let arguments_seen = arguments.clone();
+        Ok(Some(plan))
+    }
+
+    /// Runs an authorized call: an approved plan is the write it makes.
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        arguments: Value,
+        plan: Option<EditPlan>,
+        spec: Option<&'static ToolSpec>,
+        recorder: checkpoint::TurnRecorder,
+    ) -> Result<Value, ToolError> {
         let added = spec.is_none() && self.tools.added(&call.name).is_some();
-        let result = match (plan, spec) {
+        match (plan, spec) {
             (None, None) if added => {
                 self.tools
                     .run_added(&call.name, arguments, self.cancel.clone())
@@ -210,7 +241,17 @@ impl Turn {
                 })
                 .await
             }
-        };
+        }
+    }
+
+    /// Records a call's result with the outcome it came to.
+    async fn record(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        approved_plan: bool,
+        result: Result<Value, ToolError>,
+    ) -> Result<(), TurnError> {
         let (text, is_error, state) = match &result {
             Err(err) if err.code == tools::ErrorCode::Stopped => (
                 OUTCOME_UNKNOWN_STOPPED.to_string() + "\n" + &err.message,
@@ -233,7 +274,7 @@ impl Turn {
             ),
             Ok(_) => {
                 let text = self.tools.observe(&call.name, &result);
-                return self.record_output(call, Some(&arguments_seen), &text).await;
+                return self.record_output(call, Some(arguments), &text).await;
             }
         };
         self.record_result(call, &text, is_error, state).await
