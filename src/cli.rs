@@ -11,6 +11,7 @@ use crate::workspace::Workspace;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -314,61 +315,135 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
 }
 
 async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
-    use crate::agent::{AgentEvent, BeginError, Engine, LocalTools, StopReason, TurnEvent};
-    let fail = |message: String| {
+    headless(command, config).await.unwrap_or_else(|message| {
         eprintln!("pen: {message}");
         ExitCode::from(1)
-    };
+    })
+}
+
+/// One headless turn: its exit code, or why it could not run.
+async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, String> {
+    use crate::agent::{Channel, Engine, TurnSetup};
     // The attached files go into the prompt (checked before anything is written).
-    let mut focus = crate::agent::Focus::default();
-    for arg in &command.files {
-        match crate::agent::parse_file_arg(arg) {
-            Ok(file) => focus.files.push(file),
-            Err(message) => return fail(message),
+    let focus = focus_of(&command.files)?;
+    let store = store_thread(|| SessionStore::open(&session::default_data_dir()?)).await?;
+    let store = Arc::new(store);
+    let engine = Engine::new(store.clone());
+    // No provider, no session: the failure is reported before anything is written.
+    engine.provider(&config).await?;
+    let session_id = run_session(&store, &command).await?;
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let workspace = Workspace::new(std::slice::from_ref(&root)).map_err(|e| e.to_string())?;
+    let prompt = format!(
+        "{}{}",
+        command.prompt,
+        attached(focus, &workspace, &config).await
+    );
+    let cancel = stop_on_ctrl_c();
+    let (stdout_closed, on_event) = printer(command.json, cancel.clone());
+    // One turn per session across processes: a session a daemon (or another `pen run`) is
+    // running a turn in is refused, before anything is written.
+    let pending = engine
+        .begin(&session_id, cancel)
+        .await
+        .map_err(begin_error)?;
+    eprintln!("pen: session {session_id}");
+    // One line: the model, the window it is planned under and where that came from (found
+    // once here; the turn reuses the engine's answer).
+    if let Ok((target, window)) = engine.window(&config).await {
+        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
+    }
+    let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
+    let setup = TurnSetup {
+        tools: run_tools(workspace, &config),
+        config,
+        mcp: &mcp,
+        client_mcp_servers: Default::default(),
+        root,
+    };
+    let channel = Channel::direct(Arc::new(TerminalApprover), on_event);
+    let outcome = pending.run_set_up(&prompt, setup, channel).await;
+    Ok(run_exit(
+        &outcome,
+        command.json,
+        &stdout_closed,
+        &session_id,
+    ))
+}
+
+/// Why `pen run` could not claim its session.
+fn begin_error(err: crate::agent::BeginError) -> String {
+    match err {
+        crate::agent::BeginError::Store(e @ session::SessionError::LeaseHeld { .. }) => {
+            format!("{e}; wait for that turn to end (or stop it there) and run this again")
         }
+        e => e.to_string(),
+    }
+}
+
+/// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
+fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
+    crate::agent::LocalTools {
+        workspace,
+        limits: config.limits(),
+        ledger: Arc::default(),
+        editor: None,
+        fitted: Default::default(),
+    }
+}
+
+/// Runs session store work on a blocking thread, as every store call of a turn is.
+async fn store_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, session::SessionError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The files `--file` attaches.
+fn focus_of(files: &[String]) -> Result<crate::agent::Focus, String> {
+    let mut focus = crate::agent::Focus::default();
+    for arg in files {
+        focus.files.push(crate::agent::parse_file_arg(arg)?);
     }
     if focus.files.len() > crate::limits::MAX_FOCUS_RANGES {
-        return fail(format!(
+        return Err(format!(
             "at most {} --file arguments are taken",
             crate::limits::MAX_FOCUS_RANGES
         ));
     }
-    let store = match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
-        Ok(store) => std::sync::Arc::new(store),
-        Err(e) => return fail(e.to_string()),
-    };
-    let engine = Engine::new(store.clone());
-    // No provider, no session: the failure is reported before anything is written.
-    if let Err(message) = engine.provider(&config).await {
-        return fail(message);
-    }
-    let session_id = match &command.session {
-        Some(id) => match store.get_session(id) {
-            Ok(info) => info.id,
-            Err(e) => return fail(e.to_string()),
-        },
-        None => match store.new_session(Some(&command.prompt.chars().take(80).collect::<String>()))
-        {
-            Ok(info) => info.id,
-            Err(e) => return fail(e.to_string()),
-        },
-    };
-    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let workspace = match Workspace::new(std::slice::from_ref(&root)) {
-        Ok(ws) => ws,
-        Err(e) => return fail(e.to_string()),
-    };
-    // The attached files are read on a blocking thread, as every file read of a turn is.
-    let attached = {
-        let workspace = workspace.clone();
-        let limits = config.limits();
-        tokio::task::spawn_blocking(move || {
-            crate::agent::render_focus(&focus, &workspace, None, &limits)
-        })
-        .await
-        .unwrap_or_default()
-    };
-    let prompt = format!("{}{attached}", command.prompt);
+    Ok(focus)
+}
+
+/// The session `pen run` continues (`--session`), or a new one named for the prompt.
+async fn run_session(store: &Arc<SessionStore>, command: &RunCommand) -> Result<String, String> {
+    let store = Arc::clone(store);
+    let continued = command.session.clone();
+    let title: String = command.prompt.chars().take(80).collect();
+    store_thread(move || match continued {
+        Some(id) => store.get_session(&id),
+        None => store.new_session(Some(&title)),
+    })
+    .await
+    .map(|info| info.id)
+}
+
+/// The attached files as the prompt carries them, read on a blocking thread, as every file read
+/// of a turn is.
+async fn attached(focus: crate::agent::Focus, workspace: &Workspace, config: &Config) -> String {
+    let workspace = workspace.clone();
+    let limits = config.limits();
+    tokio::task::spawn_blocking(move || {
+        crate::agent::render_focus(&focus, &workspace, None, &limits)
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The turn's Stop switch, fired by Ctrl-C.
+fn stop_on_ctrl_c() -> tokio_util::sync::CancellationToken {
     let cancel = tokio_util::sync::CancellationToken::new();
     let stopper = cancel.clone();
     tokio::spawn(async move {
@@ -377,21 +452,32 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             stopper.cancel();
         }
     });
-    // Nobody reads stdout any more (`pen run … | head -1`): Stop the turn, so what finished
-    // is recorded and what did not start is "not executed (stopped)", then exit quietly.
-    let stdout_closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    cancel
+}
+
+/// What `pen run` shows of a turn's events: the answer's text on stdout (every event as a JSON
+/// line with `--json`), its calls and notices on stderr; and whether stdout closed. Nobody reads
+/// stdout any more (`pen run … | head -1`): Stop the turn, so what finished is recorded and what
+/// did not start is "not executed (stopped)", then exit quietly.
+fn printer(
+    json: bool,
+    cancel: tokio_util::sync::CancellationToken,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    impl Fn(crate::agent::AgentEvent) + Send + Sync + 'static,
+) {
+    use crate::agent::TurnEvent;
+    let stdout_closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let close_stdout = {
         let closed = stdout_closed.clone();
-        let cancel = cancel.clone();
         move || {
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
             cancel.cancel();
         }
     };
     watch_stdout_closed(close_stdout.clone());
-    let json = command.json;
     let closed = stdout_closed.clone();
-    let on_event = move |event: AgentEvent| {
+    let on_event = move |event: crate::agent::AgentEvent| {
         if closed.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
@@ -425,51 +511,18 @@ async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
             _ => {}
         }
     };
-    // One turn per session across processes: a session a daemon (or another `pen run`) is
-    // running a turn in is refused, before anything is written.
-    let pending = match engine.begin(&session_id, cancel.clone()).await {
-        Ok(pending) => pending,
-        Err(BeginError::Store(e @ session::SessionError::LeaseHeld { .. })) => {
-            return fail(format!(
-                "{e}; wait for that turn to end (or stop it there) and run this again"
-            ));
-        }
-        Err(e) => return fail(e.to_string()),
-    };
-    eprintln!("pen: session {session_id}");
-    // One line: the model, the window it is planned under and where that came from (found
-    // once here; the turn reuses the engine's answer).
-    if let Ok((target, window)) = engine.window(&config).await {
-        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
-    }
-    let approver: std::sync::Arc<dyn crate::agent::Approver> =
-        std::sync::Arc::new(TerminalApprover);
-    let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
-    let start = crate::agent::StartThroughApprover {
-        approver: approver.clone(),
-        session_id: session_id.clone(),
-        turn_id: pending.turn_id().to_string(),
-    };
-    let mcp = mcp
-        .prepare(&config.mcp_servers, &root, Some(&start), &cancel)
-        .await;
-    let spec = crate::agent::TurnSpec {
-        tools: std::sync::Arc::new(crate::agent::WithMcp {
-            local: LocalTools {
-                workspace,
-                limits: config.limits(),
-                ledger: std::sync::Arc::default(),
-                editor: None,
-                fitted: Default::default(),
-            },
-            mcp,
-            max_result_bytes: config.limits().max_tool_result_bytes,
-        }),
-        config,
-        approver,
-        on_event: std::sync::Arc::new(on_event),
-    };
-    let outcome = pending.run(&prompt, spec).await;
+    (stdout_closed, on_event)
+}
+
+/// Says how the turn ended (its outcome as a JSON line with `--json`, its error and usage on
+/// stderr) and gives `pen run`'s exit code.
+fn run_exit(
+    outcome: &crate::agent::TurnOutcome,
+    json: bool,
+    stdout_closed: &std::sync::atomic::AtomicBool,
+    session_id: &str,
+) -> ExitCode {
+    use crate::agent::StopReason;
     let last = if json {
         serde_json::to_string(&crate::protocol::TurnOutcome::from(outcome.clone()))
             .unwrap_or_default()

@@ -54,8 +54,8 @@ impl ClientFiles {
     }
 
     /// Sends a request and waits for the answer, at most [`ACP_CLIENT_FS_TIMEOUT`]. Called from
-    /// a tool's blocking thread or (planning an edit) from a runtime thread, which
-    /// `block_in_place` hands over to the runtime's other work while it waits.
+    /// a tool's blocking thread (planning an edit too); `block_in_place` would hand a runtime
+    /// thread over to the runtime's other work while it waits.
     fn call(
         &self,
         method: &str,

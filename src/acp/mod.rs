@@ -20,8 +20,8 @@ pub mod updates;
 pub mod wire;
 
 use crate::agent::{
-    self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, BeginError, Decision, Engine,
-    LocalTools, StopReason, TurnEvent,
+    self, ApprovalAnswer, ApprovalRequest, BeginError, Decision, Engine, LocalTools, StopReason,
+    TurnEvent,
 };
 use crate::config::{Config, McpServerConfig};
 use crate::limits::{MAX_ACP_PROMPT_BYTES, TRANSPORT_WRITER_DRAIN};
@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wire::*;
 
@@ -575,37 +575,53 @@ impl AgentState {
     ) -> Result<PromptResponse, RpcError> {
         self.client()?;
         let session = self.session(&params.session_id)?;
-        // Embedded text is judged for key material where it lies in its file (a blocking
-        // read), as the editors' selections are.
-        let text = {
-            let workspace = session.workspace.clone();
-            let limits = self.config.limits();
-            let blocks = params.prompt;
-            tokio::task::spawn_blocking(move || {
-                prompt_text(&blocks, &|uri, text| {
-                    let path = crate::protocol::file_uri_path(uri);
-                    let path = path.as_ref().map(|p| p.to_string_lossy());
-                    crate::agent::withheld_client_text(&workspace, path.as_deref(), text, &limits)
-                })
-            })
-            .await
-            .map_err(|e| RpcError::internal(e.to_string()))??
-        };
+        let text = self.prompt_text(&session, params.prompt).await?;
         let engine = self.engine.clone().map_err(AcpError::NoStore)?;
-        let pending = match engine.begin(&session.id, cancel.clone()).await {
-            Ok(pending) => pending,
-            Err(err) => {
-                let kind = err.kind().as_str();
-                let code = match &err {
-                    BeginError::Running(_) | BeginError::Store(SessionError::LeaseHeld { .. }) => {
-                        SESSION_BUSY
-                    }
-                    BeginError::Store(SessionError::NotFound(_)) => RESOURCE_NOT_FOUND,
-                    BeginError::Store(_) => rpc::INTERNAL_ERROR,
-                };
-                return Err(RpcError::new(code, err.to_string()).with_data(json!({"kind": kind})));
-            }
+        let pending = engine
+            .begin(&session.id, cancel.clone())
+            .await
+            .map_err(begin_error)?;
+        let config = self.turn_config(&session);
+        let changes = Arc::new(Changes::default());
+        let tools = turn_tools(&session, &config, Arc::clone(&changes));
+        let (state, open) = (Arc::clone(self), Arc::clone(&session));
+        let channel =
+            agent::Channel::queued("client", move |queue| forward(state, open, queue, changes));
+        // The configured MCP servers and the client's start (or are found running) as the
+        // turn begins; a project server (.mcp.json) asks the owner first, as under `pen serve`.
+        let setup = agent::TurnSetup {
+            config,
+            tools,
+            mcp: &self.mcp,
+            client_mcp_servers: session.mcp_servers.clone(),
+            root: session.root.clone(),
         };
+        prompt_answer(pending.run_set_up(&text, setup, channel).await)
+    }
+
+    /// A prompt's text. Embedded text is judged for key material where it lies in its file (a
+    /// blocking read), as the editors' selections are.
+    async fn prompt_text(
+        &self,
+        session: &OpenSession,
+        blocks: Vec<ContentBlock>,
+    ) -> Result<String, RpcError> {
+        let workspace = session.workspace.clone();
+        let limits = self.config.limits();
+        tokio::task::spawn_blocking(move || {
+            prompt_text(&blocks, &|uri, text| {
+                let path = crate::protocol::file_uri_path(uri);
+                let path = path.as_ref().map(|p| p.to_string_lossy());
+                crate::agent::withheld_client_text(&workspace, path.as_deref(), text, &limits)
+            })
+        })
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?
+        .map_err(RpcError::from)
+    }
+
+    /// The configuration a turn of `session` runs under: its mode's approvals added.
+    fn turn_config(&self, session: &OpenSession) -> Config {
         let mut config = self.config.clone();
         if session.mode() == MODE_ALLOW_EDITS {
             for tool in EDIT_TOOLS {
@@ -614,94 +630,67 @@ impl AgentState {
                 }
             }
         }
-        type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
-        let editor: Editor = session.files.clone().map(|files| files as _);
-        let search_editor: Editor = session
-            .files
-            .clone()
-            .map(|files| Arc::new(client_fs::KnownFiles(files)) as _);
-        let changes = Arc::new(Changes::default());
-        let (outgoing_tx, outgoing_rx) = mpsc::unbounded_channel::<Outgoing>();
-        let forwarder = tokio::spawn(forward(
-            Arc::clone(self),
-            Arc::clone(&session),
-            outgoing_rx,
-            Arc::clone(&changes),
-        ));
-        let approver: Arc<dyn agent::Approver> = Arc::new(ClientApprover {
-            outgoing: outgoing_tx.clone(),
-            session: Arc::clone(&session),
-        });
-        // The configured MCP servers and the client's start (or are found running) as the
-        // turn begins; a project server (.mcp.json) asks the owner first, as under `pen serve`.
-        let mut servers = config.mcp_servers.clone();
-        servers.extend(session.mcp_servers.clone());
-        let start = agent::StartThroughApprover {
-            approver: Arc::clone(&approver),
-            session_id: session.id.clone(),
-            turn_id: pending.turn_id().to_string(),
-        };
-        let mcp = self
-            .mcp
-            .prepare(&servers, &session.root, Some(&start), cancel)
-            .await;
-        // It holds a sender of the turn's update queue, which must close when the turn ends.
-        drop(start);
-        let max_result_bytes = config.limits().max_tool_result_bytes;
-        let spec = agent::TurnSpec {
-            tools: Arc::new(agent::WithMcp {
-                local: AcpTools {
-                    inner: LocalTools {
-                        workspace: session.workspace.clone(),
-                        limits: config.limits(),
-                        ledger: Arc::clone(&session.ledger),
-                        editor,
-                        fitted: Default::default(),
-                    },
-                    search: LocalTools {
-                        workspace: session.workspace.clone(),
-                        limits: config.limits(),
-                        ledger: Arc::clone(&session.ledger),
-                        editor: search_editor,
-                        fitted: Default::default(),
-                    },
-                    changes,
-                },
-                mcp,
-                max_result_bytes,
-            }),
-            config,
-            approver,
-            on_event: Arc::new(move |event| {
-                let _ = outgoing_tx.send(Outgoing::Event(event));
-            }),
-        };
-        let outcome = pending.run(&text, spec).await;
-        // Every update of the turn reaches the client before the answer does.
-        let _ = forwarder.await;
-        let stop_reason = match outcome.stop_reason {
-            StopReason::EndTurn => "end_turn",
-            StopReason::Cancelled => "cancelled",
-            StopReason::MaxTurnRequests => "max_turn_requests",
-            StopReason::Error => {
-                let kind = outcome.error_kind.map(|kind| kind.as_str());
-                return Err(RpcError::internal(
-                    outcome
-                        .last_error
-                        .unwrap_or_else(|| "the turn failed".to_string()),
-                )
-                .with_data(json!({"kind": kind})));
-            }
-        };
-        // ACP v1 has no usage field: pen's totals go in the answer's `_meta` (docs/acp.md).
-        let meta = (outcome.usage.is_some() || outcome.session_usage.is_some()).then(|| {
-            json!({"pen": {
-                "usage": outcome.usage.map(crate::protocol::Usage::from),
-                "sessionUsage": outcome.session_usage.map(crate::protocol::Usage::from),
-            }})
-        });
-        Ok(PromptResponse { stop_reason, meta })
+        config
     }
+}
+
+/// The error of a `session/prompt` whose session could not be claimed.
+fn begin_error(err: BeginError) -> RpcError {
+    let kind = err.kind().as_str();
+    let code = match &err {
+        BeginError::Running(_) | BeginError::Store(SessionError::LeaseHeld { .. }) => SESSION_BUSY,
+        BeginError::Store(SessionError::NotFound(_)) => RESOURCE_NOT_FOUND,
+        BeginError::Store(_) => rpc::INTERNAL_ERROR,
+    };
+    RpcError::new(code, err.to_string()).with_data(json!({"kind": kind}))
+}
+
+/// A turn's tools under ACP: the client's files as the editor, and its file changes told.
+fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> AcpTools {
+    type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
+    let editor: Editor = session.files.clone().map(|files| files as _);
+    let search_editor: Editor = session
+        .files
+        .clone()
+        .map(|files| Arc::new(client_fs::KnownFiles(files)) as _);
+    let local = |editor| LocalTools {
+        workspace: session.workspace.clone(),
+        limits: config.limits(),
+        ledger: Arc::clone(&session.ledger),
+        editor,
+        fitted: Default::default(),
+    };
+    AcpTools {
+        inner: local(editor),
+        search: local(search_editor),
+        changes,
+    }
+}
+
+/// The `session/prompt` answer for a turn's outcome.
+fn prompt_answer(outcome: agent::TurnOutcome) -> Result<PromptResponse, RpcError> {
+    let stop_reason = match outcome.stop_reason {
+        StopReason::EndTurn => "end_turn",
+        StopReason::Cancelled => "cancelled",
+        StopReason::MaxTurnRequests => "max_turn_requests",
+        StopReason::Error => {
+            let kind = outcome.error_kind.map(|kind| kind.as_str());
+            return Err(RpcError::internal(
+                outcome
+                    .last_error
+                    .unwrap_or_else(|| "the turn failed".to_string()),
+            )
+            .with_data(json!({"kind": kind})));
+        }
+    };
+    // ACP v1 has no usage field: pen's totals go in the answer's `_meta` (docs/acp.md).
+    let meta = (outcome.usage.is_some() || outcome.session_usage.is_some()).then(|| {
+        json!({"pen": {
+            "usage": outcome.usage.map(crate::protocol::Usage::from),
+            "sessionUsage": outcome.session_usage.map(crate::protocol::Usage::from),
+        }})
+    });
+    Ok(PromptResponse { stop_reason, meta })
 }
 
 fn modes(current: &str) -> SessionModeState {
@@ -764,13 +753,6 @@ fn prompt_text(
     Ok(text)
 }
 
-/// What a turn sends the client, in the order the turn produced it.
-enum Outgoing {
-    Event(AgentEvent),
-    /// `session/request_permission`, answered on the channel.
-    Approval(ApprovalRequest, oneshot::Sender<ApprovalAnswer>),
-}
-
 /// The permission options, each with the pen decision it stands for.
 const OPTIONS: [(&str, &str, &str); 4] = [
     ("allow_once", "Allow", "allow_once"),
@@ -784,15 +766,21 @@ const OPTIONS: [(&str, &str, &str); 4] = [
 async fn forward(
     state: Arc<AgentState>,
     session: Arc<OpenSession>,
-    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    mut outgoing: mpsc::UnboundedReceiver<agent::Outgoing>,
     changes: Arc<Changes>,
 ) {
     // The path each call named, to find its file change.
     let mut paths: HashMap<String, String> = HashMap::new();
     while let Some(next) = outgoing.recv().await {
         let event = match next {
-            Outgoing::Event(event) => event.event,
-            Outgoing::Approval(request, answer) => {
+            agent::Outgoing::Event(event) => event.event,
+            // A tool the owner rejected for the session is denied without asking.
+            agent::Outgoing::Approval(request, answer) if session.rejects(&request.tool) => {
+                let reason = rejected_for_session(&request.tool);
+                let _ = answer.send(Ok((Decision::Deny, Some(reason))));
+                continue;
+            }
+            agent::Outgoing::Approval(request, answer) => {
                 let params = permission_request(&session, &request, &changes);
                 let state = Arc::clone(&state);
                 let session = Arc::clone(&session);
@@ -1005,31 +993,6 @@ fn decision(
 
 fn rejected_for_session(tool: &str) -> String {
     format!("the owner rejected {tool} for the rest of this session; do not call it again")
-}
-
-/// Asks the client with `session/request_permission`, through the turn's outgoing queue.
-struct ClientApprover {
-    outgoing: mpsc::UnboundedSender<Outgoing>,
-    session: Arc<OpenSession>,
-}
-
-impl Approver for ClientApprover {
-    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
-        if self.session.rejects(&request.tool) {
-            let reason = rejected_for_session(&request.tool);
-            return Box::pin(async move { Ok((Decision::Deny, Some(reason))) });
-        }
-        let (answer_tx, answer_rx) = oneshot::channel();
-        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
-        Box::pin(async move {
-            if queued.is_err() {
-                return Err("the turn's connection to the client is gone".to_string());
-            }
-            answer_rx
-                .await
-                .unwrap_or_else(|_| Err("the client's answer was lost".to_string()))
-        })
-    }
 }
 
 /// The client's MCP servers as pen's MCP client takes them: each through the same checks and

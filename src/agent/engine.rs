@@ -1,452 +1,399 @@
-//! The turn engine: one place that starts, runs and stops turns, for every front end (`pen
-//! serve`, `pen run`, the tests, the bench).
-//!
-//! It owns the turn registry (one running turn per session in this process; the session lease
-//! makes it one across processes), the provider (built once per configuration, rebuilt when the
-//! configuration changes), and a write-through in-memory history of each session it ran a turn
-//! in: a turn loads only the entries appended since this engine last saw the session (by
-//! another pen, or a crash recovery), and each entry the turn commits is added to the history
-//! as it is committed, so planning a request costs O(new entries), never a re-read of the
-//! session. Every SQLite call runs on a blocking thread.
+//! The engine of a tool call: each call of an answer is recorded as started, authorized (the
+//! owner asked where it needs approval), executed, and its result recorded.
 
-use super::history::SessionHistory;
-use super::{Approver, ToolHost, Turn, TurnErrorKind, TurnLease, TurnOutcome};
-use crate::config::{Config, ProviderKind};
-use crate::providers::Provider;
-use crate::providers::choice::{Target, chosen_from_config};
-use crate::providers::window::{self, ModelWindow, WindowSource};
-use crate::session::{SessionError, SessionStore};
-use crate::transcript::StopReason;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use super::turn::{Turn, TurnError, blocking};
+use super::{
+    ApprovalRequest, DENIED_BY_OWNER, Decision, NOT_EXECUTED_STOPPED, OUTCOME_UNKNOWN_STOPPED,
+    TurnEvent, checkpoint, context,
+};
+use crate::providers::ToolCall;
+use crate::tools::registry::{Execution, Preview, ToolSpec};
+use crate::tools::write::EditPlan;
+use crate::tools::{self, ToolError};
+use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
+use serde_json::Value;
+use std::sync::Arc;
 
-use super::AgentEvent;
-
-/// What a front end supplies for one turn.
-pub struct TurnSpec {
-    /// The configuration the turn runs under (budget, limits, approvals, provider).
-    pub config: Config,
-    /// Where the turn's tools run.
-    pub tools: Arc<dyn ToolHost>,
-    /// Who approves calls that need the owner.
-    pub approver: Arc<dyn Approver>,
-    /// Receives the turn's events in order.
-    pub on_event: Arc<dyn Fn(AgentEvent) + Send + Sync>,
-}
-
-/// Why a turn could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum BeginError {
-    /// A turn of the session is running in this process.
-    #[error(
-        "a turn is already running in session {0}; wait for its pen/prompt answer or send pen/stop"
-    )]
-    Running(String),
-    /// Another pen holds the session's lease, or the store failed.
-    #[error(transparent)]
-    Store(#[from] SessionError),
-}
-
-impl BeginError {
-    /// The kind a client acts on.
-    pub fn kind(&self) -> TurnErrorKind {
-        match self {
-            BeginError::Running(_) | BeginError::Store(SessionError::LeaseHeld { .. }) => {
-                TurnErrorKind::SessionBusy
-            }
-            BeginError::Store(_) => TurnErrorKind::Store,
+impl Turn {
+    /// Runs read-only calls of one answer concurrently: each is recorded as started in call
+    /// order, all run at once on blocking threads, and their results are recorded in call order.
+    /// They need no approval and change nothing, so Stop lets them finish (as a single file tool
+    /// does) and they are recorded.
+    pub(super) async fn run_read_only(&self, calls: &[ToolCall]) -> Result<(), TurnError> {
+        let mut runs = Vec::with_capacity(calls.len());
+        let mut parsed = Vec::with_capacity(calls.len());
+        for call in calls {
+            let arguments = self.start_call(call).await?;
+            parsed.push(arguments.as_ref().ok().cloned());
+            let host = Arc::clone(&self.tools);
+            let name = call.name.clone();
+            runs.push(async move {
+                match arguments {
+                    Ok(arguments) => tool_thread(move || host.call(&name, &arguments, None)).await,
+                    Err(message) => {
+                        Err(ToolError::new(tools::ErrorCode::InvalidArguments, message))
+                    }
+                }
+            });
         }
-    }
-}
-
-/// A provider built for a configuration: the configuration's key, the provider, its target.
-type BuiltProvider = (String, Arc<dyn Provider>, Target);
-
-/// Where the engine's provider comes from.
-enum Providers {
-    /// Built from the turn's configuration, kept while the configuration stays the same.
-    FromConfig(tokio::sync::Mutex<Option<BuiltProvider>>),
-    /// One provider for every turn (tests and benchmarks).
-    Fixed(Arc<dyn Provider>, String),
-}
-
-/// The turn engine. Cheap to share (`Arc`).
-pub struct Engine {
-    store: Arc<SessionStore>,
-    providers: Providers,
-    /// The Stop switch of each session with a running turn.
-    running: Mutex<HashMap<String, CancellationToken>>,
-    /// The history of each session a turn ran in, while no turn holds it (a running turn
-    /// holds its own). At most `MAX_CACHED_HISTORIES`; the least recently used is forgotten.
-    histories: Mutex<Vec<(String, SessionHistory)>>,
-    /// The window found for each server and model, for the process (a failed discovery is not
-    /// kept, so a server started later is asked again).
-    windows: tokio::sync::Mutex<HashMap<Target, ModelWindow>>,
-    /// The targets already told that nothing knew their window (the notice is said once).
-    unknown_windows: Mutex<std::collections::HashSet<Target>>,
-}
-
-impl std::fmt::Debug for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("store", &self.store)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A turn that has its session (registered here, under the session's lease) and is ready to
-/// run. Dropping it without running releases both.
-pub struct PendingTurn {
-    engine: Arc<Engine>,
-    session_id: String,
-    turn_id: String,
-    lease: Option<TurnLease>,
-    cancel: CancellationToken,
-}
-
-impl Engine {
-    /// An engine whose provider is built from each turn's configuration.
-    pub fn new(store: Arc<SessionStore>) -> Arc<Engine> {
-        Engine::build(store, Providers::FromConfig(tokio::sync::Mutex::new(None)))
-    }
-
-    /// An engine that gives every turn `provider` and `model`.
-    pub fn with_provider(
-        store: Arc<SessionStore>,
-        provider: Arc<dyn Provider>,
-        model: impl Into<String>,
-    ) -> Arc<Engine> {
-        Engine::build(store, Providers::Fixed(provider, model.into()))
-    }
-
-    fn build(store: Arc<SessionStore>, providers: Providers) -> Arc<Engine> {
-        Arc::new(Engine {
-            store,
-            providers,
-            running: Mutex::default(),
-            histories: Mutex::default(),
-            windows: tokio::sync::Mutex::default(),
-            unknown_windows: Mutex::default(),
-        })
-    }
-
-    pub fn store(&self) -> &Arc<SessionStore> {
-        &self.store
-    }
-
-    /// The provider and model for `config`: the one built for the same configuration before,
-    /// else a new one (a failure is not kept, so a provider started later is found).
-    pub async fn provider(&self, config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
-        self.provider_and_target(config)
-            .await
-            .map(|(provider, target)| (provider, target.model))
-    }
-
-    /// [`Engine::provider`] with what it talks to. A fixed provider's target is the config's
-    /// provider and base URL.
-    pub async fn provider_and_target(
-        &self,
-        config: &Config,
-    ) -> Result<(Arc<dyn Provider>, Target), String> {
-        match &self.providers {
-            Providers::Fixed(provider, model) => Ok((
-                Arc::clone(provider),
-                Target {
-                    kind: config.provider.unwrap_or(ProviderKind::OpenAi),
-                    base_url: config.base_url.clone(),
-                    model: model.clone(),
-                },
-            )),
-            Providers::FromConfig(cache) => {
-                let key = config.to_json().to_string();
-                let mut cached = cache.lock().await;
-                if let Some((built_for, provider, target)) = cached.as_ref()
-                    && *built_for == key
+        let results = futures::future::join_all(runs).await;
+        for ((call, result), arguments) in calls.iter().zip(results).zip(parsed) {
+            let text = match &result {
+                Err(err)
+                    if err.code == tools::ErrorCode::InvalidArguments
+                        && serde_json::from_str::<Value>(&call.arguments).is_err() =>
                 {
-                    return Ok((Arc::clone(provider), target.clone()));
+                    err.to_value().to_string()
                 }
-                let chosen = chosen_from_config(config).await?;
-                *cached = Some((key, Arc::clone(&chosen.provider), chosen.target.clone()));
-                Ok((chosen.provider, chosen.target))
+                _ => self.tools.observation(&result),
+            };
+            if result.is_ok() {
+                self.record_output(call, arguments.as_ref(), &text).await?;
+            } else {
+                self.record_result(call, &text, true, CallOutcome::Error)
+                    .await?;
             }
         }
+        Ok(())
     }
 
-    /// The context window for `config`'s model and where it came from (SPEC §7): the user's
-    /// `context_window_tokens`, else what the server reports (asked once per server and model
-    /// in this process), else the hosted-model table, else the conservative default, said once
-    /// per server and model. Never fails for want of a window: only for want of a provider.
-    pub async fn window(&self, config: &Config) -> Result<(Target, ModelWindow), String> {
-        let (_, target) = self.provider_and_target(config).await?;
-        let window = self.window_for(config, &target).await;
-        Ok((target, window))
+    /// Records a call as about to run and says so; its parsed arguments, or why they are not
+    /// JSON.
+    pub(super) async fn start_call(
+        &self,
+        call: &ToolCall,
+    ) -> Result<Result<Value, String>, TurnError> {
+        let arguments: Result<Value, String> = serde_json::from_str(&call.arguments)
+            .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"));
+        self.append_item(Item::ToolCall(CallStarted {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: arguments
+                .as_ref()
+                .ok()
+                .cloned()
+                .unwrap_or(Value::String(call.arguments.clone())),
+        }))
+        .await?;
+        self.emit(TurnEvent::ToolCallStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: arguments.as_ref().ok().cloned(),
+        });
+        Ok(arguments)
     }
 
-    /// [`Engine::window`] for a known target.
-    pub async fn window_for(&self, config: &Config, target: &Target) -> ModelWindow {
-        if let Some(tokens) = config.context_window_tokens {
-            return ModelWindow::new(tokens, WindowSource::Config);
-        }
-        let mut windows = self.windows.lock().await;
-        if let Some(found) = windows.get(target) {
-            return *found;
-        }
-        // Only local-server APIs are asked; Anthropic and Bedrock (even behind a proxy's
-        // base URL) have no such endpoint, and the table knows their models.
-        let server = match (&target.base_url, target.kind) {
-            (Some(base_url), ProviderKind::OpenAi | ProviderKind::Ollama) => {
-                Some(base_url.as_str())
-            }
-            (None, ProviderKind::Ollama) => Some(crate::providers::ollama::DEFAULT_BASE_URL),
-            _ => None,
-        };
-        let discovered = match server {
-            Some(server) => window::discover(target.kind, server, &target.model).await,
-            None => None,
-        };
-        let found = discovered.or_else(|| window::hosted(target.kind, &target.model));
-        match found {
-            Some(found) => {
-                tracing::info!(
-                    model = %target.model,
-                    tokens = found.tokens,
-                    source = %found.source,
-                    "context window found"
-                );
-                windows.insert(target.clone(), found);
-                found
-            }
-            None => {
-                let fallback = ModelWindow::fallback();
-                let first = self
-                    .unknown_windows
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(target.clone());
-                if first {
-                    tracing::warn!(
-                        model = %target.model,
-                        "{}",
-                        unknown_window_notice(&target.model, fallback.tokens)
-                    );
-                }
-                fallback
-            }
-        }
-    }
-
-    /// Claims `session_id` for a new turn: refused while a turn of it runs here or in another
-    /// pen (the lease), or when the session does not exist. `cancel` is the turn's Stop switch
-    /// ([`Engine::stop`] fires it too).
-    pub async fn begin(
-        self: &Arc<Self>,
-        session_id: &str,
-        cancel: CancellationToken,
-    ) -> Result<PendingTurn, BeginError> {
-        {
-            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-            if running.contains_key(session_id) {
-                return Err(BeginError::Running(session_id.to_string()));
-            }
-            running.insert(session_id.to_string(), cancel.clone());
-        }
-        let mut pending = PendingTurn {
-            engine: Arc::clone(self),
-            session_id: session_id.to_string(),
-            turn_id: format!("t_{}", uuid::Uuid::now_v7().simple()),
-            lease: None,
-            cancel,
-        };
-        // On failure `pending` is dropped, which unregisters the session.
-        pending.lease = Some(TurnLease::acquire(Arc::clone(&self.store), session_id).await?);
-        Ok(pending)
-    }
-
-    /// Claims the session and runs one turn in it: [`Engine::begin`] then [`PendingTurn::run`],
-    /// a session that cannot be claimed ending the turn with `error` at once (kind
-    /// `session_busy` while another turn runs it).
-    pub async fn run_turn(
-        self: &Arc<Self>,
-        session_id: &str,
-        prompt: &str,
-        spec: TurnSpec,
-        cancel: CancellationToken,
-    ) -> TurnOutcome {
-        match self.begin(session_id, cancel).await {
-            Ok(pending) => pending.run(prompt, spec).await,
-            Err(err) => TurnOutcome::failed(err.kind(), err.to_string()),
-        }
-    }
-
-    /// Fires the Stop switch of the session's running turn; whether one was running.
-    pub fn stop(&self, session_id: &str) -> bool {
-        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        match running.get(session_id) {
-            Some(cancel) => {
-                cancel.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Whether a turn of the session runs in this process.
-    pub fn is_running(&self, session_id: &str) -> bool {
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(session_id)
-    }
-
-    fn take_history(&self, session_id: &str) -> SessionHistory {
-        let mut histories = self.histories.lock().unwrap_or_else(|p| p.into_inner());
-        match histories.iter().position(|(id, _)| id == session_id) {
-            Some(at) => histories.remove(at).1,
-            None => SessionHistory::default(),
-        }
-    }
-
-    fn keep_history(&self, session_id: &str, history: SessionHistory) {
-        let mut histories = self.histories.lock().unwrap_or_else(|p| p.into_inner());
-        histories.retain(|(id, _)| id != session_id);
-        if histories.len() >= crate::limits::MAX_CACHED_HISTORIES {
-            histories.remove(0);
-        }
-        histories.push((session_id.to_string(), history));
-    }
-}
-
-impl PendingTurn {
-    pub fn turn_id(&self) -> &str {
-        &self.turn_id
-    }
-
-    pub fn session_id(&self) -> &str {
-        &self.session_id
-    }
-
-    /// Runs the turn for `prompt` to its end and releases the session, however it ends. A
-    /// provider that cannot be built ends it at once with `error` (kind `no_provider`), before
-    /// anything is written.
-    pub async fn run(self, prompt: &str, spec: TurnSpec) -> TurnOutcome {
-        let span = tracing::info_span!("turn", session = %self.session_id, turn = %self.turn_id);
-        self.run_in_span(prompt, spec).instrument(span).await
-    }
-
-    async fn run_in_span(mut self, prompt: &str, spec: TurnSpec) -> TurnOutcome {
-        let Some(lease) = self.lease.take() else {
-            return TurnOutcome::failed(TurnErrorKind::Store, "the turn has no lease".into());
-        };
-        let engine = Arc::clone(&self.engine);
-        let (provider, target) = match engine.provider_and_target(&spec.config).await {
-            Ok(found) => found,
+    /// Runs one tool call: records it, asks for approval where needed, runs it, records the
+    /// result.
+    pub(super) async fn run_call(&self, call: &ToolCall) -> Result<(), TurnError> {
+        let arguments = match self.start_call(call).await? {
+            Ok(arguments) => arguments,
             Err(message) => {
-                lease.release().await;
-                return TurnOutcome::failed(TurnErrorKind::NoProvider, message);
+                let text = ToolError::new(tools::ErrorCode::InvalidArguments, message)
+                    .to_value()
+                    .to_string();
+                return self
+                    .record_result(call, &text, true, CallOutcome::Error)
+                    .await;
             }
         };
-        let found_window = engine.window_for(&spec.config, &target).await;
-        let model = target.model;
-        let history = engine.take_history(&self.session_id);
-        let turn = Turn {
-            store: Arc::clone(&engine.store),
+        let spec = tools::registry::get(&call.name);
+        let recorder = checkpoint::TurnRecorder {
+            store: Arc::clone(&self.store),
             session_id: self.session_id.clone(),
             turn_id: self.turn_id.clone(),
-            provider,
-            model,
-            found_window,
-            config: spec.config,
-            tools: spec.tools,
-            approver: spec.approver,
-            history: Mutex::new(history),
-            usage: Mutex::new(None),
-            on_event: spec.on_event,
-            cancel: self.cancel.clone(),
+            call_id: call.id.clone(),
+            limit: self.config.checkpoint_store_bytes,
         };
-        let lost = lease.lost();
-        let cancel = self.cancel.clone();
-        let stopper = tokio::spawn(async move {
-            lost.cancelled().await;
-            tracing::warn!("the session's lease was taken over; stopping the turn");
-            cancel.cancel();
+        let Some(plan) = self.authorize(call, &arguments, spec, &recorder).await? else {
+            return Ok(());
+        };
+        let approved_plan = plan.is_some();
+        let arguments_seen = arguments.clone();
+        let result = self.execute(call, arguments, plan, spec, recorder).await;
+        self.record(call, &arguments_seen, approved_plan, result)
+            .await
+    }
+
+    /// Asks the owner where the call needs approval (an edit planned first, so the owner sees
+    /// its diff). `None` when the call is answered already (denied, stopped, stale, or an edit
+    /// that cannot apply); else the approved plan, if any, to run.
+    async fn authorize(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        spec: Option<&'static ToolSpec>,
+        recorder: &checkpoint::TurnRecorder,
+    ) -> Result<Option<Option<EditPlan>>, TurnError> {
+        let mut plan = None;
+        if self.needs_approval(&call.name) {
+            let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
+                // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
+                let host = Arc::clone(&self.tools);
+                let planned = {
+                    let arguments = arguments.clone();
+                    tool_thread(move || host.plan_edit(&arguments)).await
+                };
+                match planned {
+                    Ok(planned) => {
+                        let diff = planned.diff().to_string();
+                        plan = Some(planned);
+                        Some(diff)
+                    }
+                    // An edit that cannot apply fails as it would have; no need to ask.
+                    Err(err) => {
+                        let text = self.tools.observation(&Err(err));
+                        self.record_result(call, &text, true, CallOutcome::Error)
+                            .await?;
+                        return Ok(None);
+                    }
+                }
+            } else {
+                None
+            };
+            let request = ApprovalRequest {
+                session_id: self.session_id.clone(),
+                turn_id: self.turn_id.clone(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments: arguments.clone(),
+                not_revertible: match &plan {
+                    Some(plan) => recorder.not_revertible(plan).await,
+                    None => None,
+                },
+                diff,
+            };
+            self.emit(TurnEvent::ApprovalRequested(request.clone()));
+            let answer = tokio::select! {
+                answer = self.approver.ask(request) => answer,
+                _ = self.cancel.cancelled() => {
+                    self.emit(TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
+                    self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
+                        .await?;
+                    return Ok(None);
+                }
+            };
+            match answer {
+                Ok((Decision::Allow, _)) => {}
+                Ok((Decision::AllowForSession, _)) => {
+                    // Stored, so the grant holds for the session's later turns, in this pen
+                    // after a restart and in any other pen that runs the session.
+                    if !self.lock_history().allows(&call.name) {
+                        self.append_item(Item::Event(Event::ToolAllowedForSession {
+                            tool: call.name.clone(),
+                        }))
+                        .await?;
+                    }
+                }
+                Ok((Decision::Deny, reason)) => {
+                    let text = match reason {
+                        Some(reason) if !reason.trim().is_empty() => {
+                            format!("{DENIED_BY_OWNER}. The owner said: {reason}")
+                        }
+                        _ => DENIED_BY_OWNER.to_string(),
+                    };
+                    self.record_result(call, &text, true, CallOutcome::Denied)
+                        .await?;
+                    return Ok(None);
+                }
+                Err(why) => {
+                    let text = format!(
+                        "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
+                         Ask again when the owner is back."
+                    );
+                    self.record_result(call, &text, true, CallOutcome::StaleAuthority)
+                        .await?;
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(plan))
+    }
+
+    /// Runs an authorized call: an approved plan is the write it makes.
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        arguments: Value,
+        plan: Option<EditPlan>,
+        spec: Option<&'static ToolSpec>,
+        recorder: checkpoint::TurnRecorder,
+    ) -> Result<Value, ToolError> {
+        let added = spec.is_none() && self.tools.added(&call.name).is_some();
+        match (plan, spec) {
+            (None, None) if added => {
+                self.tools
+                    .run_added(&call.name, arguments, self.cancel.clone())
+                    .await
+            }
+            (None, Some(spec)) if spec.execution() == Execution::Cancellable => {
+                self.tools
+                    .run_cancellable(spec, arguments, self.cancel.clone())
+                    .await
+            }
+            (plan, _) => {
+                let host = Arc::clone(&self.tools);
+                let name = call.name.clone();
+                tool_thread(move || match plan {
+                    // The write is the plan whose diff the owner approved.
+                    Some(plan) => host.apply_edit(plan, Some(&recorder)),
+                    None => host.call(&name, &arguments, Some(&recorder)),
+                })
+                .await
+            }
+        }
+    }
+
+    /// Records a call's result with the outcome it came to.
+    async fn record(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        approved_plan: bool,
+        result: Result<Value, ToolError>,
+    ) -> Result<(), TurnError> {
+        let (text, is_error, state) = match &result {
+            Err(err) if err.code == tools::ErrorCode::Stopped => (
+                OUTCOME_UNKNOWN_STOPPED.to_string() + "\n" + &err.message,
+                true,
+                CallOutcome::Unknown,
+            ),
+            Err(err) if approved_plan && err.code == tools::ErrorCode::Stale => (
+                format!(
+                    "approval no longer applies: the file changed after the owner approved the diff, so the edit did not run. \
+                     Re-read the file and propose the edit again. ({})",
+                    err.message
+                ),
+                true,
+                CallOutcome::StaleAuthority,
+            ),
+            Err(_) => (
+                self.tools.observe(&call.name, &result),
+                true,
+                CallOutcome::Error,
+            ),
+            Ok(_) => {
+                let text = self.tools.observe(&call.name, &result);
+                return self.record_output(call, Some(arguments), &text).await;
+            }
+        };
+        self.record_result(call, &text, is_error, state).await
+    }
+
+    pub(super) fn needs_approval(&self, tool: &str) -> bool {
+        // An MCP tool asks like pen_command unless `auto_approve` covers it (a server's
+        // `mcp__server__*` only for tools it says only read) or the session allowed it.
+        if tools::registry::get(tool).is_none()
+            && let Some(info) = self.tools.added(tool)
+        {
+            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, &info)
+                || self.lock_history().allows(tool);
+            return !allowed;
+        }
+        let asks = tools::registry::get(tool).is_some_and(ToolSpec::needs_approval);
+        let allowed =
+            self.config.auto_approve.iter().any(|t| t == tool) || self.lock_history().allows(tool);
+        asks && !allowed
+    }
+
+    pub(super) async fn record_result(
+        &self,
+        call: &ToolCall,
+        content: &str,
+        is_error: bool,
+        state: CallOutcome,
+    ) -> Result<(), TurnError> {
+        self.append_item(Item::ToolResult(ToolResult {
+            call_id: call.id.clone(),
+            name: Some(call.name.clone()),
+            content: content.to_string(),
+            is_error,
+            outcome: Some(state),
+        }))
+        .await?;
+        let excerpt: String = content.chars().take(2_000).collect();
+        self.emit(TurnEvent::ToolCallFinished {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            outcome: state,
+            is_error,
+            excerpt,
         });
-        let outcome = turn.run_to_end(prompt).await;
-        stopper.abort();
-        lease.release().await;
-        let history = turn.history.into_inner().unwrap_or_else(|p| p.into_inner());
-        // A history the turn could not keep in step with the store (a failed append) is not
-        // kept: the next turn reads the session again.
-        if history.in_step() {
-            engine.keep_history(&self.session_id, history);
+        Ok(())
+    }
+
+    /// Records a call's successful result with the nested instruction files it reaches
+    /// appended (then recorded as delivered, so no later call, in this pen or a resumed one,
+    /// delivers them again).
+    pub(super) async fn record_output(
+        &self,
+        call: &ToolCall,
+        arguments: Option<&Value>,
+        content: &str,
+    ) -> Result<(), TurnError> {
+        let nested = match arguments {
+            Some(arguments) => self.nested_instructions(call, arguments).await,
+            None => None,
+        };
+        let Some((appended, files)) = nested else {
+            return self
+                .record_result(call, content, false, CallOutcome::Done)
+                .await;
+        };
+        let text = format!("{content}{appended}");
+        self.record_result(call, &text, false, CallOutcome::Done)
+            .await?;
+        self.append_item(Item::Event(Event::InstructionsDelivered {
+            call_id: call.id.clone(),
+            files,
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// The nested instruction files a successful call reaches that the session has not been
+    /// given: the text to append to its result, and the files to record as delivered.
+    pub(super) async fn nested_instructions(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+    ) -> Option<(String, Vec<crate::transcript::InstructionFile>)> {
+        let workspace = self.tools.workspace()?.clone();
+        let (delivered, used) = {
+            let history = self.lock_history();
+            history.context()?;
+            (history.delivered().clone(), history.instruction_bytes())
+        };
+        let config = self.config.clone();
+        let tool = call.name.clone();
+        let arguments = arguments.clone();
+        let files = blocking(move || {
+            // The delivery counts toward the session's instruction budget, and is never more
+            // than one tool result may be.
+            let mut left = (config.instruction_bytes as usize)
+                .saturating_sub(used)
+                .min(config.max_tool_result_bytes as usize);
+            Ok(context::nested_for_call(
+                &workspace, &config, &tool, &arguments, &delivered, &mut left,
+            ))
+        })
+        .await
+        .ok()?;
+        if files.is_empty() {
+            return None;
         }
-        outcome
+        Some((context::delivery_text(&files), files))
     }
 }
 
-impl Drop for PendingTurn {
-    fn drop(&mut self) {
-        self.engine
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.session_id);
-    }
-}
-
-/// What pen says once when nothing knows a model's window.
-pub fn unknown_window_notice(model: &str, tokens: u64) -> String {
-    format!(
-        "no server or table knows the context window of `{model}`: planning under {tokens} \
-         tokens; set context_window_tokens to the model's window"
-    )
-}
-
-impl TurnOutcome {
-    /// A turn that ended with `error` before it began.
-    pub fn failed(kind: TurnErrorKind, message: String) -> TurnOutcome {
-        TurnOutcome {
-            stop_reason: StopReason::Error,
-            last_error: Some(message),
-            error_kind: Some(kind),
-            usage: None,
-            session_usage: None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn local(model: &str) -> Config {
-        let mut config = Config::default();
-        for (key, value) in [
-            ("provider", "openai"),
-            ("base_url", "http://127.0.0.1:9/v1"),
-            ("model", model),
-        ] {
-            config
-                .set(key, &serde_json::Value::String(value.into()))
-                .unwrap();
-        }
-        config
-    }
-
-    /// The provider is built once per configuration and rebuilt when it changes (building one
-    /// may probe a local server, and a built client keeps its connections).
-    #[tokio::test]
-    async fn the_provider_is_built_once_per_configuration() {
-        let data = tempfile::tempdir().unwrap();
-        let store = Arc::new(SessionStore::open(data.path()).unwrap());
-        let engine = Engine::new(store);
-        let (first, model) = engine.provider(&local("a")).await.unwrap();
-        assert_eq!(model, "a");
-        let (again, _) = engine.provider(&local("a")).await.unwrap();
-        assert!(Arc::ptr_eq(&first, &again), "the same configuration");
-        let (other, model) = engine.provider(&local("b")).await.unwrap();
-        assert_eq!(model, "b");
-        assert!(!Arc::ptr_eq(&first, &other), "a changed configuration");
-    }
+/// Runs a tool's blocking work (file reads and writes, hashing, diffs) on a blocking thread.
+async fn tool_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ToolError::new(
+            tools::ErrorCode::Io,
+            format!("the tool failed: {e}"),
+        ))
+    })
 }

@@ -4,10 +4,18 @@
 
 use super::*;
 use crate::budget::TokenEstimator;
+use crate::config::Config;
 use crate::providers::{ErrorKind, FinishReason, Message};
+use crate::providers::{
+    ModelRequest, ModelResponse, Provider, ProviderError, ProviderKind, StreamEvent, ToolCall,
+};
 use crate::session::{Entry, EntryKind};
+use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
+use crate::transcript::{AssistantMessage, Event, Item};
+use request::tool_definitions;
 use serde_json::json;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::Mutex;
 
 /// One scripted provider step.

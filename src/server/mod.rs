@@ -6,7 +6,7 @@
 //! `session`. A panic in any handler is caught in one place ([`CatchPanic`]) and answered with
 //! an InternalError; the daemon keeps serving.
 
-use crate::agent::{self, AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools};
+use crate::agent::{self, LocalTools};
 use crate::config::Config;
 use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
 use crate::protocol::{

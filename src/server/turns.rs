@@ -25,47 +25,13 @@ impl Backend {
         // One turn per session here and across every pen sharing the database (SPEC §4): the
         // session is claimed before anything of the turn runs, and released when it ends.
         // pen/stop fires it: it ends the turn wherever it is, the MCP servers' start included.
-        let stop = CancellationToken::new();
-        let pending = match engine.begin(&session_id, stop.clone()).await {
-            Ok(pending) => pending,
-            Err(err @ agent::BeginError::Running(_)) => {
-                return Err(jsonrpc::Error {
-                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
-                    message: err.to_string().into(),
-                    data: Some(
-                        serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str()}),
-                    ),
-                });
-            }
-            Err(agent::BeginError::Store(SessionError::LeaseHeld { pid, .. })) => {
-                return Err(jsonrpc::Error {
-                    code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
-                    message: format!("session is running a turn in another pen (pid {pid})").into(),
-                    data: Some(
-                        serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str(), "pid": pid}),
-                    ),
-                });
-            }
-            Err(agent::BeginError::Store(SessionError::NotFound(_))) => {
-                return Err(jsonrpc::Error::invalid_params(format!(
-                    "no session has the id {session_id:?}"
-                )));
-            }
-            Err(agent::BeginError::Store(other)) => return Err(internal(&other.to_string())),
-        };
+        let pending = engine
+            .begin(&session_id, CancellationToken::new())
+            .await
+            .map_err(|err| begin_error(err, &session_id))?;
         let turn_id = pending.turn_id().to_string();
         let config = read(&self.state.config).clone();
-        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
-        let forwarder = tokio::spawn(forward_events(
-            self.client.clone(),
-            events_rx,
-            *read(&self.state.work_done_progress),
-            turn_id.clone(),
-        ));
         let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
-        let approver: Arc<dyn Approver> = Arc::new(ClientApprover {
-            outgoing: events_tx.clone(),
-        });
         let local = LocalTools {
             workspace: self.state.current_workspace().map_err(|e| internal(&e))?,
             limits: config.limits(),
@@ -73,7 +39,28 @@ impl Backend {
             editor: Some(editor),
             fitted: Default::default(),
         };
-        // What the owner has in view goes into this prompt, read from the editor's buffers.
+        let prompt = self.with_focus(&params, &local).await?;
+        let (client, progress) = (self.client.clone(), *read(&self.state.work_done_progress));
+        let channel = agent::Channel::queued("editor", |queue| {
+            forward_events(client, queue, progress, turn_id.clone())
+        });
+        let setup = agent::TurnSetup {
+            root: local.workspace.roots()[0].path.clone(),
+            tools: local,
+            config,
+            mcp: &self.state.mcp,
+            client_mcp_servers: Default::default(),
+        };
+        let outcome = pending.run_set_up(&prompt, setup, channel).await;
+        Ok(PromptResponse::new(session_id, turn_id, outcome))
+    }
+
+    /// The prompt's text with what the owner has in view, read from the editor's buffers.
+    async fn with_focus(
+        &self,
+        params: &PromptParams,
+        local: &LocalTools,
+    ) -> jsonrpc::Result<String> {
         let mut prompt = params.text.clone();
         if let Some(context) = &params.context {
             let focus = context.to_focus().map_err(jsonrpc::Error::invalid_params)?;
@@ -92,37 +79,7 @@ impl Backend {
             .map_err(|e| internal(&e.to_string()))?;
             prompt.push_str(&rendered);
         }
-        // The MCP servers start (or are found running) as the turn begins; a project server
-        // asks the owner first, through this turn's approvals.
-        let root = local.workspace.roots()[0].path.clone();
-        let start = agent::StartThroughApprover {
-            approver: Arc::clone(&approver),
-            session_id: session_id.clone(),
-            turn_id: turn_id.clone(),
-        };
-        let mcp = self
-            .state
-            .mcp
-            .prepare(&config.mcp_servers, &root, Some(&start), &stop)
-            .await;
-        // It holds a sender of the turn's event queue, which must close when the turn ends.
-        drop(start);
-        let spec = agent::TurnSpec {
-            tools: Arc::new(agent::WithMcp {
-                max_result_bytes: local.limits.max_tool_result_bytes,
-                local,
-                mcp,
-            }),
-            config,
-            approver,
-            on_event: Arc::new(move |event| {
-                let _ = events_tx.send(Outgoing::Event(event));
-            }),
-        };
-        let outcome = pending.run(&prompt, spec).await;
-        // Every event of the turn reaches the client before the answer does.
-        let _ = forwarder.await;
-        Ok(PromptResponse::new(session_id, turn_id, outcome))
+        Ok(prompt)
     }
 
     /// `pen/getSessionContext`: the instructions and environment the session's requests carry
@@ -208,14 +165,26 @@ impl Backend {
     }
 }
 
-/// What a turn sends the client, in the order the turn produced it.
-enum Outgoing {
-    Event(AgentEvent),
-    /// `pen/requestApproval`, answered on the channel.
-    Approval(
-        agent::ApprovalRequest,
-        tokio::sync::oneshot::Sender<ApprovalAnswer>,
-    ),
+/// The answer to a `pen/prompt` whose session could not be claimed.
+fn begin_error(err: agent::BeginError, session_id: &str) -> jsonrpc::Error {
+    match err {
+        err @ agent::BeginError::Running(_) => jsonrpc::Error {
+            code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+            message: err.to_string().into(),
+            data: Some(serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str()})),
+        },
+        agent::BeginError::Store(SessionError::LeaseHeld { pid, .. }) => jsonrpc::Error {
+            code: jsonrpc::ErrorCode::ServerError(SESSION_BUSY),
+            message: format!("session is running a turn in another pen (pid {pid})").into(),
+            data: Some(
+                serde_json::json!({"kind": agent::TurnErrorKind::SessionBusy.as_str(), "pid": pid}),
+            ),
+        },
+        agent::BeginError::Store(SessionError::NotFound(_)) => {
+            jsonrpc::Error::invalid_params(format!("no session has the id {session_id:?}"))
+        }
+        agent::BeginError::Store(other) => internal(&other.to_string()),
+    }
 }
 
 /// Sends a turn's events as `pen/event` notifications, in order, and mirrors them as `$/progress`
@@ -224,7 +193,7 @@ enum Outgoing {
 /// `tool_call_started`).
 async fn forward_events(
     client: Client,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<agent::Outgoing>,
     progress_supported: bool,
     turn_id: String,
 ) {
@@ -248,8 +217,8 @@ async fn forward_events(
     };
     while let Some(outgoing) = events.recv().await {
         let event = match outgoing {
-            Outgoing::Event(event) => event,
-            Outgoing::Approval(request, answer) => {
+            agent::Outgoing::Event(event) => event,
+            agent::Outgoing::Approval(request, answer) => {
                 // Queued now, after every earlier event; answered in its own task so that
                 // events after it (a withdrawal on Stop) are not held up.
                 let client = client.clone();
@@ -285,25 +254,5 @@ async fn forward_events(
     }
     if let Some(progress) = progress {
         progress.finish().await;
-    }
-}
-
-/// Asks the editor with `pen/requestApproval`, through the turn's outgoing queue.
-struct ClientApprover {
-    outgoing: tokio::sync::mpsc::UnboundedSender<Outgoing>,
-}
-
-impl Approver for ClientApprover {
-    fn ask(&self, request: ApprovalRequest) -> futures::future::BoxFuture<'static, ApprovalAnswer> {
-        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
-        let queued = self.outgoing.send(Outgoing::Approval(request, answer_tx));
-        Box::pin(async move {
-            if queued.is_err() {
-                return Err("the turn's connection to the editor is gone".to_string());
-            }
-            answer_rx
-                .await
-                .unwrap_or_else(|_| Err("the editor's answer was lost".to_string()))
-        })
     }
 }
