@@ -1,9 +1,10 @@
 //! Daemon figures: time to answer `initialize`, idle memory, the cost of a tool call over stdio
-//! against the same call in-process, and one incremental edit of a 10 MB open document against
-//! the same edit applied to the rope in-process.
+//! against the same call in-process, one incremental edit of a 10 MB open document against
+//! the same edit applied to the rope in-process, and resident memory over 10,000 tool calls
+//! against the idle daemon's.
 //!
-//! `cargo bench --bench daemon`. Each figure is printed beside a reference measured in the same
-//! run, so the ratios stay meaningful on a noisy machine.
+//! `cargo bench --bench daemon` (`-- memory` runs only the last). Each figure is printed beside
+//! a reference measured in the same run, so the ratios stay meaningful on a noisy machine.
 
 #[path = "../tests/suite/lsp_client.rs"]
 #[allow(dead_code)]
@@ -12,7 +13,7 @@ mod lsp_client;
 use lsp_client::{LspClient, file_uri};
 use pen::documents::{Change, DocumentStore, Position, PositionEncoding, Range};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,11 @@ fn main() {
         "fn main() {\n    println!(\"hi\");\n}\n",
     )
     .expect("write");
+
+    if std::env::args().any(|arg| arg == "memory") {
+        bench_memory(data.path(), root.path());
+        return;
+    }
 
     // 1. Spawn + initialize, against spawning the same binary for `--version`.
     let pen = PathBuf::from(env!("CARGO_BIN_EXE_pen"));
@@ -181,6 +187,50 @@ fn main() {
         "  didChange over stdio           {:>8.4} ms  ({:.1}x reference; target < 1 ms)",
         ms(per_edit_stdio),
         ms(per_edit_stdio) / ms(per_edit_rope)
+    );
+    client.close();
+    bench_memory(data.path(), root.path());
+}
+
+/// Resident memory of a daemon over 10,000 `pen/callTool` calls, each of the read-only tools in
+/// turn as a model navigating would call them, against its memory once initialized. What the
+/// calls leave behind shows as growth between 2,000 and 10,000 calls.
+fn bench_memory(data: &Path, root: &Path) {
+    const CALLS: usize = 10_000;
+    const EARLY: usize = 2_000;
+    let calls = [
+        json!({"name": "pen_read", "arguments": {"path": "small.rs"}}),
+        json!({"name": "pen_list", "arguments": {}}),
+        json!({"name": "pen_search", "arguments": {"query": "println"}}),
+        json!({"name": "pen_tail", "arguments": {"path": "small.rs", "line_count": 2}}),
+    ];
+    let mut client = LspClient::spawn(data, root, &[]);
+    client.initialize(root, &["utf-16"]);
+    client.request("pen/getConfig", json!(null));
+    let rss = |client: &LspClient| client.pid().and_then(rss_kib).unwrap_or(0) as f64 / 1024.0;
+    let idle = rss(&client);
+    let mut early = 0.0;
+    for (i, call) in calls.iter().cycle().take(CALLS).enumerate() {
+        let answer = client.request("pen/callTool", call.clone());
+        assert!(answer.get("error").is_none(), "{call}: {answer}");
+        if i + 1 == EARLY {
+            early = rss(&client);
+        }
+    }
+    let after = rss(&client);
+    println!(
+        "pen serve: resident memory over {CALLS} tool calls (read, list, search, tail in turn)"
+    );
+    println!("  idle after initialize          {idle:>8.2} MiB  (reference)");
+    println!("  after {EARLY} calls              {early:>8.2} MiB");
+    println!("  after {CALLS} calls             {after:>8.2} MiB");
+    println!(
+        "  growth over idle               {:>8.2} MiB  (target <= 2 MiB)",
+        after - idle
+    );
+    println!(
+        "  growth from {EARLY} to {CALLS} calls   {:>8.2} MiB",
+        after - early
     );
     client.close();
 }

@@ -320,6 +320,20 @@ pub const MIN_FITTED_PAGE_BYTES: usize = 1024;
 /// when the full name does not fit the page to be repeated as the cursor: 64.
 pub const LIST_CURSOR_PREFIX_BYTES: usize = 64;
 
+/// pen_list: the folders whose sorted listing is kept for their next pages (per process), least
+/// recently used forgotten first: 8.
+pub const LIST_SNAPSHOT_FOLDERS: usize = 8;
+
+/// pen_list: the memory all kept listings may take together, 16 MiB; a folder whose listing
+/// alone takes more (about 500,000 entries of 16-byte names) pages by listing it again. A
+/// listing costs its names' bytes and 24 bytes an entry.
+pub const LIST_SNAPSHOT_BYTES: usize = 16 * 1024 * 1024;
+
+/// pen_list: how long a kept listing outlives its last page, 5 minutes: long enough for a model
+/// paging through a folder a round trip at a time, short enough not to hold memory for a folder
+/// nobody pages any more.
+pub const LIST_SNAPSHOT_IDLE: Duration = Duration::from_secs(5 * 60);
+
 /// The file versions whose content hash and line marks pen keeps in memory (per process),
 /// least recently used forgotten first: 256. An entry is a hash and at most
 /// [`LINE_INDEX_MAX_MARKS`] counts, so the cache stays under 9 MiB.
@@ -328,7 +342,8 @@ pub const FILE_VERSION_CACHE_ENTRIES: usize = 256;
 /// How much older than the moment pen starts reading a file its modification and change times
 /// must be before what pen learns of that version is cached: 3 s, more than the coarsest
 /// timestamp tick of a common file system (FAT's 2 s). A write within the tick pen saw could
-/// otherwise leave the file changed under the same timestamps.
+/// otherwise leave the file changed under the same timestamps. The same holds for a folder's
+/// listing that pen_list keeps.
 pub const FILE_VERSION_SETTLE: Duration = Duration::from_secs(3);
 
 /// Bytes between two line marks of a file (the newline count before each), so a line number

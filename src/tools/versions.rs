@@ -8,6 +8,7 @@
 //! pen saw, so a version is cached only once its timestamps are [`FILE_VERSION_SETTLE`] older
 //! than the moment pen started reading it, and only when `fstat` gives the same key after the
 //! read as before (git's "racily clean" rule). Until then every page reads the file again.
+//! pen_list keeps a folder's sorted listing under the folder's key by the same rule (`list.rs`).
 //!
 //! The stale-write guard itself never trusts this cache: pen_edit hashes the bytes it is about
 //! to rewrite. A stale cached hash could only make an edit fail as stale, never let one through.
@@ -19,8 +20,10 @@ use crate::bytes::{ByteSource, read_range};
 use crate::limits::{
     FILE_VERSION_CACHE_ENTRIES, FILE_VERSION_SETTLE, LINE_INDEX_MAX_MARKS, LINE_INDEX_STRIDE,
 };
+use rustix::fs::{AtFlags, StatxFlags, StatxTimestamp, statx};
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,9 +50,29 @@ impl VersionKey {
         }
     }
 
+    /// The key of the file or folder `fd` refers to, from `statx` on the descriptor itself (an
+    /// `O_PATH` one will do): a folder's timestamps change whenever an entry is added, removed
+    /// or renamed in it.
+    pub fn of_fd(fd: BorrowedFd<'_>) -> io::Result<VersionKey> {
+        let stat = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
+        let time = |t: StatxTimestamp| (t.tv_sec, i64::from(t.tv_nsec));
+        Ok(VersionKey {
+            dev: libc::makedev(stat.stx_dev_major, stat.stx_dev_minor),
+            ino: stat.stx_ino,
+            size: stat.stx_size,
+            mtime: time(stat.stx_mtime),
+            ctime: time(stat.stx_ctime),
+        })
+    }
+
+    /// Whether both keys name the same file (device and inode), whatever its version.
+    pub fn same_file(&self, other: &VersionKey) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
+    }
+
     /// Whether both timestamps are at least [`FILE_VERSION_SETTLE`] before `read_started`: a
     /// later write then gets a later change time, so this key cannot outlive the content.
-    fn settled(&self, read_started: SystemTime) -> bool {
+    pub(super) fn settled(&self, read_started: SystemTime) -> bool {
         let Ok(now) = read_started.duration_since(UNIX_EPOCH) else {
             return false;
         };
