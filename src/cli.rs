@@ -880,9 +880,13 @@ pub fn run_serve() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
+    let (stdin, stdout) = match std_streams() {
+        Ok(streams) => streams,
+        Err(code) => return code,
+    };
     runtime.block_on(server::serve(
-        tokio::io::stdin(),
-        tokio::io::stdout(),
+        stdin,
+        stdout,
         ServeOptions {
             config,
             data_dir: session::default_data_dir(),
@@ -900,9 +904,13 @@ pub fn run_acp() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
+    let (stdin, stdout) = match std_streams() {
+        Ok(streams) => streams,
+        Err(code) => return code,
+    };
     runtime.block_on(crate::acp::serve(
-        tokio::io::stdin(),
-        tokio::io::stdout(),
+        stdin,
+        stdout,
         crate::acp::AcpOptions {
             config,
             data_dir: session::default_data_dir(),
@@ -910,6 +918,18 @@ pub fn run_acp() -> ExitCode {
     ));
     tracing::info!("client gone; pen acp exits");
     ExitCode::SUCCESS
+}
+
+/// The daemon's stdin and stdout, each on a thread of its own (`crate::stdio`: tokio's would
+/// grow the blocking pool the tool calls use).
+fn std_streams() -> Result<(crate::stdio::Stdin, crate::stdio::Stdout), ExitCode> {
+    match crate::stdio::stdin().and_then(|stdin| Ok((stdin, crate::stdio::stdout()?))) {
+        Ok(streams) => Ok(streams),
+        Err(e) => {
+            eprintln!("pen: cannot start the stdio threads: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
 }
 
 /// What `pen serve` and `pen acp` do first: log to the file, record a panic in the log with

@@ -38,6 +38,9 @@ pub mod transcript;
 /// The daemon's log file, capped on disk.
 pub mod logfile;
 
+/// The daemon's stdin and stdout on threads of their own.
+pub mod stdio;
+
 /// Durable, append-only session transcripts in SQLite.
 pub mod session;
 
