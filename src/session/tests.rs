@@ -957,11 +957,17 @@ fn the_bundled_sqlite_has_only_what_pen_uses() {
     ] {
         assert!(!options.contains(absent), "{absent} in {options:?}");
     }
-    for present in ["OMIT_LOAD_EXTENSION", "OMIT_DEPRECATED", "OMIT_SHARED_CACHE"] {
+    for present in [
+        "OMIT_LOAD_EXTENSION",
+        "OMIT_DEPRECATED",
+        "OMIT_SHARED_CACHE",
+    ] {
         assert!(options.contains(present), "{present} not in {options:?}");
     }
     let json: String = conn
-        .query_row("SELECT json_extract('{\"a\": \"b\"}', '$.a')", [], |row| row.get(0))
+        .query_row("SELECT json_extract('{\"a\": \"b\"}', '$.a')", [], |row| {
+            row.get(0)
+        })
         .expect("the JSON functions");
     assert_eq!(json, "b");
 }
