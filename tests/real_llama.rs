@@ -202,7 +202,7 @@ async fn the_recorded_fixtures_match_the_live_server() {
     // A fresh connection per request: llama-server sometimes closes a kept-alive connection
     // just as the client reuses it, which fails that request with hyper's IncompleteMessage
     // (seen about one run in three).
-    let client = reqwest::Client::builder()
+    let client = pen::providers::http_client_builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("HTTP client");
@@ -277,7 +277,7 @@ async fn pen_run_against_llama_server() {
     let Some((server_path, model)) = configured("pen_run_against_llama_server") else {
         return;
     };
-    let client = reqwest::Client::builder()
+    let client = pen::providers::http_client_builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("HTTP client");
@@ -391,7 +391,7 @@ fn transcript(data: &Path, session: &str) -> Vec<Value> {
 /// the session's entries and each turn's stderr.
 async fn eight_turn_chat(window: Option<u64>) -> (Vec<Value>, Vec<String>) {
     let (server_path, model) = configured("eight_turn_chat").expect("a real llama-server");
-    let client = reqwest::Client::builder()
+    let client = pen::providers::http_client_builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("HTTP client");
@@ -483,7 +483,7 @@ async fn llama_server_usage_reports_its_kv_cache_reuse() {
     else {
         return;
     };
-    let client = reqwest::Client::builder()
+    let client = pen::providers::http_client_builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("HTTP client");

@@ -391,9 +391,8 @@ impl Server {
                 headers,
             } => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                // rmcp's reqwest is built without a crypto provider: pen's (ring) is installed
-                // once for the process. An error means one is installed already.
-                let _ = rustls::crypto::ring::default_provider().install_default();
+                // rmcp builds its own reqwest client, which needs pen's crypto provider.
+                crate::providers::install_crypto_provider();
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 if let Some(name) = bearer_token_env {
                     let token = std::env::var(name).map_err(|_| {

@@ -736,7 +736,7 @@ mod tests {
 
     #[test]
     fn the_key_is_required_and_sent_as_x_api_key() {
-        let client = reqwest::Client::new();
+        let client = crate::providers::http_client_builder().build().unwrap();
         let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-test");
         assert_eq!(
             AnthropicProvider::new(client.clone(), &settings)

@@ -136,7 +136,7 @@ fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
 
 /// The first model a local Ollama has, if one answers.
 async fn probe_ollama() -> Option<String> {
-    let client = reqwest::Client::builder()
+    let client = super::http_client_builder()
         .timeout(OLLAMA_PROBE_TIMEOUT)
         .build()
         .ok()?;

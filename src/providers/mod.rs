@@ -25,6 +25,22 @@ pub mod retry;
 pub mod window;
 mod wire;
 
+/// Installs rustls' ring crypto provider for the process, if none is yet. pen's reqwest, shared
+/// with rmcp's MCP transport (one HTTP stack), is built without a provider of its own so that no
+/// second crypto library is compiled in, and it panics when it builds a client while none is
+/// installed: every HTTP client of pen is built after this call ([`http_client_builder`], the
+/// MCP client's transport).
+pub fn install_crypto_provider() {
+    // An error means a provider is installed already, which is all that is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A builder for an HTTP client, after [`install_crypto_provider`].
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    install_crypto_provider();
+    reqwest::Client::builder()
+}
+
 /// A tool the model may call: its name, description and the JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {

@@ -720,7 +720,7 @@ mod tests {
 
     #[test]
     fn only_openai_itself_gets_max_completion_tokens_and_needs_a_key() {
-        let client = reqwest::Client::new();
+        let client = crate::providers::http_client_builder().build().unwrap();
         let mut settings = ProviderSettings::new(crate::providers::ProviderKind::OpenAi, "m");
         let error = OpenAiProvider::new(client.clone(), &settings)
             .err()

@@ -213,7 +213,7 @@ fn server_root(base_url: &str) -> &str {
 /// OpenAI-compatible server every endpoint is asked at once and the first in the order of
 /// [`WindowSource`] that answers wins. Never fails: each failure is logged at debug level.
 pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option<ModelWindow> {
-    let client = match reqwest::Client::builder()
+    let client = match super::http_client_builder()
         .timeout(WINDOW_DISCOVERY_TIMEOUT)
         .connect_timeout(WINDOW_DISCOVERY_TIMEOUT)
         .build()

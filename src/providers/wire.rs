@@ -90,7 +90,7 @@ pub(crate) async fn complete_sse<D: StreamDecoder>(
 /// retries). `timeout` bounds silence, not the whole answer: see
 /// [`crate::limits::PROVIDER_REQUEST_TIMEOUT`].
 pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, ProviderError> {
-    reqwest::Client::builder()
+    super::http_client_builder()
         .connect_timeout(timeout)
         .read_timeout(timeout)
         .build()

@@ -933,3 +933,41 @@ fn the_data_dir_is_created_private() {
         .mode();
     assert_eq!(mode & 0o777, 0o700);
 }
+
+/// The bundled SQLite is built with `.cargo/config.toml`'s LIBSQLITE3_FLAGS: without the
+/// features pen never uses (they cost binary bytes and build time), with the JSON functions
+/// the schema needs.
+#[test]
+fn the_bundled_sqlite_has_only_what_pen_uses() {
+    let conn = Connection::open_in_memory().expect("an in-memory database");
+    let options: BTreeSet<String> = conn
+        .prepare("PRAGMA compile_options")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("read the options");
+    for absent in [
+        "ENABLE_FTS3",
+        "ENABLE_FTS5",
+        "ENABLE_RTREE",
+        "ENABLE_DBSTAT_VTAB",
+        "ENABLE_STAT4",
+        "SOUNDEX",
+    ] {
+        assert!(!options.contains(absent), "{absent} in {options:?}");
+    }
+    for present in [
+        "OMIT_LOAD_EXTENSION",
+        "OMIT_DEPRECATED",
+        "OMIT_SHARED_CACHE",
+    ] {
+        assert!(options.contains(present), "{present} not in {options:?}");
+    }
+    let json: String = conn
+        .query_row("SELECT json_extract('{\"a\": \"b\"}', '$.a')", [], |row| {
+            row.get(0)
+        })
+        .expect("the JSON functions");
+    assert_eq!(json, "b");
+}
