@@ -221,7 +221,7 @@ fn bench_search_paging() {
         let folder_path = dir.path().join(format!("d{folder:03}"));
         std::fs::create_dir(&folder_path).expect("create folder");
         for file in 0..FILES {
-            let needle = if (folder * FILES + file) % 997 == 0 {
+            let needle = if (folder * FILES + file).is_multiple_of(997) {
                 "a needle here\n"
             } else {
                 ""
