@@ -533,6 +533,21 @@ pub const SEARCH_BATCH_FILES: usize = 16;
 /// every reader busy while the walk lists a large folder.
 pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
 
+/// Walks pen_search keeps, one per cursor it handed out, so that the page resuming at that
+/// cursor continues the walk where the last page left it instead of listing again every folder
+/// before the cursor, 8: a few searches paged side by side. Each holds the listings of the open
+/// folders on its path (at most one per level) and the entries taken past its cursor.
+pub const SEARCH_KEPT_WALKS: usize = 8;
+
+/// How long a kept walk waits for the page that resumes it, 10 minutes: longer than a model's
+/// turn between two pages; a later page walks afresh from its cursor.
+pub const SEARCH_KEPT_WALK_TTL: Duration = Duration::from_secs(600);
+
+/// File versions whose verdict pen_search keeps (binary, not UTF-8, holding a private key, or
+/// text), 65,536, about 5 MiB: a later search of an unchanged file skips checking its bytes
+/// again. When full, the verdicts are forgotten and learnt anew.
+pub const SEARCH_VERDICT_CACHE_ENTRIES: usize = 65_536;
+
 // End of the issue 13, item 7 block.
 
 // Bounds of `pen acp` (issue 17).

@@ -72,7 +72,7 @@ impl VersionKey {
 
     /// Whether both timestamps are at least [`FILE_VERSION_SETTLE`] before `read_started`: a
     /// later write then gets a later change time, so this key cannot outlive the content.
-    pub(super) fn settled(&self, read_started: SystemTime) -> bool {
+    pub fn settled(&self, read_started: SystemTime) -> bool {
         let Ok(now) = read_started.duration_since(UNIX_EPOCH) else {
             return false;
         };

@@ -8,6 +8,9 @@
 //!   not show, or after the last entry it walked), so no match is lost or shown twice, and the
 //!   entries before a cursor are neither walked nor counted again (a page limited by entries
 //!   would otherwise never get past them).
+//! - A page that hands out a cursor parks its walk under it (`kept`), and the page resuming at
+//!   that cursor continues the walk, as long as the folders it listed are unchanged: paging
+//!   through a tree costs what one walk of it costs, not a walk up to each cursor again.
 //! - Files are read and scanned by worker threads, but their outcomes are merged strictly in walk
 //!   order, and every limit is decided at the point of the walk where a sequential search would
 //!   decide it. The result is therefore the same as a sequential search's, whatever the timing.
@@ -19,13 +22,16 @@
 //! result must not depend on who runs it).
 //!
 //! The tool is split by what each part does: `walk` decides which entries a page walks and turns
-//! files into jobs, `pipeline` runs the walk and the reader threads, `scan` finds the query in a
+//! files into jobs, `kept` keeps walks between pages, `pipeline` runs the walk and the reader
+//! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
 //! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
 //! the cap. This file holds the tool's entry, its arguments and cursors.
 
+mod kept;
 mod page;
 mod pipeline;
 mod scan;
+mod verdicts;
 mod walk;
 
 use super::budget;
@@ -117,8 +123,12 @@ pub fn run(args: SearchArgs, ctx: &ToolContext) -> Result<Value, ToolError> {
     let envelope = request.envelope(ctx.limits);
     let budget = budget::page_budget(&envelope, ctx.limits)?;
     let envelope_len = envelope.to_string().len();
-    let page = pipeline::search(&request, ctx, budget, envelope_len)?;
-    page.finish(&request.query, ctx.limits)
+    let (page, leftover) = pipeline::search(&request, ctx, budget, envelope_len)?;
+    let result = page.finish(&request.query, ctx.limits)?;
+    if let Some(cursor) = result.get("next_after").and_then(Value::as_str) {
+        leftover.park(&request, ctx.limits.search.max_depth, cursor);
+    }
+    Ok(result)
 }
 
 /// Which limit stopped a search. Serialized as `limit_hit`.
@@ -235,6 +245,8 @@ struct Request {
     glob: Option<FileGlob>,
     /// The folder or file searched, absolute and canonical.
     root: PathBuf,
+    /// `root` as results show it: cursors name paths below it.
+    root_display: PathBuf,
     /// The workspace root that holds `root`.
     workspace_root: PathBuf,
     /// The cursor, with its path made relative to `root`.
@@ -302,6 +314,7 @@ impl Request {
             matcher,
             glob,
             root: resolved.absolute,
+            root_display: PathBuf::from(&resolved.display),
             workspace_root,
             after,
             after_text: args.after,
@@ -850,6 +863,174 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_search_over_known_verdicts_gives_what_judging_the_bytes_gives() {
+        let pem = "-----BEGIN PRIVATE KEY-----\nMIIxBAAKx\n-----END PRIVATE KEY-----\nx\n";
+        let files: [(&str, &[u8], verdicts::Verdict); 4] = [
+            ("bin", b"x\0x", verdicts::Verdict::Binary),
+            ("key", pem.as_bytes(), verdicts::Verdict::KeyMaterial),
+            ("latin1", b"x caf\xe9\n", verdicts::Verdict::NonUtf8),
+            ("text", b"x\n", verdicts::Verdict::Text),
+        ];
+        let (dir, ws) = workspace(&files.map(|(path, bytes, _)| (path, bytes)));
+        // Written just now, nothing is kept: every file is judged from its bytes.
+        let judged = run(&ws, json!({"query": "x"}));
+        let sniff = Limits::default().binary_sniff_bytes;
+        let day_on = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400);
+        for (path, _, verdict) in files {
+            let file = fs::File::open(dir.path().join(path)).unwrap();
+            let key = crate::tools::versions::VersionKey::of(&file.metadata().unwrap());
+            assert_eq!(verdicts::known(&key, sniff), None);
+            verdicts::learn((key, sniff), verdict, &file, day_on);
+            assert_eq!(verdicts::known(&key, sniff), Some(verdict));
+        }
+        assert_eq!(run(&ws, json!({"query": "x"})), judged);
+        // A changed file is judged again: its key is new.
+        fs::write(dir.path().join("text"), pem).unwrap();
+        let changed = run(&ws, json!({"query": "x"}));
+        assert_eq!(changed["skipped"]["key_material"], 2);
+        assert!(places(&changed).is_empty(), "{changed}");
+    }
+
+    /// Follows `next_after` from `after` to the end; the matches of every page, and how many
+    /// pages resumed a kept walk.
+    fn pages_from(
+        ws: &Workspace,
+        limits: &Limits,
+        after: Option<String>,
+    ) -> (Vec<(String, u64)>, usize) {
+        let resumed_before = kept::tests::RESUMED.with(std::cell::Cell::get);
+        let mut shown = Vec::new();
+        let mut after = after;
+        loop {
+            let mut args = json!({"query": "x", "glob": "[0-9]"});
+            if let Some(after) = &after {
+                args["after"] = json!(after);
+            }
+            let page = run_with(ws, limits, args).unwrap();
+            shown.extend(places(&page));
+            match page["next_after"].as_str() {
+                Some(next) => after = Some(next.to_string()),
+                None => break,
+            }
+        }
+        let resumed = kept::tests::RESUMED.with(std::cell::Cell::get) - resumed_before;
+        (shown, resumed)
+    }
+
+    /// Moves a file's or folder's modification time an hour back, as a change a timestamp tick
+    /// after the listing shows once its tick has passed.
+    fn touch_back(path: &Path) {
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3_600);
+        fs::File::open(path)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+
+    /// Two folders of four files each, one match per file, paged two files at a time (searched
+    /// with the glob `[0-9]`, which leaves the ignore file unread).
+    fn paged_tree() -> (tempfile::TempDir, Workspace, Limits) {
+        let (dir, ws) = workspace(&[
+            (".gitignore", b"*.log\n"),
+            ("a/1", b"x\n"),
+            ("a/2", b"x\n"),
+            ("a/3", b"x\n"),
+            ("a/4", b"x\n"),
+            ("b/1", b"x\n"),
+            ("b/2", b"x\n"),
+            ("b/3", b"x\n"),
+            ("b/4", b"x\n"),
+        ]);
+        let limits = small(SearchLimits {
+            max_files: 2,
+            ..SearchLimits::default()
+        });
+        (dir, ws, limits)
+    }
+
+    #[test]
+    fn pages_of_a_settled_tree_continue_the_kept_walk() {
+        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        let (_dir, ws, limits) = paged_tree();
+        let (shown, resumed) = pages_from(&ws, &limits, None);
+        assert_eq!(shown.len(), 8);
+        assert_eq!(resumed, 3, "every page after the first resumes the walk");
+        // A page asked twice: the first resumes the kept walk, the second walks afresh, to the
+        // same result.
+        let args = json!({"query": "x", "glob": "[0-9]", "after": "a/2#end"});
+        run_with(&ws, &limits, json!({"query": "x", "glob": "[0-9]"})).unwrap();
+        let resumed_before = kept::tests::RESUMED.with(std::cell::Cell::get);
+        let kept = run_with(&ws, &limits, args.clone()).unwrap();
+        let fresh = run_with(&ws, &limits, args).unwrap();
+        assert_eq!(kept, fresh);
+        assert_eq!(
+            kept::tests::RESUMED.with(std::cell::Cell::get),
+            resumed_before + 1
+        );
+    }
+
+    #[test]
+    fn a_tree_changed_between_pages_gives_what_a_fresh_search_gives() {
+        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        let (dir, ws, limits) = paged_tree();
+        let root = dir.path();
+        let page = |after: &str| {
+            run_with(
+                &ws,
+                &limits,
+                json!({"query": "x", "glob": "[0-9]", "after": after}),
+            )
+            .unwrap()
+        };
+        let first = run_with(&ws, &limits, json!({"query": "x", "glob": "[0-9]"})).unwrap();
+        assert_eq!(first["next_after"], "a/2#end");
+        // Added after the cursor, in the cursor's folder and in the next: both are found.
+        fs::write(root.join("a/5"), "x\n").unwrap();
+        touch_back(&root.join("a"));
+        let (shown, resumed) = pages_from(&ws, &limits, Some("a/2#end".into()));
+        assert_eq!(
+            resumed, 3,
+            "the changed walk is not resumed; the fresh one is kept"
+        );
+        let expected: Vec<(String, u64)> = ["a/3", "a/4", "a/5", "b/1", "b/2", "b/3", "b/4"]
+            .iter()
+            .map(|p| (p.to_string(), 1))
+            .collect();
+        assert_eq!(shown, expected);
+        // Added before the cursor: not found, as a fresh search from the cursor does not.
+        assert_eq!(page("a/4#end")["next_after"], "b/1#end");
+        fs::write(root.join("a/0"), "x\n").unwrap();
+        fs::write(root.join("b/0"), "x\n").unwrap();
+        touch_back(&root.join("a"));
+        touch_back(&root.join("b"));
+        let (shown, resumed) = pages_from(&ws, &limits, Some("b/1#end".into()));
+        assert_eq!(resumed, 1);
+        let expected: Vec<(String, u64)> = ["b/2", "b/3", "b/4"]
+            .iter()
+            .map(|p| (p.to_string(), 1))
+            .collect();
+        assert_eq!(shown, expected);
+        // An ignore file changed in place (its folder unchanged) is seen too.
+        assert_eq!(page("a/4#end")["next_after"], "b/0#end");
+        fs::write(root.join(".gitignore"), "b/3\n").unwrap();
+        touch_back(&root.join(".gitignore"));
+        let (shown, resumed) = pages_from(&ws, &limits, Some("b/0#end".into()));
+        assert_eq!(resumed, 1, "only the page after the fresh one resumes");
+        assert_eq!(
+            shown,
+            vec![("b/1".into(), 1), ("b/2".into(), 1), ("b/4".into(), 1)]
+        );
+    }
+
+    #[test]
+    fn a_tree_written_within_the_settle_time_is_walked_afresh() {
+        let (_dir, ws, limits) = paged_tree();
+        let (shown, resumed) = pages_from(&ws, &limits, None);
+        assert_eq!(shown.len(), 8);
+        assert_eq!(resumed, 0);
+    }
+
     /// A random small tree: paths from a few names (so that `a/…` and `a.txt` interleave) and
     /// text whose lines sometimes hold the query.
     fn tree() -> impl Strategy<Value = Vec<(String, String)>> {
@@ -883,7 +1064,11 @@ mod tests {
             max_matches in 1usize..6,
             max_depth in 1usize..4,
             cap in 1_800usize..6_000,
+            settled in any::<bool>(),
         ) {
+            // A settled tree lets each page keep its walk for the next: then every page is also
+            // asked again, from a fresh walk, and must be the same.
+            kept::tests::TREES_SETTLED.with(|s| s.set(settled));
             let dir = tempfile::tempdir().unwrap();
             let mut largest = 0;
             for (path, text) in &files {
@@ -929,7 +1114,10 @@ mod tests {
                 if let Some(after) = &after {
                     args["after"] = json!(after);
                 }
-                let page = run_with(&ws, &limits, args).unwrap();
+                let page = run_with(&ws, &limits, args.clone()).unwrap();
+                if settled {
+                    prop_assert_eq!(&run_with(&ws, &limits, args).unwrap(), &page);
+                }
                 prop_assert!(page.to_string().len() <= cap);
                 paged.extend(found(&page));
                 too_deep += page["skipped"]["too_deep"].as_u64().unwrap();

@@ -249,6 +249,9 @@ pub(super) struct Collector<'a> {
     pub(super) stop_readers: &'a AtomicBool,
     pub(super) stopped: bool,
     pub(super) error: Option<ToolError>,
+    /// The index among the entries the page took of the last file merged: the page's cursor
+    /// names no entry before it (but for a match given back to fit the cap).
+    pub(super) merged_taken: usize,
 }
 
 impl Collector<'_> {
@@ -269,6 +272,7 @@ impl Collector<'_> {
             display,
             outcome,
         } = done;
+        self.merged_taken = job.taken;
         let (size, bytes_read, content) = match outcome {
             Outcome::NotRead(reason) => {
                 self.page.walked_to(job.walked);

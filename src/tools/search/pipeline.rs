@@ -2,20 +2,23 @@
 //! (the editor's buffer for open files), sniff, scan and prepare matches; their outcomes come
 //! back to the one in-order merge.
 
+use super::kept::{Leftover, Log, Source};
 use super::page::{Collector, Page, Shown, SkipReason, Stop, prepare, resume_after};
 use super::scan::{Matcher, scan};
-use super::walk::{EntryFilter, Step, Walker, enclosing_ignores};
+use super::verdicts::{self, Verdict};
+use super::walk::{Step, Walker};
 use super::{LimitHit, Request};
 use crate::limits::{SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES};
-use crate::tools::keys;
+use crate::tools::versions::VersionKey;
 use crate::tools::{ToolContext, ToolError};
 use crate::workspace::{RootDir, Workspace};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 /// What became of one walked file.
 #[derive(Debug)]
@@ -40,6 +43,8 @@ pub(super) enum Content {
 /// A file for a reader, in walk order.
 pub(super) struct Job {
     pub(super) index: usize,
+    /// The index of the file's entry among those the page took from the walk.
+    pub(super) taken: usize,
     pub(super) path: PathBuf,
     /// The entry walked before this file: a limit that stops the search at this file resumes
     /// after it.
@@ -76,20 +81,23 @@ struct ReadPlan<'a> {
     workspace: &'a Workspace,
     matcher: &'a Matcher,
     max_bytes: u64,
-    binary_sniff_bytes: u64,
+    binary_sniff_bytes: usize,
     max_shown: usize,
     excerpt_bytes: usize,
     /// Open documents are searched in their unsaved editor text.
     editor: Option<&'a dyn crate::tools::Editor>,
 }
 
-/// Reads one file (at most the size it had when opened), scans it and prepares its matches.
+/// Reads one file (at most the size it had when opened), judges it, scans it and prepares its
+/// matches. A disk file whose verdict is kept is not judged again, and not read at all unless it
+/// is text.
 fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
     buffer.clear();
     let mut display = String::new();
+    let sniff = plan.binary_sniff_bytes;
     let mut read = || -> io::Result<Outcome> {
         let snapshot = plan.editor.and_then(|editor| editor.snapshot(&job.path));
-        let (size, binary) = match snapshot {
+        let (size, verdict) = match snapshot {
             // An open document is searched as the editor has it, unsaved changes and all.
             Some(snapshot) => {
                 let size = crate::bytes::ByteSource::len(&snapshot);
@@ -97,10 +105,10 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
                     return Ok(Outcome::NotRead(SkipReason::TooLarge));
                 }
                 buffer.extend_from_slice(&crate::bytes::read_range(&snapshot, 0, size)?);
-                let head = &buffer[..buffer.len().min(plan.binary_sniff_bytes as usize)];
-                (size, memchr::memchr(0, head).is_some())
+                (size, Verdict::of(buffer, sniff))
             }
             None => {
+                let read_started = SystemTime::now();
                 // The size comes from the open file, not the walk: a stat by path would cost
                 // the walk, which is the one sequential part of a search, a second path lookup
                 // per file.
@@ -109,43 +117,66 @@ fn read_and_scan(job: Job, buffer: &mut Vec<u8>, plan: &ReadPlan) -> Done {
                 if size > plan.max_bytes {
                     return Ok(Outcome::NotRead(SkipReason::TooLarge));
                 }
-                let mut reader = file.take(size);
-                buffer.reserve(usize::try_from(size).unwrap_or(0));
-                // Sniff the head first so that a large binary is not read whole.
-                (&mut reader)
-                    .take(plan.binary_sniff_bytes)
-                    .read_to_end(buffer)?;
-                let binary = memchr::memchr(0, buffer).is_some();
-                if !binary {
-                    reader.read_to_end(buffer)?;
+                let key = VersionKey::of(&metadata);
+                let known = verdicts::known(&key, sniff);
+                if let Some(reason) = known.and_then(Verdict::skip_reason) {
+                    // What reading it would have read: the head of a binary file, all of another.
+                    let bytes_read = if reason == SkipReason::Binary {
+                        size.min(sniff as u64)
+                    } else {
+                        size
+                    };
+                    return Ok(Outcome::Read {
+                        size,
+                        bytes_read,
+                        content: Content::Skipped(reason),
+                    });
                 }
-                (size, binary)
+                let mut reader = (&file).take(size);
+                buffer.reserve(usize::try_from(size).unwrap_or(0));
+                if known.is_none() {
+                    // Sniff the head first so that a large binary is not read whole.
+                    (&mut reader).take(sniff as u64).read_to_end(buffer)?;
+                    if memchr::memchr(0, buffer).is_some() {
+                        let verdict = Verdict::Binary;
+                        verdicts::learn((key, sniff), verdict, &file, read_started);
+                        return Ok(Outcome::Read {
+                            size,
+                            bytes_read: buffer.len() as u64,
+                            content: Content::Skipped(SkipReason::Binary),
+                        });
+                    }
+                }
+                reader.read_to_end(buffer)?;
+                let verdict = match known {
+                    Some(Verdict::Text) if verdicts::unchanged(&file, &key) => Verdict::Text,
+                    _ => {
+                        let verdict = Verdict::of(buffer, sniff);
+                        verdicts::learn((key, sniff), verdict, &file, read_started);
+                        verdict
+                    }
+                };
+                (size, verdict)
             }
         };
-        let content = if binary {
-            Content::Skipped(SkipReason::Binary)
-        } else {
-            match std::str::from_utf8(buffer) {
-                Err(_) => Content::Skipped(SkipReason::NonUtf8),
-                // Decided per file, before the query is looked for, so that the count is the
-                // same whatever the query.
-                Ok(text) if keys::holds_key_material(text.as_bytes()) => {
-                    Content::Skipped(SkipReason::KeyMaterial)
-                }
-                Ok(text) => {
-                    let found = scan(
-                        text,
-                        plan.matcher,
-                        job.after_line,
-                        plan.max_shown,
-                        plan.excerpt_bytes,
-                    );
+        let content = match verdict.skip_reason() {
+            Some(reason) => Content::Skipped(reason),
+            None => match scan(
+                buffer,
+                plan.matcher,
+                job.after_line,
+                plan.max_shown,
+                plan.excerpt_bytes,
+            ) {
+                Some(found) => {
                     if !found.is_empty() {
                         display = plan.workspace.display(&job.path);
                     }
                     Content::Text(prepare(found, &display))
                 }
-            }
+                // Only a file that changed under its key gets here.
+                None => Content::Skipped(SkipReason::NonUtf8),
+            },
         };
         Ok(Outcome::Read {
             size,
@@ -185,32 +216,25 @@ fn reader(
     }
 }
 
-/// Walks the search root in order, hands files in batches to the readers and merges their
-/// outcomes in walk order.
+/// Walks the search root in order (or resumes the walk kept for the cursor), hands files in
+/// batches to the readers and merges their outcomes in walk order. Returns the page and what is
+/// left of its walk, to keep for the page after it.
 pub(super) fn search(
     request: &Request,
     ctx: &ToolContext,
     budget: usize,
     envelope_len: usize,
-) -> Result<Page, ToolError> {
+) -> Result<(Page, Leftover), ToolError> {
     let limits = &ctx.limits.search;
-    let too_deep = Arc::new(AtomicU64::new(0));
-    let filter = EntryFilter {
-        root: request.root.clone(),
-        after: request.after.as_ref().map(|(path, _)| path.clone()),
-        max_depth: limits.max_depth,
-        too_deep: Arc::clone(&too_deep),
-        enclosing_ignores: enclosing_ignores(&request.workspace_root, &request.root),
-    };
-    let walk = crate::workspace::tree_walk(&request.root)
-        .filter_entry(move |entry| filter.keep(entry))
-        .build();
+    let began = SystemTime::now();
+    let mut source = Source::resume_or_fresh(request, limits.max_depth);
+    let mut log = Log::default();
     let plan = ReadPlan {
         root_dir: ctx.workspace.root_dir(&request.workspace_root)?,
         workspace: ctx.workspace,
         matcher: &request.matcher,
         max_bytes: limits.max_bytes,
-        binary_sniff_bytes: ctx.limits.binary_sniff_bytes as u64,
+        binary_sniff_bytes: ctx.limits.binary_sniff_bytes,
         max_shown: limits.max_matches.saturating_add(1),
         excerpt_bytes: limits.excerpt_bytes,
         editor: ctx.editor,
@@ -237,6 +261,7 @@ pub(super) fn search(
         stop_readers: &stop_readers,
         stopped: false,
         error: None,
+        merged_taken: 0,
     };
     let mut entry_limit = false;
     let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -254,14 +279,22 @@ pub(super) fn search(
         }
         drop((batch_receiver, done_sender));
         let mut batch = Vec::with_capacity(SEARCH_BATCH_FILES);
-        for entry in walk {
+        let mut walk_ended = false;
+        loop {
             for done in done_receiver.try_iter().flatten() {
                 collector.accept(done);
             }
             if collector.stopped {
                 break;
             }
-            match walker.step(entry, too_deep.swap(0, Ordering::Relaxed)) {
+            log.forget_before(collector.merged_taken);
+            let Some(taken) = source.take() else {
+                walk_ended = true;
+                break;
+            };
+            let step = walker.step(log.next_index(), &taken.entry, taken.too_deep);
+            log.push(taken);
+            match step {
                 Step::Pass => {}
                 Step::Unlisted(done) => collector.accept(done),
                 Step::EntryLimit => {
@@ -280,9 +313,9 @@ pub(super) fn search(
                 }
             }
         }
-        if !entry_limit {
+        if walk_ended {
             // The walk's last step may have left out deep entries after the last one yielded.
-            walker.walked.too_deep += too_deep.swap(0, Ordering::Relaxed);
+            walker.walked.too_deep += source.trailing_too_deep();
         }
         if !batch.is_empty() && !collector.stopped {
             // A failed send means every reader is gone; the merge below then ends early.
@@ -321,5 +354,5 @@ pub(super) fn search(
             });
         }
     }
-    Ok(page)
+    Ok((page, Leftover { source, log, began }))
 }

@@ -61,23 +61,23 @@ pub(super) struct Found {
     pub(super) excerpt: Excerpt,
 }
 
-/// The matches of `text` on lines after `after_line`, one per line, at most `max_shown` of them.
-/// `text` holds no private key: files that do are skipped whole before they are scanned.
+/// The matches of `bytes` on lines after `after_line`, one per line, at most `max_shown` of them;
+/// `None` when a matching line is not UTF-8 (a file checked whole never has one). `bytes` hold
+/// no private key: files that do are skipped whole before they are scanned.
 pub(super) fn scan(
-    text: &str,
+    bytes: &[u8],
     matcher: &Matcher,
     after_line: u64,
     max_shown: usize,
     excerpt_bytes: usize,
-) -> Vec<Found> {
-    let bytes = text.as_bytes();
+) -> Option<Vec<Found>> {
     let mut found = Vec::new();
     let (mut line, mut line_start) = match after_line.checked_sub(1) {
         None => (1, 0),
         Some(newlines_before) => {
             match memchr::memchr_iter(b'\n', bytes).nth(newlines_before as usize) {
                 Some(at) => (after_line + 1, at + 1),
-                None => return found,
+                None => return Some(found),
             }
         }
     };
@@ -89,17 +89,21 @@ pub(super) fn scan(
         let end = memchr::memchr(b'\n', &bytes[hit.start..]).map_or(bytes.len(), |i| hit.start + i);
         {
             // Editors do not show the byte-order mark, so columns do not count it.
-            let start = if start == 0 && text.starts_with(BYTE_ORDER_MARK) && hit.start > 0 {
-                BYTE_ORDER_MARK.len()
-            } else {
-                start
-            };
+            let start =
+                if start == 0 && bytes.starts_with(BYTE_ORDER_MARK.as_bytes()) && hit.start > 0 {
+                    BYTE_ORDER_MARK.len()
+                } else {
+                    start
+                };
             let content_end = if end > start && bytes[end - 1] == b'\r' {
                 end - 1
             } else {
                 end
             };
-            let content = text.get(start..content_end).unwrap_or_default();
+            let content = match bytes.get(start..content_end) {
+                Some(content) => std::str::from_utf8(content).ok()?,
+                None => "",
+            };
             let in_line = hit.start - start;
             let column = content.get(..in_line).map_or(0, |s| s.chars().count()) as u64 + 1;
             found.push(Found {
@@ -118,7 +122,7 @@ pub(super) fn scan(
         line_start = end + 1;
         line += 1;
     }
-    found
+    Some(found)
 }
 
 /// A line, or the part of it around a match, as a result shows it.
@@ -276,9 +280,9 @@ mod tests {
 
     #[test]
     fn scan_reports_lines_and_columns_in_chars_once_per_line() {
-        let text = "\u{feff}x here\r\nno\r\näöü x x\nlast x";
+        let text = "\u{feff}x here\r\nno\r\näöü x x\nlast x".as_bytes();
         let matcher = Matcher::new("x", true).unwrap();
-        let found = scan(text, &matcher, 0, 100, 200);
+        let found = scan(text, &matcher, 0, 100, 200).unwrap();
         let shown: Vec<(u64, u64, String)> = found
             .into_iter()
             .map(|f| (f.line, f.column, f.excerpt.text))
@@ -291,10 +295,12 @@ mod tests {
                 (4, 6, "last x".to_string()),
             ]
         );
-        let resumed = scan(text, &matcher, 3, 100, 200);
+        let resumed = scan(text, &matcher, 3, 100, 200).unwrap();
         assert_eq!(resumed.len(), 1);
-        assert!(scan(text, &matcher, 4, 100, 200).is_empty());
-        assert!(scan(text, &matcher, 99, 100, 200).is_empty());
-        assert_eq!(scan(text, &matcher, 0, 2, 200).len(), 2);
+        assert!(scan(text, &matcher, 4, 100, 200).unwrap().is_empty());
+        assert!(scan(text, &matcher, 99, 100, 200).unwrap().is_empty());
+        assert_eq!(scan(text, &matcher, 0, 2, 200).unwrap().len(), 2);
+        // A matching line that is not UTF-8 (a file that changed under its checked version).
+        assert_eq!(scan(b"ok x\nbad x \xff\n", &matcher, 0, 100, 200), None);
     }
 }

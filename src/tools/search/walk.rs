@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where an entry lies relative to a cursor, both relative to the search root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Position {
+pub(super) enum Position {
     /// Walked by an earlier page, with everything below it.
     Before,
     /// A folder on the way to the cursor: entered, but not walked again.
@@ -23,7 +23,7 @@ enum Position {
     After,
 }
 
-fn position(entry: &Path, cursor: &Path) -> Position {
+pub(super) fn position(entry: &Path, cursor: &Path) -> Position {
     if entry == cursor {
         Position::At
     } else if cursor.starts_with(entry) {
@@ -127,14 +127,20 @@ pub(super) struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    /// Takes the next entry of the walk; `too_deep` entries were left out for their depth just
-    /// before it. They belong to this page unless the page ends at this entry.
-    pub(super) fn step(&mut self, entry: Result<DirEntry, ignore::Error>, too_deep: u64) -> Step {
+    /// Takes the next entry of the walk, the `taken`th of the page; `too_deep` entries were left
+    /// out for their depth just before it. They belong to this page unless the page ends at this
+    /// entry.
+    pub(super) fn step(
+        &mut self,
+        taken: usize,
+        entry: &Result<DirEntry, ignore::Error>,
+        too_deep: u64,
+    ) -> Step {
         let entry = match entry {
             Ok(entry) => entry,
             Err(_) => {
                 self.walked.too_deep += too_deep;
-                let job = self.job(PathBuf::new(), self.walked, 0);
+                let job = self.job(taken, PathBuf::new(), self.walked, 0);
                 return Step::Unlisted(Done {
                     job,
                     display: String::new(),
@@ -176,22 +182,23 @@ impl Walker<'_> {
             && self.request.glob.as_ref().is_none_or(|glob| {
                 glob.is_match(entry.path(), || self.workspace.display(entry.path()))
             });
-        let path = entry.into_path();
+        let path = entry.path().to_path_buf();
         if !wanted {
             self.last = Some(path);
             return Step::Pass;
         }
         let previous = self.last.replace(path.clone());
-        let mut job = self.job(path, before, after_line);
+        let mut job = self.job(taken, path, before, after_line);
         job.previous = previous;
         Step::Read(job)
     }
 
     /// The next item in walk order.
-    fn job(&mut self, path: PathBuf, before: Walked, after_line: u64) -> Job {
+    fn job(&mut self, taken: usize, path: PathBuf, before: Walked, after_line: u64) -> Job {
         self.index += 1;
         Job {
             index: self.index - 1,
+            taken,
             path,
             previous: None,
             before,
