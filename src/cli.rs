@@ -880,7 +880,7 @@ pub fn run_serve() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    let (stdin, stdout) = match std_streams() {
+    let (stdin, stdout, drained) = match std_streams() {
         Ok(streams) => streams,
         Err(code) => return code,
     };
@@ -893,6 +893,9 @@ pub fn run_serve() -> ExitCode {
             fallback_root,
         },
     ));
+    // The tasks still holding stdout end with the runtime; then what they queued is written.
+    drop(runtime);
+    drained.wait(crate::limits::TRANSPORT_WRITER_DRAIN);
     tracing::info!("client gone; pen serve exits");
     ExitCode::SUCCESS
 }
@@ -904,7 +907,7 @@ pub fn run_acp() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    let (stdin, stdout) = match std_streams() {
+    let (stdin, stdout, drained) = match std_streams() {
         Ok(streams) => streams,
         Err(code) => return code,
     };
@@ -916,14 +919,27 @@ pub fn run_acp() -> ExitCode {
             data_dir: session::default_data_dir(),
         },
     ));
+    // The tasks still holding stdout end with the runtime; then what they queued is written.
+    drop(runtime);
+    drained.wait(crate::limits::TRANSPORT_WRITER_DRAIN);
     tracing::info!("client gone; pen acp exits");
     ExitCode::SUCCESS
 }
 
 /// The daemon's stdin and stdout, each on a thread of its own (`crate::stdio`: tokio's would
 /// grow the blocking pool the tool calls use).
-fn std_streams() -> Result<(crate::stdio::Stdin, crate::stdio::Stdout), ExitCode> {
-    match crate::stdio::stdin().and_then(|stdin| Ok((stdin, crate::stdio::stdout()?))) {
+fn std_streams() -> Result<
+    (
+        crate::stdio::Stdin,
+        crate::stdio::Stdout,
+        crate::stdio::Drained,
+    ),
+    ExitCode,
+> {
+    match crate::stdio::stdin().and_then(|stdin| {
+        let (stdout, drained) = crate::stdio::stdout()?;
+        Ok((stdin, stdout, drained))
+    }) {
         Ok(streams) => Ok(streams),
         Err(e) => {
             eprintln!("pen: cannot start the stdio threads: {e}");

@@ -7,17 +7,19 @@
 //! and one writes stdout for the whole life of the daemon, so the blocking pool serves tool
 //! calls alone, and a stalled client (a full pipe) holds one thread, never the pool.
 //!
-//! Every byte written is on its way to stdout once `poll_write` returns, and `poll_flush`
-//! returns only when the writer thread has written and flushed everything before it: a frame
-//! the transport flushed is out even if the process exits right after.
+//! Every byte written is on its way to stdout once `poll_write` returns: the writer thread
+//! writes and flushes it without a round trip per frame, and at exit [`Drained::wait`] waits
+//! (boundedly) for it to write what was queued.
 
-use std::future::Future;
 use std::io::{self, Read, Write};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::PollSender;
 
 /// How much one read of stdin takes at most.
@@ -96,71 +98,71 @@ impl AsyncRead for Stdin {
     }
 }
 
-enum Out {
-    Bytes(Vec<u8>),
-    /// Answered once everything queued before it is written and flushed.
-    Flush(oneshot::Sender<io::Result<()>>),
-}
-
 /// The writing end of the daemon's stdout, written by its own thread.
 pub struct Stdout {
-    queue: PollSender<Out>,
-    flushing: Option<oneshot::Receiver<io::Result<()>>>,
+    queue: PollSender<Vec<u8>>,
+    failed: Arc<AtomicBool>,
 }
 
-/// The daemon's stdout, written by a thread of its own from now on. The thread ends when this
-/// is dropped, after writing what was queued.
-pub fn stdout() -> io::Result<Stdout> {
+/// Waits, at exit, for the writer thread to write what was queued.
+pub struct Drained(std::sync::mpsc::Receiver<()>);
+
+impl Drained {
+    /// Blocks until everything queued is written (the [`Stdout`] must be dropped first), or
+    /// `bound` passed: a client that stopped reading cannot hold pen open.
+    pub fn wait(self, bound: Duration) {
+        let _ = self.0.recv_timeout(bound);
+    }
+}
+
+/// The daemon's stdout, written by a thread of its own from now on. The thread writes and
+/// flushes each frame as it comes (flushing whenever nothing else is queued), and ends when the
+/// [`Stdout`] is dropped, after writing what was queued; [`Drained::wait`] waits for that.
+pub fn stdout() -> io::Result<(Stdout, Drained)> {
     spawn_writer("pen-stdout", io::stdout())
 }
 
-fn spawn_writer<W: Write + Send + 'static>(name: &str, mut output: W) -> io::Result<Stdout> {
-    let (queue, mut rx) = mpsc::channel(QUEUED);
+fn spawn_writer<W: Write + Send + 'static>(
+    name: &str,
+    mut output: W,
+) -> io::Result<(Stdout, Drained)> {
+    let (queue, mut rx) = mpsc::channel::<Vec<u8>>(QUEUED);
+    let (done, drained) = std::sync::mpsc::channel();
+    let failed = Arc::new(AtomicBool::new(false));
+    let failure = Arc::clone(&failed);
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
-            // The first failure (the client closed its end) answers every later flush.
-            let mut failed: Option<io::ErrorKind> = None;
-            while let Some(out) = rx.blocking_recv() {
-                match out {
-                    Out::Bytes(bytes) => {
-                        if failed.is_none()
-                            && let Err(e) = output.write_all(&bytes)
-                        {
-                            failed = Some(e.kind());
-                        }
+            while let Some(bytes) = rx.blocking_recv() {
+                if failure.load(Ordering::Relaxed) {
+                    // The client closed its end: what is left is dropped, never waited on.
+                    continue;
+                }
+                let written = output.write_all(&bytes).and_then(|()| {
+                    if rx.is_empty() {
+                        output.flush()
+                    } else {
+                        Ok(())
                     }
-                    Out::Flush(done) => {
-                        if failed.is_none()
-                            && let Err(e) = output.flush()
-                        {
-                            failed = Some(e.kind());
-                        }
-                        let _ = done.send(match failed {
-                            None => Ok(()),
-                            Some(kind) => Err(io::Error::new(kind, "stdout failed")),
-                        });
-                    }
+                });
+                if written.is_err() {
+                    failure.store(true, Ordering::Relaxed);
                 }
             }
             let _ = output.flush();
+            let _ = done.send(());
         })?;
-    Ok(Stdout {
-        queue: PollSender::new(queue),
-        flushing: None,
-    })
+    Ok((
+        Stdout {
+            queue: PollSender::new(queue),
+            failed,
+        },
+        Drained(drained),
+    ))
 }
 
 fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "stdout's writer thread is gone")
-}
-
-impl Stdout {
-    fn poll_send(&mut self, cx: &mut Context<'_>, out: Out) -> Poll<io::Result<()>> {
-        ready!(self.queue.poll_reserve(cx)).map_err(|_| closed())?;
-        self.queue.send_item(out).map_err(|_| closed())?;
-        Poll::Ready(Ok(()))
-    }
+    io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed")
 }
 
 impl AsyncWrite for Stdout {
@@ -169,26 +171,21 @@ impl AsyncWrite for Stdout {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        ready!(self.poll_send(cx, Out::Bytes(buf.to_vec())))?;
+        if self.failed.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(closed()));
+        }
+        ready!(self.queue.poll_reserve(cx)).map_err(|_| closed())?;
+        self.queue.send_item(buf.to_vec()).map_err(|_| closed())?;
         Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if this.flushing.is_none() {
-            ready!(this.queue.poll_reserve(cx)).map_err(|_| closed())?;
-            let (done, answer) = oneshot::channel();
-            this.queue
-                .send_item(Out::Flush(done))
-                .map_err(|_| closed())?;
-            this.flushing = Some(answer);
+    /// Queued bytes are the writer thread's: it writes and flushes them without being asked,
+    /// so a flush only reports whether stdout has failed.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(closed()));
         }
-        let Some(answer) = this.flushing.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let result = ready!(Pin::new(answer).poll(cx));
-        this.flushing = None;
-        Poll::Ready(result.unwrap_or_else(|_| Err(closed())))
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -227,13 +224,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_flush_returns_once_everything_before_it_is_written_and_flushed() {
+    async fn what_was_queued_is_written_and_flushed_once_the_writer_is_drained() {
         let recorder = Recorder::default();
-        let mut stdout = spawn_writer("test-stdout", recorder.clone()).unwrap();
+        let (mut stdout, drained) = spawn_writer("test-stdout", recorder.clone()).unwrap();
         for i in 0..100u8 {
             stdout.write_all(&[i; 1000]).await.unwrap();
         }
         stdout.flush().await.unwrap();
+        drop(stdout);
+        drained.wait(Duration::from_secs(60));
         let state = recorder.0.lock().unwrap();
         assert_eq!(state.0.len(), 100_000);
         assert_eq!(state.1, 100_000, "flushed after the last byte");
@@ -257,10 +256,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_closed_stdout_fails_the_flush_after_it() {
-        let mut stdout = spawn_writer("test-broken", Broken).unwrap();
+    async fn a_closed_stdout_fails_the_writes_after_it() {
+        let (mut stdout, _drained) = spawn_writer("test-broken", Broken).unwrap();
         stdout.write_all(b"frame").await.unwrap();
-        let err = stdout.flush().await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        // The thread's failure reaches a later write or flush; nothing here may block.
+        let mut failed = None;
+        for _ in 0..10_000 {
+            if let Err(e) = stdout.write_all(b"frame").await {
+                failed = Some(e);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(failed.map(|e| e.kind()), Some(io::ErrorKind::BrokenPipe));
     }
 }
