@@ -1,5 +1,6 @@
 //! The repository stands on its own: no file points outside it, every "SPEC §N" names a section
-//! of `docs/spec.md`, and the README and both editors give the same install command.
+//! of `docs/spec.md`, the README and both editors give the same install command, and
+//! `ARCHITECTURE.md`'s code map names exactly the modules of `src/`.
 
 use std::path::{Path, PathBuf};
 
