@@ -1,5 +1,6 @@
 //! The repository stands on its own: no file points outside it, every "SPEC §N" names a section
-//! of `docs/spec.md`, and the README and both editors give the same install command.
+//! of `docs/spec.md`, the README and both editors give the same install command, and
+//! `ARCHITECTURE.md`'s code map names exactly the modules of `src/`.
 
 use std::path::{Path, PathBuf};
 
@@ -128,6 +129,135 @@ fn the_readme_and_both_editors_give_the_same_install_command() {
         let text = std::fs::read_to_string(root().join(file)).expect(file);
         assert!(text.contains(install), "{file} does not say `{install}`");
     }
+}
+
+/// The most characters `ARCHITECTURE.md` may hold: a map read whole before a change, not an
+/// atlas (issue 27).
+const ARCHITECTURE_MAX_CHARS: usize = 30_000;
+
+/// The modules of `src/` the code map must name: every top-level module (`src/NAME.rs` or
+/// `src/NAME/`, less the crate roots `lib` and `main`) and every folder of submodules below
+/// them, as its path under `src/` (`tools/search`).
+fn source_modules() -> std::collections::BTreeSet<String> {
+    let src = root().join("src");
+    let mut modules = std::collections::BTreeSet::new();
+    for entry in ignore::WalkBuilder::new(&src).hidden(false).build() {
+        let entry = entry.expect("walk src/");
+        let Ok(relative) = entry.path().strip_prefix(&src) else {
+            continue;
+        };
+        let relative = relative.to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        if is_dir && !relative.is_empty() {
+            modules.insert(relative);
+        } else if !is_dir
+            && !relative.contains('/')
+            && let Some(stem) = relative.strip_suffix(".rs")
+            && stem != "lib"
+            && stem != "main"
+        {
+            modules.insert(stem.to_string());
+        }
+    }
+    modules
+}
+
+/// The names the code map gives: the backticked text of each `###` and `####` heading between
+/// `## Code map` and the next `## ` heading, with the line it is on.
+fn code_map_names(architecture: &str) -> Vec<(String, usize)> {
+    let mut names = Vec::new();
+    let mut in_map = false;
+    for (number, line) in architecture.lines().enumerate() {
+        if let Some(title) = line.strip_prefix("## ") {
+            in_map = title.trim() == "Code map";
+            continue;
+        }
+        let heading = line
+            .strip_prefix("#### ")
+            .or_else(|| line.strip_prefix("### "));
+        if let (true, Some(heading)) = (in_map, heading) {
+            let name = heading.trim().trim_matches('`').to_string();
+            names.push((name, number + 1));
+        }
+    }
+    names
+}
+
+#[test]
+fn the_code_map_names_exactly_the_modules_of_src() {
+    let architecture =
+        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let chars = architecture.chars().count();
+    assert!(
+        chars <= ARCHITECTURE_MAX_CHARS,
+        "ARCHITECTURE.md holds {chars} characters, over {ARCHITECTURE_MAX_CHARS}: keep what \
+         changes rarely, move figures to the README and history to the commits"
+    );
+    let modules = source_modules();
+    // The reader must see modules that are known to exist, or the check proves nothing.
+    for known in ["limits", "tools", "tools/search", "agent", "cli"] {
+        assert!(modules.contains(known), "{known} not found under src/");
+    }
+    let named = code_map_names(&architecture);
+    let mut problems = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, line) in &named {
+        if !seen.insert(name.clone()) {
+            problems.push(format!("ARCHITECTURE.md:{line}: `{name}` is named twice"));
+        }
+        // The editors are mapped beside the crate: their folders must exist.
+        let exists = if name.starts_with("editors/") {
+            root().join(name).is_dir()
+        } else {
+            modules.contains(name)
+        };
+        if !exists {
+            problems.push(format!(
+                "ARCHITECTURE.md:{line}: the code map names `{name}`, which is no module of \
+                 src/ (nor a folder of editors/)"
+            ));
+        }
+    }
+    for module in modules.iter().filter(|m| !seen.contains(*m)) {
+        problems.push(format!(
+            "src/{module} is missing from the code map: add a `### `{module}`` (or `####` \
+             for a folder of submodules) heading with a short paragraph"
+        ));
+    }
+    // The map reads in `src/lib.rs`'s reading order.
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
+    let reading_order: Vec<&str> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub mod "))
+        .map(|name| name.trim_end_matches(';'))
+        .collect();
+    let map_order: Vec<&str> = named
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| reading_order.contains(name))
+        .collect();
+    if map_order != reading_order {
+        problems.push(format!(
+            "the code map's modules are not in src/lib.rs's order:\n  map: {}\n  lib: {}",
+            map_order.join(" "),
+            reading_order.join(" ")
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "ARCHITECTURE.md's code map and src/ disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_code_map_reader_takes_only_the_code_map_headings() {
+    let text = "# Architecture\n## Bird's-eye view\n### `nowhere`\n## Code map\n### `tools`\n\
+                text\n#### `tools/search`\n## Cross-cutting concerns\n### `elsewhere`\n";
+    assert_eq!(
+        code_map_names(text),
+        vec![("tools".to_string(), 5), ("tools/search".to_string(), 7)]
+    );
 }
 
 /// The lower layers of pen: the modules below the agent, sessions and the daemon. Among them
