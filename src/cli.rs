@@ -2,7 +2,7 @@
 //! observation the model would receive.
 
 use crate::config::{self, Config};
-use crate::limits::MAX_TOOL_RESULT_BYTES;
+use crate::limits::{EXPORT_PAGE_ROWS, MAX_TOOL_RESULT_BYTES};
 use crate::protocol;
 use crate::server::{self, ServeOptions};
 use crate::session::{self, SessionStore};
@@ -798,16 +798,13 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
     })
 }
 
-/// How many rows the export commands fetch per store call.
-const EXPORT_PAGE: usize = 200;
-
 /// `pen sessions`: every session with work in it (every one with `--all`), newest first, as
 /// JSON lines.
 pub fn run_sessions(all: bool) -> ExitCode {
     export(|store, out| {
         let mut cursor: Option<String> = None;
         loop {
-            let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE, all)?;
+            let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE_ROWS, all)?;
             for info in page.sessions {
                 writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
             }
@@ -824,7 +821,7 @@ pub fn run_transcript(session_id: &str) -> ExitCode {
     export(|store, out| {
         let mut after: Option<u64> = None;
         loop {
-            let page = store.transcript(session_id, after, EXPORT_PAGE)?;
+            let page = store.transcript(session_id, after, EXPORT_PAGE_ROWS)?;
             for entry in page.entries {
                 writeln!(
                     out,

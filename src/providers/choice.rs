@@ -4,13 +4,12 @@
 //! (`agent` re-exports [`provider_from_config`] and [`NO_PROVIDER`].)
 
 use crate::config::Config;
+use crate::limits::OLLAMA_PROBE_TIMEOUT;
 use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
 const OLLAMA_TAGS_URL: &str = "http://127.0.0.1:11434/api/tags";
-/// How long the probe of a local Ollama may take before pen decides there is none.
-const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The model used when the config names none, per provider.
 const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
