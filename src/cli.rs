@@ -307,33 +307,76 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
             return usage(&e.to_string());
         }
     }
+    // What touches the disk before the turn (the folder, the session store) is done here,
+    // before the runtime starts, so that no call on the runtime blocks.
+    let ready = match RunReady::new(&command) {
+        Ok(ready) => ready,
+        Err(message) => return failed(&message),
+    };
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    runtime.block_on(headless_turn(command, config))
-}
-
-async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
-    headless(command, config).await.unwrap_or_else(|message| {
-        eprintln!("pen: {message}");
-        ExitCode::from(1)
+    runtime.block_on(async move {
+        headless(command, config, ready)
+            .await
+            .unwrap_or_else(|message| failed(&message))
     })
 }
 
+/// Says why `pen run` could not run its turn: exit code 1.
+fn failed(message: &str) -> ExitCode {
+    eprintln!("pen: {message}");
+    ExitCode::from(1)
+}
+
+/// What `pen run` reads from the disk before its runtime starts: the attached files' ranges,
+/// the folder it works in, and the session store.
+struct RunReady {
+    focus: crate::agent::Focus,
+    root: PathBuf,
+    workspace: Workspace,
+    data_dir: PathBuf,
+    store: Arc<SessionStore>,
+}
+
+impl RunReady {
+    /// The attached files are checked first, then the folder and the store are opened: all
+    /// before anything is written.
+    fn new(command: &RunCommand) -> Result<RunReady, String> {
+        let focus = focus_of(&command.files)?;
+        let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let workspace = Workspace::new(std::slice::from_ref(&root)).map_err(|e| e.to_string())?;
+        let data_dir = session::default_data_dir().map_err(|e| e.to_string())?;
+        let store = SessionStore::open(&data_dir).map_err(|e| e.to_string())?;
+        Ok(RunReady {
+            focus,
+            root,
+            workspace,
+            data_dir,
+            store: Arc::new(store),
+        })
+    }
+}
+
 /// One headless turn: its exit code, or why it could not run.
-async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, String> {
+async fn headless(
+    command: RunCommand,
+    config: Config,
+    ready: RunReady,
+) -> Result<ExitCode, String> {
     use crate::agent::{Channel, Engine, TurnSetup};
-    // The attached files go into the prompt (checked before anything is written).
-    let focus = focus_of(&command.files)?;
-    let store = store_thread(|| SessionStore::open(&session::default_data_dir()?)).await?;
-    let store = Arc::new(store);
+    let RunReady {
+        focus,
+        root,
+        workspace,
+        data_dir,
+        store,
+    } = ready;
     let engine = Engine::new(store.clone());
     // No provider, no session: the failure is reported before anything is written.
     engine.provider(&config).await?;
     let session_id = run_session(&store, &command).await?;
-    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let workspace = Workspace::new(std::slice::from_ref(&root)).map_err(|e| e.to_string())?;
     let prompt = format!(
         "{}{}",
         command.prompt,
@@ -353,7 +396,7 @@ async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, Strin
     if let Ok((target, window)) = engine.window(&config).await {
         eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
     }
-    let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
+    let mcp = crate::mcp::McpManager::new(Some(data_dir));
     let setup = TurnSetup {
         tools: run_tools(workspace, &config),
         config,

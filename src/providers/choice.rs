@@ -56,7 +56,14 @@ pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
         None
     };
     let settings = settings(config, &env, local_model)?;
-    let provider = build(&settings, key_variable(config, settings.kind).as_deref())?;
+    let key = key_variable(config, settings.kind);
+    // Building sets up the HTTP client (TLS) and, for Bedrock, reads `~/.aws/credentials`:
+    // work for a blocking thread, not the runtime.
+    let (provider, settings) = tokio::task::spawn_blocking(move || {
+        build(&settings, key.as_deref()).map(|provider| (provider, settings))
+    })
+    .await
+    .map_err(|e| format!("building the provider failed: {e}"))??;
     Ok(Chosen {
         provider: Arc::from(provider),
         target: Target {
