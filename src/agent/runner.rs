@@ -16,6 +16,7 @@ use super::{Approver, ToolHost, TurnErrorKind, TurnLease, TurnOutcome};
 use crate::config::{Config, ProviderKind};
 use crate::providers::Provider;
 use crate::providers::choice::{Target, chosen_from_config};
+use crate::providers::facts::Discovery;
 use crate::providers::window::{self, ModelWindow, WindowSource};
 use crate::session::{SessionError, SessionStore};
 use crate::transcript::StopReason;
@@ -198,12 +199,13 @@ impl Engine {
         }
         // Only local-server APIs are asked; Anthropic and Bedrock (even behind a proxy's
         // base URL) have no such endpoint, and the table knows their models.
-        let server = match (&target.base_url, target.kind) {
-            (Some(base_url), ProviderKind::OpenAi | ProviderKind::Ollama) => {
-                Some(base_url.as_str())
+        let facts = target.kind.facts();
+        let server = match facts.discovery {
+            Discovery::ServerThenTable => target.base_url.as_deref(),
+            Discovery::OllamaShow => {
+                Some(target.base_url.as_deref().unwrap_or(facts.default_base_url))
             }
-            (None, ProviderKind::Ollama) => Some(crate::providers::ollama::DEFAULT_BASE_URL),
-            _ => None,
+            Discovery::HostedTable => None,
         };
         let discovered = match server {
             Some(server) => window::discover(target.kind, server, &target.model).await,

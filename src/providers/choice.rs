@@ -9,12 +9,6 @@ use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
-const OLLAMA_TAGS_URL: &str = "http://127.0.0.1:11434/api/tags";
-
-/// The model used when the config names none, per provider.
-const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
-const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
-
 /// The message for a user with no provider at all: the three ways to configure one, as
 /// environment variables, as `pen run` flags and as config keys.
 pub const NO_PROVIDER: &str = "no model provider is configured. Configure one of:\n\
@@ -78,11 +72,10 @@ pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
 /// config names one, else the provider's usual variable; `None` for Bedrock, whose credentials
 /// are AWS's own.
 fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
-    config.api_key_env.clone().or_else(|| match kind {
-        ProviderKind::OpenAi => Some("OPENAI_API_KEY".to_string()),
-        ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
-        ProviderKind::Bedrock | ProviderKind::Ollama => None,
-    })
+    config
+        .api_key_env
+        .clone()
+        .or_else(|| kind.facts().key_variable.map(str::to_string))
 }
 
 /// Builds the provider. When it is refused for want of a key, the error names the variable the
@@ -113,9 +106,7 @@ fn build(
     };
     // Whether the variable is the provider's usual one or the one `api_key_env` names, the
     // user must learn that `api_key_env` is the key that chooses it.
-    let chosen_by = if settings.kind == ProviderKind::OpenAi && variable == "OPENAI_API_KEY"
-        || settings.kind == ProviderKind::Anthropic && variable == "ANTHROPIC_API_KEY"
-    {
+    let chosen_by = if settings.kind.facts().key_variable == Some(variable) {
         "api_key_env names a different variable to read it from"
     } else {
         "the variable api_key_env names"
@@ -123,6 +114,12 @@ fn build(
     Err(format!(
         "{what}: set {variable} in the environment ({chosen_by}){local}"
     ))
+}
+
+/// The OpenAI key in the provider's usual variable: with no provider configured, it makes the
+/// user an OpenAI user.
+fn openai_key(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    ProviderKind::OpenAi.facts().key_variable.and_then(env)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -133,7 +130,7 @@ fn env(name: &str) -> Option<String> {
 /// configured, and for `provider = "ollama"` on its default address with no model named.
 fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
     let new_user =
-        config.provider.is_none() && config.base_url.is_none() && env("OPENAI_API_KEY").is_none();
+        config.provider.is_none() && config.base_url.is_none() && openai_key(env).is_none();
     let ollama_without_model = config.provider == Some(ProviderKind::Ollama)
         && config.base_url.is_none()
         && config.model.is_none();
@@ -147,7 +144,10 @@ async fn probe_ollama() -> Option<String> {
         .build()
         .ok()?;
     let tags: serde_json::Value = client
-        .get(OLLAMA_TAGS_URL)
+        .get(format!(
+            "{}/api/tags",
+            ProviderKind::Ollama.facts().default_base_url
+        ))
         .send()
         .await
         .ok()?
@@ -163,24 +163,16 @@ fn settings(
     env: &dyn Fn(&str) -> Option<String>,
     local_model: Option<String>,
 ) -> Result<ProviderSettings, String> {
+    let default_model = |kind: ProviderKind| kind.facts().default_model.map(str::to_string);
     let (kind, base_url, fallback_model) = match config.provider {
-        Some(ProviderKind::Anthropic) => (
-            ProviderKind::Anthropic,
-            config.base_url.clone(),
-            Some(DEFAULT_ANTHROPIC_MODEL.to_string()),
-        ),
-        Some(ProviderKind::Bedrock) => (ProviderKind::Bedrock, config.base_url.clone(), None),
+        // Ollama has no default model of its own: the probe found the first installed one.
         Some(ProviderKind::Ollama) => (ProviderKind::Ollama, config.base_url.clone(), local_model),
-        Some(ProviderKind::OpenAi) => (
-            ProviderKind::OpenAi,
-            config.base_url.clone(),
-            Some(DEFAULT_OPENAI_MODEL.to_string()),
-        ),
+        Some(kind) => (kind, config.base_url.clone(), default_model(kind)),
         None if config.base_url.is_some() => (ProviderKind::OpenAi, config.base_url.clone(), None),
-        None if env("OPENAI_API_KEY").is_some() => (
+        None if openai_key(env).is_some() => (
             ProviderKind::OpenAi,
             None,
-            Some(DEFAULT_OPENAI_MODEL.to_string()),
+            default_model(ProviderKind::OpenAi),
         ),
         None => match local_model {
             // The native API: its OpenAI-compatible endpoint ignores num_ctx and truncates.
@@ -238,7 +230,7 @@ mod tests {
                 openai.model.as_str(),
                 openai.api_key.as_deref()
             ),
-            (ProviderKind::OpenAi, DEFAULT_OPENAI_MODEL, Some("sk-1"))
+            (ProviderKind::OpenAi, "gpt-4.1-mini", Some("sk-1"))
         );
         let ollama = settings(&config, &with_env(&[]), Some("qwen2.5-coder:7b".into())).unwrap();
         assert_eq!((ollama.kind, ollama.base_url), (ProviderKind::Ollama, None));
