@@ -375,7 +375,7 @@ async fn headless(
     } = ready;
     let engine = Engine::new(store.clone());
     // No provider, no session: the failure is reported before anything is written.
-    engine.provider(&config).await?;
+    engine.provider(&config).await.map_err(|e| e.to_string())?;
     let session_id = run_session(&store, &command).await?;
     let prompt = format!(
         "{}{}",

@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::limits::OLLAMA_PROBE_TIMEOUT;
-use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
+use crate::providers::{self, Provider, ProviderError, ProviderKind, ProviderSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +19,43 @@ For one `pen run`, the flags --provider, --model and --base-url do the same \
 (e.g. pen run \"...\" --provider openai --model smollm2 --base-url http://127.0.0.1:8080/v1).\n\
 The same keys (provider, model, base_url, api_key_env) go in ~/.config/pen/config.toml or the editor's settings.";
 
+/// Why no provider could be built for a configuration. Every variant says what to set; the
+/// front ends report it as a `no_provider` turn error (ACP: *auth required*).
+#[derive(Debug, thiserror::Error)]
+pub enum ChoiceError {
+    /// Nothing is configured and no local Ollama answered.
+    #[error("{}", NO_PROVIDER)]
+    NoProvider,
+    #[error("no model is configured: set the model key (PEN_MODEL, --model or the editor setting)")]
+    NoModel,
+    /// Thinking counts against the output limit, so the budget must leave room for the answer.
+    #[error(
+        "reasoning_budget_tokens ({budget}) must be less than max_output_tokens ({max_output}), \
+         which the thinking counts against: raise max_output_tokens or lower \
+         reasoning_budget_tokens"
+    )]
+    ReasoningBudget { budget: u64, max_output: u64 },
+    /// The provider needs a key and `variable` holds none. `chosen_by` says how the variable was
+    /// chosen; `local` offers a local server instead, where one would do.
+    #[error("{what}: set {variable} in the environment ({chosen_by}){local}")]
+    MissingKey {
+        what: String,
+        variable: String,
+        chosen_by: &'static str,
+        local: &'static str,
+    },
+    /// The provider refused its settings for another reason (a base URL that is not http(s)…).
+    #[error("{}", .0.message)]
+    Refused(ProviderError),
+    /// The blocking thread that builds the provider failed.
+    #[error("building the provider failed: {0}")]
+    Build(tokio::task::JoinError),
+}
+
 /// The provider and model for `config`, reading keys from the environment.
-pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+pub async fn provider_from_config(
+    config: &Config,
+) -> Result<(Arc<dyn Provider>, String), ChoiceError> {
     chosen_from_config(config)
         .await
         .map(|chosen| (chosen.provider, chosen.target.model))
@@ -43,7 +78,7 @@ pub struct Chosen {
 }
 
 /// The provider for `config` and its [`Target`], reading keys from the environment.
-pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
+pub async fn chosen_from_config(config: &Config) -> Result<Chosen, ChoiceError> {
     let local_model = if needs_probe(config, &env) {
         probe_ollama().await
     } else {
@@ -57,7 +92,7 @@ pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
         build(&settings, key.as_deref()).map(|provider| (provider, settings))
     })
     .await
-    .map_err(|e| format!("building the provider failed: {e}"))??;
+    .map_err(ChoiceError::Build)??;
     Ok(Chosen {
         provider: Arc::from(provider),
         target: Target {
@@ -83,21 +118,26 @@ fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
 fn build(
     settings: &ProviderSettings,
     key_variable: Option<&str>,
-) -> Result<Box<dyn Provider>, String> {
+) -> Result<Box<dyn Provider>, ChoiceError> {
     let error = match providers::build(settings) {
         Ok(provider) => return Ok(provider),
         Err(error) => error,
     };
     let Some(variable) = key_variable else {
-        return Err(error.message);
+        return Err(ChoiceError::Refused(error));
     };
     // The refusal was about the key exactly when the same settings with a key are accepted.
     let mut with_key = settings.clone();
     with_key.api_key = Some("placeholder".to_string());
     if settings.api_key.is_some() || providers::build(&with_key).is_err() {
-        return Err(error.message);
+        return Err(ChoiceError::Refused(error));
     }
-    let what = error.message.split(';').next().unwrap_or(&error.message);
+    let what = error
+        .message
+        .split(';')
+        .next()
+        .unwrap_or(&error.message)
+        .to_string();
     let local = if settings.kind == ProviderKind::OpenAi {
         ", or point base_url (--base-url, PEN_BASE_URL) at a local server such as Ollama or \
          llama-server"
@@ -111,9 +151,12 @@ fn build(
     } else {
         "the variable api_key_env names"
     };
-    Err(format!(
-        "{what}: set {variable} in the environment ({chosen_by}){local}"
-    ))
+    Err(ChoiceError::MissingKey {
+        what,
+        variable: variable.to_string(),
+        chosen_by,
+        local,
+    })
 }
 
 /// The OpenAI key in the provider's usual variable: with no provider configured, it makes the
@@ -162,7 +205,7 @@ fn settings(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
     local_model: Option<String>,
-) -> Result<ProviderSettings, String> {
+) -> Result<ProviderSettings, ChoiceError> {
     let default_model = |kind: ProviderKind| kind.facts().default_model.map(str::to_string);
     let (kind, base_url, fallback_model) = match config.provider {
         // Ollama has no default model of its own: the probe found the first installed one.
@@ -177,13 +220,14 @@ fn settings(
         None => match local_model {
             // The native API: its OpenAI-compatible endpoint ignores num_ctx and truncates.
             Some(model) => (ProviderKind::Ollama, None, Some(model)),
-            None => return Err(NO_PROVIDER.to_string()),
+            None => return Err(ChoiceError::NoProvider),
         },
     };
-    let model = config.model.clone().or(fallback_model).ok_or_else(|| {
-        "no model is configured: set the model key (PEN_MODEL, --model or the editor setting)"
-            .to_string()
-    })?;
+    let model = config
+        .model
+        .clone()
+        .or(fallback_model)
+        .ok_or(ChoiceError::NoModel)?;
     let key_name = key_variable(config, kind);
     let mut settings = ProviderSettings::new(kind, model);
     settings.base_url = base_url;
@@ -199,11 +243,10 @@ fn settings(
         && config.reasoning_budget_tokens >= config.max_output_tokens
         && !matches!(kind, ProviderKind::OpenAi | ProviderKind::Ollama)
     {
-        return Err(format!(
-            "reasoning_budget_tokens ({}) must be less than max_output_tokens ({}), which the \
-             thinking counts against: raise max_output_tokens or lower reasoning_budget_tokens",
-            config.reasoning_budget_tokens, config.max_output_tokens
-        ));
+        return Err(ChoiceError::ReasoningBudget {
+            budget: config.reasoning_budget_tokens,
+            max_output: config.max_output_tokens,
+        });
     }
     Ok(settings)
 }
@@ -236,6 +279,8 @@ mod tests {
         assert_eq!((ollama.kind, ollama.base_url), (ProviderKind::Ollama, None));
         assert_eq!(ollama.model, "qwen2.5-coder:7b");
         let none = settings(&config, &with_env(&[]), None).unwrap_err();
+        assert!(matches!(none, ChoiceError::NoProvider), "{none:?}");
+        let none = none.to_string();
         assert!(
             none.contains("OPENAI_API_KEY")
                 && none.contains("ANTHROPIC_API_KEY")
@@ -273,11 +318,10 @@ mod tests {
         local
             .set("base_url", &serde_json::json!("http://127.0.0.1:8080/v1"))
             .unwrap();
-        assert!(
-            settings(&local, &with_env(&[]), None)
-                .unwrap_err()
-                .contains("no model is configured")
-        );
+        assert!(matches!(
+            settings(&local, &with_env(&[]), None),
+            Err(ChoiceError::NoModel)
+        ));
         local.set("model", &serde_json::json!("smollm2")).unwrap();
         let s = settings(&local, &with_env(&[]), None).unwrap();
         assert_eq!(
@@ -296,7 +340,7 @@ mod tests {
             .set("reasoning_budget_tokens", &serde_json::json!(4096))
             .unwrap();
         let env = with_env(&[("ANTHROPIC_API_KEY", "k")]);
-        let error = settings(&config, &env, None).unwrap_err();
+        let error = settings(&config, &env, None).unwrap_err().to_string();
         assert!(
             error.contains(
                 "reasoning_budget_tokens (4096) must be less than max_output_tokens (4096)"
@@ -331,7 +375,8 @@ mod tests {
         let s = settings(&openai, &with_env(&[]), None).unwrap();
         let error = build(&s, key_variable(&openai, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             error.contains("needs an API key")
                 && error.contains("set OPENAI_API_KEY")
@@ -350,7 +395,8 @@ mod tests {
         let s = settings(&anthropic, &with_env(&[]), None).unwrap();
         let error = build(&s, key_variable(&anthropic, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             error.contains(
                 "set MY_ANTHROPIC_KEY in the environment (the variable api_key_env names)"
@@ -363,7 +409,8 @@ mod tests {
         s.base_url = Some("localhost:11434".into());
         let error = build(&s, key_variable(&openai, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(error.contains("is not an http"), "{error}");
         assert!(!error.contains("OPENAI_API_KEY"), "{error}");
     }
