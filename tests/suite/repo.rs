@@ -490,3 +490,161 @@ fn every_module_cycle_is_a_known_one() {
         );
     }
 }
+
+/// The words of a constant's name (split at `_`) that say it bounds bytes, lines, counts or
+/// time: a `MAX_…`, a `…_TIMEOUT`, a `…_BYTES`.
+const LIMIT_WORDS: &[&str] = &[
+    "MAX", "MIN", "LIMIT", "CAP", "TIMEOUT", "WAIT", "BYTES", "LINES", "ENTRIES", "FILES", "ROWS",
+    "PAGE", "CHUNK", "CHUNKS", "ATTEMPTS", "RETRIES", "SHOWN", "KEPT", "QUEUED", "TOKENS", "SECS",
+    "DEPTH",
+];
+
+/// Constants outside `src/limits.rs` whose names read like limits but that are facts the
+/// outside world fixes, each `(file, name)` with why it stays beside the code it describes. A
+/// listed constant that is gone must be removed.
+const NOT_LIMITS: &[(&str, &str)] = &[
+    // What a private key looks like: the recognizer's definition of armor, JWK members and key
+    // body lines (PEM and PGP use 64 characters a line, OpenSSH 70, MIME 76), not a bound on
+    // work pen does.
+    ("src/tools/keys.rs", "MAX_LABEL"),
+    ("src/tools/keys.rs", "MIN_JWK_VALUE"),
+    ("src/tools/keys.rs", "MAX_BODY_RUN"),
+    // Anthropic's documented minimum cacheable prompt, the default row of the table beside it.
+    ("src/providers/cache.rs", "DEFAULT_MIN_CACHEABLE_TOKENS"),
+    // Arithmetic: the sums an f64 holds exactly (below 2^53), not a bound on input.
+    ("src/budget/estimate.rs", "SUM_TOTAL_LIMIT"),
+];
+
+/// The lines of a Rust file that are built outside tests: an item after `#[cfg(test)]` (a
+/// `mod x;`, or everything up to its closing brace) is left out, as are whole test files
+/// (`tests.rs`, `*_tests.rs`), with each kept line's number.
+fn non_test_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if name == "tests.rs" || name.ends_with("_tests.rs") {
+        return Vec::new();
+    }
+    let mut kept = Vec::new();
+    // Inside a test item: its brace depth, and whether its first brace was seen.
+    let mut skipping: Option<(i64, bool)> = None;
+    for (number, line) in text.lines().enumerate() {
+        let code = line.find("//").map_or(line, |at| &line[..at]);
+        if let Some((depth, opened)) = &mut skipping {
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        *depth += 1;
+                        *opened = true;
+                    }
+                    '}' => *depth -= 1,
+                    _ => {}
+                }
+            }
+            if (*opened && *depth <= 0) || (!*opened && code.contains(';')) {
+                skipping = None;
+            }
+            continue;
+        }
+        if code.trim() == "#[cfg(test)]" {
+            skipping = Some((0, false));
+            continue;
+        }
+        kept.push((number + 1, code.to_string()));
+    }
+    kept
+}
+
+/// The limit-like definitions and literals of one file (`shown`, relative to the repository)
+/// in built (non-test) code, as `(line number, code)`. The rule, narrow so that it names only
+/// bounds:
+/// - a `const` or `static` of type `Duration` (a time cap), or of an unsigned integer type
+///   (`usize`, `u64`, `u32`, `u16`) whose name has one of [`LIMIT_WORDS`], unless listed in
+///   [`NOT_LIMITS`];
+/// - a `Duration::from_secs`/`from_millis`/`from_micros`/`from_nanos` of a number literal (a
+///   time cap written in place).
+///
+/// Other integer constants (an error code, a format's field length, a protocol version), floats
+/// (a similarity cut-off) and test code are not limits here.
+fn limit_like_lines(shown: &str, text: &str) -> Vec<(usize, String)> {
+    let item = regex::Regex::new(
+        r"^\s*(?:pub(?:\([a-z]+\))?\s+)?(?:const|static)\s+([A-Z][A-Z0-9_]*)\s*:\s*(usize|u64|u32|u16|(?:std::time::)?Duration)\s*=",
+    )
+    .expect("regex");
+    let literal =
+        regex::Regex::new(r"Duration::from_(?:secs|millis|micros|nanos)\(\s*[0-9]").expect("regex");
+    non_test_lines(Path::new(shown), text)
+        .into_iter()
+        .filter(|(_, code)| {
+            let named = item.captures(code).is_some_and(|found| {
+                let (name, ty) = (&found[1], &found[2]);
+                let limit_like =
+                    ty.ends_with("Duration") || name.split('_').any(|w| LIMIT_WORDS.contains(&w));
+                limit_like && !NOT_LIMITS.contains(&(shown, name))
+            });
+            named || literal.is_match(code)
+        })
+        .collect()
+}
+
+#[test]
+fn the_limit_rule_names_bounds_and_passes_other_constants() {
+    let sample = "const MAX_THINGS: usize = 4;\n\
+                  pub(crate) const READ_TIMEOUT: std::time::Duration = x;\n\
+                  static KEPT_WALKS: u64 = 8;\n\
+                  const PARSE_ERROR: i64 = -32700;\n\
+                  const PRELUDE_LEN: usize = 12;\n\
+                  const CUTOFF: f32 = 0.6;\n\
+                  const MAX_LABEL: usize = 64;\n\
+                  let wait = Duration::from_millis(500);\n\
+                  let wait = Duration::from_secs(config.secs);\n\
+                  #[cfg(test)]\n\
+                  mod tests {\n    const MAX_IN_TESTS: usize = 1;\n}\n\
+                  #[cfg(test)]\n\
+                  mod law_tests;\n\
+                  const MAX_AFTER: usize = 2;\n";
+    let found: Vec<usize> = limit_like_lines("src/tools/keys.rs", sample)
+        .into_iter()
+        .map(|(number, _)| number)
+        .collect();
+    assert_eq!(found, [1, 2, 3, 8, 16]);
+    // MAX_LABEL is listed in NOT_LIMITS for keys.rs only.
+    assert!(
+        limit_like_lines("src/x.rs", sample)
+            .iter()
+            .any(|(n, _)| *n == 7)
+    );
+    assert!(limit_like_lines("src/a/tests.rs", sample).is_empty());
+}
+
+#[test]
+fn limits_are_defined_only_in_limits_rs() {
+    let mut found = Vec::new();
+    for (path, text) in text_files() {
+        let Ok(relative) = path.strip_prefix(root()) else {
+            continue;
+        };
+        let shown = relative.display().to_string();
+        if !shown.starts_with("src/") || !shown.ends_with(".rs") || shown == "src/limits.rs" {
+            continue;
+        }
+        for (number, code) in limit_like_lines(&shown, &text) {
+            found.push(format!("{shown}:{number}: {}", code.trim()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "limit-like constants or literals outside src/limits.rs (move each to src/limits.rs \
+         with its default and why, or, if it is a fact of a format rather than a bound pen \
+         chooses, list it in NOT_LIMITS saying why):\n{}",
+        found.join("\n")
+    );
+    for (file, name) in NOT_LIMITS {
+        let text = std::fs::read_to_string(root().join(file)).expect(file);
+        assert!(
+            text.contains(&format!("const {name}:")),
+            "{file} no longer defines {name}: remove it from NOT_LIMITS"
+        );
+    }
+}
