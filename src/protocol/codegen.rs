@@ -34,7 +34,7 @@ fn constant(name: &str) -> String {
     name.to_ascii_uppercase()
 }
 
-fn string_list(names: &[&str]) -> String {
+fn string_list(names: &[String]) -> String {
     names
         .iter()
         .map(|n| format!("'{n}'"))
@@ -42,42 +42,51 @@ fn string_list(names: &[&str]) -> String {
         .join(", ")
 }
 
+/// The wire names of `values`, as serde writes them.
+fn wire_names<T: Serialize>(values: &[T]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| match serde_json::to_value(v) {
+            Ok(Value::String(name)) => name,
+            other => panic!("an enum value serializes to a string, not {other:?}"),
+        })
+        .collect()
+}
+
+fn strs(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
 /// The enums both editors take their names from: (TypeScript / Lua name, values).
-fn enums() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
     vec![
-        (
-            "STOP_REASONS",
-            "stop_reason",
-            StopReason::ALL.iter().map(|r| r.as_str()).collect(),
-        ),
+        ("STOP_REASONS", "stop_reason", wire_names(&StopReason::ALL)),
         (
             "TURN_ERROR_KINDS",
             "error_kind",
-            TurnErrorKind::ALL.iter().map(|k| k.as_str()).collect(),
+            wire_names(&TurnErrorKind::ALL),
         ),
         (
             "CALL_OUTCOMES",
             "call_outcome",
-            CallOutcome::ALL.iter().map(|o| o.as_str()).collect(),
+            wire_names(&CallOutcome::ALL),
         ),
         (
             "EVENT_KINDS",
             "event_kind",
-            EventKind::ALL.iter().map(|k| k.as_str()).collect(),
-        ),
-        ("ENTRY_KINDS", "entry_kind", EntryBody::KINDS.to_vec()),
-        ("TRIM_REASONS", "trim_reason", TrimmedData::REASONS.to_vec()),
-        (
-            "DECISIONS",
-            "decision",
-            Decision::ALL
+            EventKind::ALL
                 .iter()
-                .map(|d| match d {
-                    Decision::Allow => "allow",
-                    Decision::AllowForSession => "allow_for_session",
-                    Decision::Deny => "deny",
-                })
+                .map(|k| k.as_str().to_string())
                 .collect(),
+        ),
+        ("ENTRY_KINDS", "entry_kind", strs(&EntryBody::KINDS)),
+        ("TRIM_REASONS", "trim_reason", strs(&TrimmedData::REASONS)),
+        ("DECISIONS", "decision", wire_names(&Decision::ALL)),
+        ("FILE_STATUSES", "file_status", wire_names(&FileStatus::ALL)),
+        (
+            "WINDOW_SOURCES",
+            "window_source",
+            wire_names(&WindowSource::ALL),
         ),
     ]
 }
@@ -114,6 +123,7 @@ fn typescript() -> String {
     decl::<GetTranscriptParams>(&cfg, &mut out);
     decl::<TranscriptResponse>(&cfg, &mut out);
     decl::<RevertTurnParams>(&cfg, &mut out);
+    decl::<FileStatus>(&cfg, &mut out);
     decl::<RevertedFileReport>(&cfg, &mut out);
     decl::<UnrevertedCall>(&cfg, &mut out);
     decl::<InterruptedRevertReport>(&cfg, &mut out);
@@ -122,6 +132,7 @@ fn typescript() -> String {
     decl::<ForkSessionResult>(&cfg, &mut out);
     decl::<TranscriptRecord>(&cfg, &mut out);
     decl::<EntryBody>(&cfg, &mut out);
+    decl::<RevertedFileStatus>(&cfg, &mut out);
     decl::<AssistantCall>(&cfg, &mut out);
     decl::<Usage>(&cfg, &mut out);
     decl::<PromptParams>(&cfg, &mut out);
@@ -139,6 +150,8 @@ fn typescript() -> String {
     decl::<EventParams>(&cfg, &mut out);
     decl::<EventBody>(&cfg, &mut out);
     decl::<TrimmedData>(&cfg, &mut out);
+    decl::<ContextWindowData>(&cfg, &mut out);
+    decl::<WindowSource>(&cfg, &mut out);
     decl::<ApprovalParams>(&cfg, &mut out);
     decl::<ApprovalResponse>(&cfg, &mut out);
     out.push_str(
@@ -162,7 +175,7 @@ fn lua() -> String {
     for (_, lua_name, values) in enums() {
         let _ = writeln!(out, "\nM.{lua_name} = {{");
         for value in values {
-            let _ = writeln!(out, "  {} = '{value}',", constant(value));
+            let _ = writeln!(out, "  {} = '{value}',", constant(&value));
         }
         out.push_str("}\n");
     }
@@ -213,58 +226,9 @@ fn lua_matches_the_rust_types() {
     check(LUA_PATH, &lua());
 }
 
-/// The generated enum lists are what serde writes.
+/// The trim reasons listed are what serde writes.
 #[test]
-fn listed_names_are_the_serialized_names() {
-    for decision in Decision::ALL {
-        let name = serde_json::to_value(decision).expect("serializes");
-        let listed = &enums()[6].2;
-        assert!(listed.iter().any(|n| name == *n), "{name}");
-    }
-    let samples = [
-        EntryBody::UserPrompt { text: "t".into() },
-        EntryBody::AssistantMessage {
-            text: String::new(),
-            tool_calls: vec![],
-            finish_reason: None,
-            usage: None,
-            model: None,
-            estimated_input_tokens: None,
-        },
-        EntryBody::ToolCall {
-            call_id: "c".into(),
-            tool: "pen_read".into(),
-            arguments: Value::Null,
-        },
-        EntryBody::ToolResult {
-            call_id: "c".into(),
-            tool: None,
-            state: CallOutcome::Done,
-            is_error: false,
-            content: String::new(),
-        },
-        EntryBody::TurnEnded(TurnOutcome {
-            stop_reason: StopReason::EndTurn,
-            last_error: None,
-            error_kind: None,
-            usage: None,
-            session_usage: None,
-        }),
-        EntryBody::ContextTrimmed(TrimmedData::ContextWindowExceeded {
-            shrunk_call_ids: vec![],
-            head_bytes: 1,
-            provider_message: None,
-        }),
-        EntryBody::ContextWindowRejected {
-            model: "m".into(),
-            estimated_tokens: 1,
-            reason: "r".into(),
-        },
-        EntryBody::ToolAllowedForSession {
-            tool: "pen_edit".into(),
-        },
-        EntryBody::Event(serde_json::json!({"type": "x"})),
-    ];
+fn listed_trim_reasons_are_the_serialized_names() {
     let budget = TrimmedData::from(agent::Trim::Budget(Default::default()));
     let shrunk = TrimmedData::from(agent::Trim::Shrunk {
         call_ids: vec![],
@@ -274,16 +238,127 @@ fn listed_names_are_the_serialized_names() {
         [budget, shrunk].map(|t| serde_json::to_value(t).expect("serializes")["reason"].clone()),
         TrimmedData::REASONS.map(Value::from)
     );
-    let kinds: Vec<Value> = samples
-        .iter()
-        .map(|s| serde_json::to_value(s).expect("serializes")["kind"].clone())
-        .collect();
+}
+
+/// One stored item of every kind, and one event of every kind this pen knows (the `match` in
+/// the test makes a new [`transcript::Event`] variant a compile error until it has a sample).
+fn stored_samples() -> Vec<transcript::Item> {
+    use crate::providers::window::{ModelWindow, WindowSource as Source};
+    use transcript::{Event, Item};
+    let file = transcript::InstructionFile {
+        path: "AGENTS.md".into(),
+        bytes: 5,
+        cut: false,
+        text: "hello".into(),
+        refused: None,
+    };
+    vec![
+        Item::UserPrompt { text: "t".into() },
+        Item::AssistantMessage(Default::default()),
+        Item::ToolCall(Default::default()),
+        Item::ToolResult(Default::default()),
+        Item::Event(Event::SessionContext(transcript::SessionContext {
+            instructions: vec![file.clone()],
+            environment: "- pen".into(),
+        })),
+        Item::Event(Event::InstructionsDelivered {
+            call_id: "c".into(),
+            files: vec![file.clone()],
+        }),
+        Item::Event(Event::InstructionsChanged {
+            instructions: vec![file],
+        }),
+        Item::Event(Event::TurnEnded {
+            stop_reason: StopReason::EndTurn,
+            last_error: None,
+            error_kind: None,
+            usage: None,
+            session_usage: None,
+        }),
+        Item::Event(Event::ContextWindowRejected {
+            model: "m".into(),
+            estimated_tokens: 1,
+            reason: "r".into(),
+            uncalibrated_tokens: None,
+        }),
+        Item::Event(Event::ContextWindowFound {
+            model: "m".into(),
+            window: ModelWindow::new(2048, Source::LlamaCppProps),
+        }),
+        Item::Event(Event::ProviderWarning {
+            model: "m".into(),
+            message: "w".into(),
+        }),
+        Item::Event(Event::ResultsShrunk {
+            call_ids: vec!["c".into()],
+            head_bytes: 1,
+            reason: "r".into(),
+        }),
+        Item::Event(Event::ContextTrimmed(Default::default())),
+        Item::Event(Event::ContextCompacted(Default::default())),
+        Item::Event(Event::ToolAllowedForSession {
+            tool: "pen_edit".into(),
+        }),
+        Item::Event(Event::RevertStarted {
+            turns: vec!["t_1".into()],
+            files: vec!["a.txt".into()],
+        }),
+        Item::Event(Event::FilesReverted {
+            turns: vec!["t_1".into()],
+            files: vec![transcript::RevertedFile {
+                path: "a.txt".into(),
+                status: "reverted".into(),
+            }],
+            note: "n".into(),
+            interrupted: false,
+        }),
+        Item::Event(Event::Other(serde_json::json!({"type": "from_the_future"}))),
+    ]
+}
+
+/// Every stored event this pen knows reaches `pen/getTranscript` as a typed entry: only an
+/// event it does not know (a newer pen's) is sent as its stored payload (`kind: "event"`).
+/// And the kinds sent are [`EntryBody::KINDS`], which the editors' tables list.
+#[test]
+fn every_known_stored_event_has_a_typed_entry() {
+    use transcript::{Event, Item};
+    let samples = stored_samples();
+    let mut covered = std::collections::BTreeSet::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for item in samples {
+        if let Item::Event(event) = &item {
+            // Exhaustive: a new event kind needs an arm here and a sample above.
+            covered.insert(match event {
+                Event::SessionContext(_) => 0,
+                Event::InstructionsDelivered { .. } => 1,
+                Event::InstructionsChanged { .. } => 2,
+                Event::TurnEnded { .. } => 3,
+                Event::ContextWindowRejected { .. } => 4,
+                Event::ContextWindowFound { .. } => 5,
+                Event::ProviderWarning { .. } => 6,
+                Event::ResultsShrunk { .. } => 7,
+                Event::ContextTrimmed(_) => 8,
+                Event::ContextCompacted(_) => 9,
+                Event::ToolAllowedForSession { .. } => 10,
+                Event::RevertStarted { .. } => 11,
+                Event::FilesReverted { .. } => 12,
+                Event::Other(_) => 13,
+            });
+        }
+        let known = !matches!(item, Item::Event(Event::Other(_)));
+        let payload = item.to_payload();
+        let body = EntryBody::from(item);
+        assert!(
+            !known || !matches!(body, EntryBody::Event(_)),
+            "the stored event {payload} reaches pen/getTranscript untyped"
+        );
+        let sent = serde_json::to_value(&body).expect("serializes");
+        kinds.insert(sent["kind"].as_str().expect("a kind").to_string());
+    }
+    assert_eq!(covered, (0..14).collect(), "a known event has no sample");
     assert_eq!(
         kinds,
-        EntryBody::KINDS
-            .iter()
-            .map(|k| Value::from(*k))
-            .collect::<Vec<_>>()
+        EntryBody::KINDS.iter().map(|k| k.to_string()).collect()
     );
 }
 
