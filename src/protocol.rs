@@ -87,9 +87,7 @@ pub struct McpStatusResponse {
 #[serde(rename_all = "camelCase")]
 pub struct McpServerStatus {
     pub name: String,
-    /// `idle` (no turn started it yet), `starting`, `running`, `failed`, `not_approved`,
-    /// `denied`, `refused` or `disabled`.
-    pub status: String,
+    pub status: McpServerState,
     /// Why it is not running (with the tail of its stderr), when it is not.
     pub reason: Option<String>,
     pub tool_count: u64,
@@ -102,12 +100,62 @@ pub struct McpServerStatus {
 impl From<crate::mcp::ServerStatus> for McpServerStatus {
     fn from(status: crate::mcp::ServerStatus) -> McpServerStatus {
         McpServerStatus {
-            status: status.state.as_str().to_string(),
+            status: McpServerState::from(&status.state),
             name: status.name,
             reason: status.reason,
             tool_count: status.tool_count as u64,
             schema_tokens: status.schema_tokens,
             project: status.project,
+        }
+    }
+}
+
+/// Where an MCP server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerState {
+    /// Configured; no turn started it yet.
+    Idle,
+    Starting,
+    Running,
+    /// Failed to start or died (`reason` says why, with the tail of its stderr).
+    Failed,
+    /// A project server the owner has not approved yet.
+    NotApproved,
+    /// A project server the owner denied.
+    Denied,
+    /// A project server pen refuses to start, whatever the owner answers.
+    Refused,
+    /// `enabled = false`.
+    Disabled,
+}
+
+impl McpServerState {
+    pub const ALL: [McpServerState; 8] = [
+        McpServerState::Idle,
+        McpServerState::Starting,
+        McpServerState::Running,
+        McpServerState::Failed,
+        McpServerState::NotApproved,
+        McpServerState::Denied,
+        McpServerState::Refused,
+        McpServerState::Disabled,
+    ];
+}
+
+impl From<&crate::mcp::ServerState> for McpServerState {
+    fn from(state: &crate::mcp::ServerState) -> McpServerState {
+        use crate::mcp::ServerState as S;
+        match state {
+            S::Idle => McpServerState::Idle,
+            S::Starting => McpServerState::Starting,
+            S::Running { .. } => McpServerState::Running,
+            S::Failed { .. } => McpServerState::Failed,
+            S::NotApproved { denied: false } => McpServerState::NotApproved,
+            S::NotApproved { denied: true } => McpServerState::Denied,
+            S::Refused => McpServerState::Refused,
+            S::Disabled => McpServerState::Disabled,
         }
     }
 }
@@ -1142,7 +1190,7 @@ pub enum EventBody {
     /// An MCP server started (`running`), failed or died (`failed`, with `reason`).
     McpServer {
         server: String,
-        state: String,
+        state: McpServerState,
         reason: Option<String>,
     },
     /// A root instruction file changed since the session recorded it; this turn's prompt
@@ -1363,7 +1411,7 @@ impl From<agent::TurnEvent> for EventBody {
                 reason,
             } => EventBody::McpServer {
                 server,
-                state,
+                state: McpServerState::from(&state),
                 reason,
             },
             E::InstructionsChanged { files } => EventBody::InstructionsChanged {
@@ -1389,44 +1437,73 @@ impl From<agent::AgentEvent> for EventParams {
     }
 }
 
-/// `pen/requestApproval` params: what the owner is asked to approve.
+/// `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalParams {
-    /// `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
-    /// `root`: a project's `.mcp.json` server asks once before it first runs).
-    pub kind: String,
-    pub session_id: String,
-    pub turn_id: String,
-    pub call_id: String,
-    pub tool: String,
-    pub arguments: Value,
-    /// For pen_edit: the unified diff the edit would make.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
-    /// Set when the write will not be revertible (its file is over the session's checkpoint
-    /// store limit): `"not revertible: too large (…)"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_revertible: Option<String>,
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ApprovalParams {
+    /// A tool call the model made.
+    ToolCall {
+        session_id: String,
+        turn_id: String,
+        call_id: String,
+        tool: String,
+        arguments: Value,
+        /// For pen_edit: the unified diff the edit would make.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        diff: Option<String>,
+        /// Set when the write will not be revertible (its file is over the session's
+        /// checkpoint store limit): `"not revertible: too large (…)"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        not_revertible: Option<String>,
+    },
+    /// A server of the workspace's `.mcp.json` asks once before it first runs: its exact
+    /// `commandLine` is what the owner approves.
+    StartMcpServer {
+        session_id: String,
+        turn_id: String,
+        call_id: String,
+        server: String,
+        command_line: String,
+        root: String,
+    },
+}
+
+impl ApprovalParams {
+    /// Every `kind` of an approval request, as sent.
+    pub const KINDS: [&'static str; 2] = ["tool_call", "start_mcp_server"];
 }
 
 impl From<agent::ApprovalRequest> for ApprovalParams {
     fn from(request: agent::ApprovalRequest) -> ApprovalParams {
-        ApprovalParams {
-            kind: if request.tool == agent::START_MCP_SERVER {
-                "start_mcp_server"
-            } else {
-                "tool_call"
-            }
-            .to_string(),
-            session_id: request.session_id,
-            turn_id: request.turn_id,
-            call_id: request.call_id,
-            tool: request.tool,
-            arguments: request.arguments,
-            diff: request.diff,
-            not_revertible: request.not_revertible,
+        match request.kind {
+            agent::ApprovalKind::ToolCall => ApprovalParams::ToolCall {
+                session_id: request.session_id,
+                turn_id: request.turn_id,
+                call_id: request.call_id,
+                tool: request.tool,
+                arguments: request.arguments,
+                diff: request.diff,
+                not_revertible: request.not_revertible,
+            },
+            agent::ApprovalKind::StartMcpServer {
+                server,
+                command_line,
+                root,
+            } => ApprovalParams::StartMcpServer {
+                session_id: request.session_id,
+                turn_id: request.turn_id,
+                call_id: request.call_id,
+                server,
+                command_line,
+                root,
+            },
         }
     }
 }

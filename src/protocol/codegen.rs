@@ -82,7 +82,17 @@ fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
         ("ENTRY_KINDS", "entry_kind", strs(&EntryBody::KINDS)),
         ("TRIM_REASONS", "trim_reason", strs(&TrimmedData::REASONS)),
         ("DECISIONS", "decision", wire_names(&Decision::ALL)),
+        (
+            "APPROVAL_KINDS",
+            "approval_kind",
+            strs(&ApprovalParams::KINDS),
+        ),
         ("FILE_STATUSES", "file_status", wire_names(&FileStatus::ALL)),
+        (
+            "MCP_SERVER_STATES",
+            "mcp_server_state",
+            wire_names(&McpServerState::ALL),
+        ),
         (
             "WINDOW_SOURCES",
             "window_source",
@@ -115,6 +125,9 @@ fn typescript() -> String {
     decl::<TurnErrorKind>(&cfg, &mut out);
     decl::<Decision>(&cfg, &mut out);
     decl::<FinishReason>(&cfg, &mut out);
+    decl::<McpServerState>(&cfg, &mut out);
+    decl::<McpStatusResponse>(&cfg, &mut out);
+    decl::<McpServerStatus>(&cfg, &mut out);
     decl::<CallToolParams>(&cfg, &mut out);
     decl::<NewSessionParams>(&cfg, &mut out);
     decl::<ListSessionsParams>(&cfg, &mut out);
@@ -226,9 +239,31 @@ fn lua_matches_the_rust_types() {
     check(LUA_PATH, &lua());
 }
 
-/// The trim reasons listed are what serde writes.
+/// The trim reasons and approval kinds listed are what serde writes.
 #[test]
-fn listed_trim_reasons_are_the_serialized_names() {
+fn listed_tags_are_the_serialized_names() {
+    let request = |kind| agent::ApprovalRequest {
+        session_id: "s".into(),
+        turn_id: "t".into(),
+        call_id: "c".into(),
+        kind,
+        tool: "pen_edit".into(),
+        arguments: Value::Null,
+        diff: None,
+        not_revertible: None,
+    };
+    let start = agent::ApprovalKind::StartMcpServer {
+        server: "files".into(),
+        command_line: "node server.js".into(),
+        root: "/w".into(),
+    };
+    assert_eq!(
+        [agent::ApprovalKind::ToolCall, start].map(|kind| {
+            let params = ApprovalParams::from(request(kind));
+            serde_json::to_value(params).expect("serializes")["kind"].clone()
+        }),
+        ApprovalParams::KINDS.map(Value::from)
+    );
     let budget = TrimmedData::from(agent::Trim::Budget(Default::default()));
     let shrunk = TrimmedData::from(agent::Trim::Shrunk {
         call_ids: vec![],

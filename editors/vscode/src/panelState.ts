@@ -472,20 +472,25 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
   if (params.sessionId !== model.sessionId) {
     return model;
   }
-  let m = toolStarted(model, params.callId, params.tool, params.arguments);
+  // A project MCP server asking to start: its exact command line is what the owner approves.
+  const asked =
+    params.kind === 'start_mcp_server'
+      ? { tool: 'start MCP server', args: { server: params.server, commandLine: params.commandLine }, diff: null, notRevertible: null }
+      : { tool: params.tool, args: params.arguments, diff: params.diff ?? null, notRevertible: params.notRevertible ?? null };
+  let m = toolStarted(model, params.callId, asked.tool, asked.args);
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
   if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
     return m;
   }
-  if (tool.pendingApproval && tool.diff === (params.diff ?? null)) {
+  if (tool.pendingApproval && tool.diff === asked.diff) {
     return m;
   }
   m = update<ToolItem>(m, index, {
     state: 'awaiting_approval',
     pendingApproval: true,
-    diff: params.diff ?? null,
-    notRevertible: params.notRevertible ?? null,
+    diff: asked.diff,
+    notRevertible: asked.notRevertible,
   });
   return { ...m, status: 'waiting for approval' };
 }

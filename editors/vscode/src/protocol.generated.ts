@@ -36,7 +36,11 @@ export const TRIM_REASONS = ['budget', 'context_window_exceeded'] as const;
 
 export const DECISIONS = ['allow', 'allow_for_session', 'deny'] as const;
 
+export const APPROVAL_KINDS = ['tool_call', 'start_mcp_server'] as const;
+
 export const FILE_STATUSES = ['reverted', 'deleted', 'unchanged', 'conflict', 'not_revertible', 'not_reverted'] as const;
+
+export const MCP_SERVER_STATES = ['idle', 'starting', 'running', 'failed', 'not_approved', 'denied', 'refused', 'disabled'] as const;
 
 export const WINDOW_SOURCES = ['config', 'llama_cpp_props', 'ollama_show', 'vllm_models', 'lm_studio_models', 'hosted_table', 'default'] as const;
 
@@ -66,6 +70,33 @@ export type Decision = "allow" | "allow_for_session" | "deny";
  * Why the model stopped answering.
  */
 export type FinishReason = "end_turn" | "tool_use" | "max_tokens" | "other";
+
+/**
+ * Where an MCP server is in its life.
+ */
+export type McpServerState = "idle" | "starting" | "running" | "failed" | "not_approved" | "denied" | "refused" | "disabled";
+
+/**
+ * `pen/mcpStatus` answer: each MCP server's status, for the panels.
+ */
+export type McpStatusResponse = { servers: Array<McpServerStatus>, };
+
+/**
+ * One MCP server's status.
+ */
+export type McpServerStatus = { name: string, status: McpServerState, 
+/**
+ * Why it is not running (with the tail of its stderr), when it is not.
+ */
+reason: string | null, toolCount: number, 
+/**
+ * About how many tokens its tools' schemas add to every request.
+ */
+schemaTokens: number, 
+/**
+ * Whether it comes from the workspace's `.mcp.json`.
+ */
+project: boolean, };
 
 /**
  * `pen/callTool` params: one native tool, no model.
@@ -409,7 +440,7 @@ export type EventParams = { sessionId: string, turnId: string, seq: number, } & 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -418,7 +449,7 @@ export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { 
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -458,23 +489,18 @@ toolsDropped: boolean, };
 export type WindowSource = "config" | "llama_cpp_props" | "ollama_show" | "vllm_models" | "lm_studio_models" | "hosted_table" | "default";
 
 /**
- * `pen/requestApproval` params: what the owner is asked to approve.
+ * `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
  */
-export type ApprovalParams = { 
-/**
- * `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
- * `root`: a project's `.mcp.json` server asks once before it first runs).
- */
-kind: string, sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
+export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */
-diff?: string | null, 
+diff?: string, 
 /**
- * Set when the write will not be revertible (its file is over the session's checkpoint
- * store limit): `"not revertible: too large (…)"`.
+ * Set when the write will not be revertible (its file is over the session's
+ * checkpoint store limit): `"not revertible: too large (…)"`.
  */
-notRevertible?: string | null, };
+notRevertible?: string, } | { "kind": "start_mcp_server", sessionId: string, turnId: string, callId: string, server: string, commandLine: string, root: string, };
 
 /**
  * The client's answer to `pen/requestApproval`: an object with a known `decision` and at most

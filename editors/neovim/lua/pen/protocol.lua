@@ -97,6 +97,11 @@ M.decision = {
   DENY = 'deny',
 }
 
+M.approval_kind = {
+  TOOL_CALL = 'tool_call',
+  START_MCP_SERVER = 'start_mcp_server',
+}
+
 M.file_status = {
   REVERTED = 'reverted',
   DELETED = 'deleted',
@@ -104,6 +109,17 @@ M.file_status = {
   CONFLICT = 'conflict',
   NOT_REVERTIBLE = 'not_revertible',
   NOT_REVERTED = 'not_reverted',
+}
+
+M.mcp_server_state = {
+  IDLE = 'idle',
+  STARTING = 'starting',
+  RUNNING = 'running',
+  FAILED = 'failed',
+  NOT_APPROVED = 'not_approved',
+  DENIED = 'denied',
+  REFUSED = 'refused',
+  DISABLED = 'disabled',
 }
 
 M.window_source = {

@@ -196,7 +196,10 @@ function M.approval(d)
     return
   end
   M.shown_approvals[d.callId or ''] = true
-  local l = { ('- ❓ **%s** %s — waiting for approval'):format(d.tool or '?', short_args(d.arguments)) }
+  local what = d.kind == P.approval_kind.START_MCP_SERVER
+    and ('**start MCP server** %s: %s'):format(tostring(d.server), tostring(d.commandLine))
+    or ('**%s** %s'):format(d.tool or '?', short_args(d.arguments))
+  local l = { ('- ❓ %s — waiting for approval'):format(what) }
   if type(d.diff) == 'string' then
     vim.list_extend(l, M.diff_lines(d.diff))
   end

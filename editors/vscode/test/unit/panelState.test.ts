@@ -125,6 +125,15 @@ describe('live events', () => {
     assert.equal(m.items.length, 2, 'no second card');
   });
 
+  test('a project MCP server asking to start shows its command line', () => {
+    let m = promptSent(session(), 'go');
+    m = approvalRequested(m, {
+      kind: 'start_mcp_server', sessionId: S, turnId: T, callId: 'mcp_start_files',
+      server: 'files', commandLine: 'node server.js', root: '/w',
+    });
+    assert.deepEqual(outline(m).slice(1), ['tool start MCP server [files: node server.js] awaiting_approval ASKING']);
+  });
+
   test('Deny and Stop: denied by the owner, withdrawn, not executed', () => {
     let m = promptSent(session(), 'go');
     m = reduce(m, [
