@@ -439,3 +439,79 @@ fn documented_methods_are_read_from_headings() {
         ["pen/a", "pen/b", "pen/d"]
     );
 }
+
+/// Whether a doc comment lists values: two backticked snake_case words joined by `, `, ` or `
+/// or `, or ` (`` `running`, `failed` or `denied` ``).
+fn lists_values(doc: &str) -> bool {
+    let is_value = |word: &str| {
+        word.starts_with(|c: char| c.is_ascii_lowercase())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    // Split on backticks: odd parts are quoted, even parts lie between them.
+    let parts: Vec<&str> = doc.split('`').collect();
+    parts.windows(3).enumerate().any(|(i, w)| {
+        i % 2 == 1 && is_value(w[0]) && [", ", " or ", ", or "].contains(&w[1]) && is_value(w[2])
+    })
+}
+
+/// The `String` fields of `source` (plain, `Option` or `Vec`) whose doc comment lists values:
+/// `(field, doc)`. The doc is the `///` lines right above the field, attributes between them
+/// skipped.
+fn strings_with_listed_values(source: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut doc = String::new();
+    for line in source.lines().map(str::trim) {
+        if let Some(text) = line.strip_prefix("///") {
+            doc.push_str(text);
+            doc.push(' ');
+            continue;
+        }
+        if line.starts_with("#[") || line.starts_with(')') || line.starts_with('"') {
+            continue;
+        }
+        let field = line.trim_start_matches("pub ").trim_end_matches(',');
+        if let Some((name, ty)) = field.split_once(": ")
+            && ["String", "Option<String>", "Vec<String>"].contains(&ty)
+            && lists_values(&doc)
+        {
+            found.push((name.to_string(), doc.clone()));
+        }
+        doc.clear();
+    }
+    found
+}
+
+/// A closed set of values on the wire is an enum the editors get generated, never a `String`
+/// whose doc lists the values (as `RevertedFileReport.status` once was).
+#[test]
+fn no_wire_string_lists_its_values() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocol.rs");
+    let source = std::fs::read_to_string(&path).expect("read src/protocol.rs");
+    let found = strings_with_listed_values(&source);
+    assert!(
+        found.is_empty(),
+        "wire strings whose docs list their values (make them enums with ALL and add them to \
+         codegen's enums): {found:?}"
+    );
+}
+
+#[test]
+fn listed_values_are_found_in_field_docs() {
+    let before = "pub struct RevertedFileReport {\n    pub path: String,\n    \
+                  /// `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.\n    \
+                  pub status: String,\n}\n";
+    let found = strings_with_listed_values(before);
+    assert_eq!(
+        found.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(),
+        ["status"]
+    );
+    let fields = "    /// `done` or `error` (from `isError`).\n    \
+                  #[serde(default)]\n    state: Option<String>,\n    \
+                  /// The model's text; `null` when absent.\n    text: String,\n    \
+                  /// `running` or `failed`.\n    count: u64,\n";
+    assert_eq!(strings_with_listed_values(fields).len(), 1);
+    assert!(!lists_values("The `pen_edit` diff, or `null`: see `docs`."));
+    assert!(lists_values("`a`, or `b_2`"));
+}
