@@ -25,9 +25,13 @@
 //! files into jobs, `kept` keeps walks between pages, `pipeline` runs the walk and the reader
 //! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
 //! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
-//! the cap. This file holds the tool's entry, its arguments and cursors.
+//! the cap. `outcome` holds the plain data they hand on (jobs, outcomes, the walk's counts), so
+//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `outcome`, and `pipeline` →
+//! `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry, its arguments and
+//! cursors.
 
 mod kept;
+mod outcome;
 mod page;
 mod pipeline;
 mod scan;

@@ -3,7 +3,8 @@
 //! back to the one in-order merge.
 
 use super::kept::{Leftover, Log, Source};
-use super::page::{Collector, Page, Shown, SkipReason, Stop, prepare, resume_after};
+use super::outcome::{Content, Done, Job, Outcome, SkipReason, Walked, prepare};
+use super::page::{Collector, Page, Stop, resume_after};
 use super::scan::{Matcher, scan};
 use super::verdicts::{self, Verdict};
 use super::walk::{Step, Walker};
@@ -14,63 +15,10 @@ use crate::tools::{ToolContext, ToolError};
 use crate::workspace::{RootDir, Workspace};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-
-/// What became of one walked file.
-#[derive(Debug)]
-pub(super) enum Outcome {
-    /// The file was opened. Its size when opened is charged to the byte limit; a binary file is
-    /// charged in full though only its head is read.
-    Read {
-        size: u64,
-        bytes_read: u64,
-        content: Content,
-    },
-    /// The file was not read: too large, or unreadable (or a folder the walk could not list).
-    NotRead(SkipReason),
-}
-
-#[derive(Debug)]
-pub(super) enum Content {
-    Text(Vec<Shown>),
-    Skipped(SkipReason),
-}
-
-/// A file for a reader, in walk order.
-pub(super) struct Job {
-    pub(super) index: usize,
-    /// The index of the file's entry among those the page took from the walk.
-    pub(super) taken: usize,
-    pub(super) path: PathBuf,
-    /// The entry walked before this file: a limit that stops the search at this file resumes
-    /// after it.
-    pub(super) previous: Option<PathBuf>,
-    /// The walk up to the entry before this file, and up to and including this file.
-    pub(super) before: Walked,
-    pub(super) walked: Walked,
-    pub(super) after_line: u64,
-}
-
-/// How much of the walk lies behind a point in it. A page reports the counts at the point where
-/// it stopped, which is where the next page starts counting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Walked {
-    pub(super) entries: u64,
-    /// Entries not entered because they lie deeper than `max_depth`; not counted as entries.
-    pub(super) too_deep: u64,
-}
-
-/// A walked file with its outcome.
-pub(super) struct Done {
-    pub(super) job: Job,
-    /// The file's path as results show it; empty unless it has matches to show.
-    pub(super) display: String,
-    pub(super) outcome: Outcome,
-}
 
 /// What the readers share.
 struct ReadPlan<'a> {
