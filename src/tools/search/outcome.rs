@@ -117,7 +117,9 @@ fn match_json_len(path_len: usize, line: u64, column: u64, excerpt_len: usize) -
 
 /// A match as the result shows it: `{path, line, column, excerpt}`.
 fn match_value(display: &str, line: u64, column: u64, excerpt: String) -> Value {
-    let mut object = serde_json::Map::new();
+    // Sized for its four fields at once: grown field by field, the map's entries and its index
+    // table (an `IndexMap`'s) were each allocated at the first field and again at the fourth.
+    let mut object = serde_json::Map::with_capacity(4);
     object.insert("path".into(), display.into());
     object.insert("line".into(), line.into());
     object.insert("column".into(), column.into());
