@@ -120,6 +120,14 @@ impl Source {
     pub(super) fn trailing_too_deep(&self) -> u64 {
         self.trailing_too_deep
     }
+
+    /// Gives back entries taken but not used, in the order they were taken: they come first
+    /// again.
+    pub(super) fn put_back(&mut self, unused: Vec<Taken>) {
+        for taken in unused.into_iter().rev() {
+            self.pending.push_front(taken);
+        }
+    }
 }
 
 /// The entries a page took, from the first that its cursor may still name: the next page starts

@@ -11,9 +11,12 @@
 //! - A page that hands out a cursor parks its walk under it (`kept`), and the page resuming at
 //!   that cursor continues the walk, as long as the folders it listed are unchanged: paging
 //!   through a tree costs what one walk of it costs, not a walk up to each cursor again.
-//! - Files are read and scanned by worker threads, but their outcomes are merged strictly in walk
-//!   order, and every limit is decided at the point of the walk where a sequential search would
-//!   decide it. The result is therefore the same as a sequential search's, whatever the timing.
+//! - The walk runs on a thread of its own, a bounded number of entries ahead of the merge; the
+//!   entries it took past where a page stopped go back to the walk, in order, so they are not
+//!   lost to the next page. Files are read and scanned by worker threads, but their outcomes are
+//!   merged strictly in walk order, and every limit is decided at the point of the walk where a
+//!   sequential search would decide it. The result is therefore the same as a sequential
+//!   search's, whatever the timing.
 //! - The result never exceeds `max_tool_result_bytes`: matches are added only while they and the
 //!   cursor fit the page budget, and the finished result is measured once more before it leaves.
 //!
