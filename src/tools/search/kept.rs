@@ -17,7 +17,8 @@
 //!   timestamps. Otherwise the page walks afresh from its cursor, as before.
 //! - Bounded: at most [`SEARCH_KEPT_WALKS`] walks, each for [`SEARCH_KEPT_WALK_TTL`]; resuming
 //!   one removes it. A walk holds the listings of the folders on its path (one per level) and
-//!   the entries taken past its cursor (at most the read-ahead of one page).
+//!   the entries taken past its cursor (at most what the walk thread and the readers of one
+//!   page took ahead of the merge).
 //!
 //! The cache is process-wide: `pen serve`, `pen mcp serve` and `pen acp` keep walks between the
 //! calls of a session; each `pen tool` process starts afresh.
