@@ -533,6 +533,15 @@ pub const SEARCH_BATCH_FILES: usize = 16;
 /// every reader busy while the walk lists a large folder.
 pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
 
+/// pen_search's walk runs on a thread of its own and hands entries to the in-order merge in
+/// batches of this many, 64: one hand-over per batch keeps thread wake-ups off the hot path.
+pub const SEARCH_WALK_BATCH_ENTRIES: usize = 64;
+
+/// Batches of entries the walk thread takes ahead of the merge, 4: with the batch in each
+/// thread's hands, at most 384 entries are taken past where a page stops. They are not walked
+/// for nothing: the page's kept walk yields them first.
+pub const SEARCH_WALK_AHEAD_BATCHES: usize = 4;
+
 /// Walks pen_search keeps, one per cursor it handed out, so that the page resuming at that
 /// cursor continues the walk where the last page left it instead of listing again every folder
 /// before the cursor, 8: a few searches paged side by side. Each holds the listings of the open
