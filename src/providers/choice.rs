@@ -182,10 +182,15 @@ fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
 
 /// The first model a local Ollama has, if one answers.
 async fn probe_ollama() -> Option<String> {
-    let client = super::http_client_builder()
-        .timeout(OLLAMA_PROBE_TIMEOUT)
-        .build()
-        .ok()?;
+    // The client's TLS set-up reads the system's certificates: a blocking thread's work.
+    let client = tokio::task::spawn_blocking(|| {
+        super::http_client_builder()
+            .timeout(OLLAMA_PROBE_TIMEOUT)
+            .build()
+            .ok()
+    })
+    .await
+    .ok()??;
     let tags: serde_json::Value = client
         .get(format!(
             "{}/api/tags",
