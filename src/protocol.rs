@@ -477,6 +477,8 @@ pub enum EntryBody {
     ToolCall {
         call_id: String,
         tool: String,
+        /// What the call works on, in a line, as `tool_call_started` has it.
+        summary: String,
         /// The parsed arguments, or the model's raw text when it was not JSON.
         arguments: Value,
     },
@@ -623,6 +625,7 @@ impl From<transcript::Item> for EntryBody {
                 estimated_input_tokens: m.estimated_input_tokens,
             },
             Item::ToolCall(c) => EntryBody::ToolCall {
+                summary: crate::tools::registry::subject_of(&c.name, Some(&c.arguments)).summary,
                 call_id: c.call_id,
                 tool: c.name,
                 arguments: c.arguments,
@@ -974,6 +977,9 @@ pub enum EventBody {
     ToolCallStarted {
         call_id: String,
         tool: String,
+        /// What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+        /// computes it: the editors show it as it is. Empty when the arguments name nothing.
+        summary: String,
         /// `null` when the model's arguments were not JSON.
         arguments: Option<Value>,
     },
@@ -1116,6 +1122,7 @@ impl From<agent::TurnEvent> for EventBody {
                 tool,
                 arguments,
             } => EventBody::ToolCallStarted {
+                summary: crate::tools::registry::subject_of(&tool, arguments.as_ref()).summary,
                 call_id,
                 tool,
                 arguments,
@@ -1184,6 +1191,10 @@ pub struct ApprovalParams {
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,
+    /// What the call works on, in a line, as its tool computes it (for a server's start: the
+    /// server and its command line): the editors show it as it is.
+    #[serde(default)]
+    pub summary: String,
     pub arguments: Value,
     /// For pen_edit: the unified diff the edit would make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1207,6 +1218,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
             turn_id: request.turn_id,
             call_id: request.call_id,
             tool: request.tool,
+            summary: request.summary,
             arguments: request.arguments,
             diff: request.diff,
             not_revertible: request.not_revertible,

@@ -156,6 +156,7 @@ impl Turn {
                 turn_id: self.turn_id.clone(),
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
+                summary: tools::registry::subject_of(&call.name, Some(arguments)).summary,
                 arguments: arguments.clone(),
                 not_revertible: match &plan {
                     Some(plan) => recorder.not_revertible(plan).await,

@@ -267,6 +267,7 @@ impl crate::mcp::StartApproval for StartThroughApprover {
             turn_id: self.turn_id.clone(),
             call_id: format!("mcp_start_{server}"),
             tool: super::START_MCP_SERVER.to_string(),
+            summary: format!("{server}: {command_line}"),
             arguments: serde_json::json!({
                 "server": server,
                 "commandLine": command_line,

@@ -104,6 +104,9 @@ pub struct ApprovalRequest {
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,
+    /// What the call works on, in a line, as its tool computes it (for a server's start: the
+    /// server and its command line).
+    pub summary: String,
     pub arguments: Value,
     /// For pen_edit: the unified diff the edit would make.
     pub diff: Option<String>,

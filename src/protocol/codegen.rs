@@ -234,6 +234,7 @@ fn listed_names_are_the_serialized_names() {
         EntryBody::ToolCall {
             call_id: "c".into(),
             tool: "pen_read".into(),
+            summary: String::new(),
             arguments: Value::Null,
         },
         EntryBody::ToolResult {

@@ -219,6 +219,10 @@ model: string | null,
  */
 estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
 /**
+ * What the call works on, in a line, as `tool_call_started` has it.
+ */
+summary: string, 
+/**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
 arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, tool: string | null, 
@@ -239,6 +243,10 @@ model: string | null,
  * The uncalibrated token estimate of the request this answers.
  */
 estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
+/**
+ * What the call works on, in a line, as `tool_call_started` has it.
+ */
+summary: string, 
 /**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
@@ -392,6 +400,11 @@ export type StopResponse = { stopped: boolean, };
  */
 export type EventParams = { sessionId: string, turnId: string, seq: number, } & ({ "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
 /**
+ * What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+ * computes it: the editors show it as it is. Empty when the arguments name nothing.
+ */
+summary: string, 
+/**
  * `null` when the model's arguments were not JSON.
  */
 arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": { model: string, tokens: number, source: string, line: string, } } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
@@ -400,6 +413,11 @@ arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": Appro
  * The `kind` of a `pen/event` and its `data`.
  */
 export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
+/**
+ * What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+ * computes it: the editors show it as it is. Empty when the arguments name nothing.
+ */
+summary: string, 
 /**
  * `null` when the model's arguments were not JSON.
  */
@@ -427,7 +445,12 @@ export type ApprovalParams = {
  * `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
  * `root`: a project's `.mcp.json` server asks once before it first runs).
  */
-kind: string, sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
+kind: string, sessionId: string, turnId: string, callId: string, tool: string, 
+/**
+ * What the call works on, in a line, as its tool computes it (for a server's start: the
+ * server and its command line): the editors show it as it is.
+ */
+summary: string, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */
