@@ -744,10 +744,10 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
             Ok(report) => {
                 let result = protocol::RevertTurnResult::new(session_id, report);
                 let clean = result.without_checkpoints.is_none()
-                    && result
-                        .files
-                        .iter()
-                        .all(|f| matches!(f.status.as_str(), "reverted" | "deleted" | "unchanged"));
+                    && result.files.iter().all(|f| {
+                        use protocol::FileStatus as S;
+                        matches!(f.status, S::Reverted | S::Deleted | S::Unchanged)
+                    });
                 if !print_line(&json_line(&result)) {
                     return ExitCode::from(EXIT_STDOUT_CLOSED);
                 }

@@ -87,9 +87,7 @@ pub struct McpStatusResponse {
 #[serde(rename_all = "camelCase")]
 pub struct McpServerStatus {
     pub name: String,
-    /// `idle` (no turn started it yet), `starting`, `running`, `failed`, `not_approved`,
-    /// `denied`, `refused` or `disabled`.
-    pub status: String,
+    pub status: McpServerState,
     /// Why it is not running (with the tail of its stderr), when it is not.
     pub reason: Option<String>,
     pub tool_count: u64,
@@ -102,12 +100,62 @@ pub struct McpServerStatus {
 impl From<crate::mcp::ServerStatus> for McpServerStatus {
     fn from(status: crate::mcp::ServerStatus) -> McpServerStatus {
         McpServerStatus {
-            status: status.state.as_str().to_string(),
+            status: McpServerState::from(&status.state),
             name: status.name,
             reason: status.reason,
             tool_count: status.tool_count as u64,
             schema_tokens: status.schema_tokens,
             project: status.project,
+        }
+    }
+}
+
+/// Where an MCP server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerState {
+    /// Configured; no turn started it yet.
+    Idle,
+    Starting,
+    Running,
+    /// Failed to start or died (`reason` says why, with the tail of its stderr).
+    Failed,
+    /// A project server the owner has not approved yet.
+    NotApproved,
+    /// A project server the owner denied.
+    Denied,
+    /// A project server pen refuses to start, whatever the owner answers.
+    Refused,
+    /// `enabled = false`.
+    Disabled,
+}
+
+impl McpServerState {
+    pub const ALL: [McpServerState; 8] = [
+        McpServerState::Idle,
+        McpServerState::Starting,
+        McpServerState::Running,
+        McpServerState::Failed,
+        McpServerState::NotApproved,
+        McpServerState::Denied,
+        McpServerState::Refused,
+        McpServerState::Disabled,
+    ];
+}
+
+impl From<&crate::mcp::ServerState> for McpServerState {
+    fn from(state: &crate::mcp::ServerState) -> McpServerState {
+        use crate::mcp::ServerState as S;
+        match state {
+            S::Idle => McpServerState::Idle,
+            S::Starting => McpServerState::Starting,
+            S::Running { .. } => McpServerState::Running,
+            S::Failed { .. } => McpServerState::Failed,
+            S::NotApproved { denied: false } => McpServerState::NotApproved,
+            S::NotApproved { denied: true } => McpServerState::Denied,
+            S::Refused => McpServerState::Refused,
+            S::Disabled => McpServerState::Disabled,
         }
     }
 }
@@ -227,14 +275,57 @@ pub struct RevertTurnParams {
     pub force: Option<bool>,
 }
 
+/// What a revert made of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum FileStatus {
+    /// Its bytes before the turns are back.
+    Reverted,
+    /// The turns created it; it is gone.
+    Deleted,
+    /// It already held its state before the turns.
+    Unchanged,
+    /// It changed after pen wrote it; left as it is (see `diff`), unless forced.
+    Conflict,
+    /// Its state before cannot be restored (`reason` says why).
+    NotRevertible,
+    /// A revert a crash stopped had not reached it: it still holds what the turns wrote.
+    NotReverted,
+}
+
+impl FileStatus {
+    pub const ALL: [FileStatus; 6] = [
+        FileStatus::Reverted,
+        FileStatus::Deleted,
+        FileStatus::Unchanged,
+        FileStatus::Conflict,
+        FileStatus::NotRevertible,
+        FileStatus::NotReverted,
+    ];
+}
+
+impl From<crate::checkpoint::FileStatus> for FileStatus {
+    fn from(status: crate::checkpoint::FileStatus) -> FileStatus {
+        use crate::checkpoint::FileStatus as S;
+        match status {
+            S::Reverted => FileStatus::Reverted,
+            S::Deleted => FileStatus::Deleted,
+            S::Unchanged => FileStatus::Unchanged,
+            S::Conflict => FileStatus::Conflict,
+            S::NotRevertible => FileStatus::NotRevertible,
+            S::NotReverted => FileStatus::NotReverted,
+        }
+    }
+}
+
 /// One file of a revert.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct RevertedFileReport {
     pub path: String,
-    /// `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.
-    pub status: String,
+    pub status: FileStatus,
     /// The turns that wrote it, newest first.
     pub turns: Vec<String>,
     /// For a conflict: the diff from what the file holds to what `force` would make it.
@@ -263,8 +354,8 @@ pub struct UnrevertedCall {
 pub struct InterruptedRevertReport {
     /// Its turns, newest first.
     pub turns: Vec<String>,
-    /// Each of its files as it stood: `unchanged` (reverted), `not_reverted` (still as the
-    /// turns left it) or `conflict` (changed since).
+    /// Each of its files as it stood: unchanged (reverted), not reverted (still as the turns
+    /// left it) or a conflict (changed since).
     pub files: Vec<RevertedFileReport>,
     /// What the model is told with its next prompt.
     pub note: String,
@@ -300,7 +391,7 @@ fn file_reports(files: Vec<crate::checkpoint::FileReport>) -> Vec<RevertedFileRe
         .into_iter()
         .map(|f| RevertedFileReport {
             path: f.path,
-            status: f.status.as_str().to_string(),
+            status: f.status.into(),
             turns: f.turns,
             diff: f.diff,
             reason: f.reason,
@@ -507,13 +598,61 @@ pub enum EntryBody {
     ToolAllowedForSession {
         tool: String,
     },
+    /// The data of the `context_window` event: the window found for the session's requests
+    /// to `model`, recorded at its first turn and when it changes.
+    ContextWindow(ContextWindowData),
+    /// The data of the `provider_warning` event.
+    ProviderWarning {
+        message: String,
+    },
+    /// The data of the `instructions_changed` event: a root instruction file changed; the
+    /// prompt after this entry carried the new text.
+    InstructionsChanged {
+        files: Vec<InstructionFileInfo>,
+    },
+    /// The root instruction files and the environment the session's requests carry, recorded
+    /// before its first request (`pen/getSessionContext` gives their text).
+    SessionContext {
+        instructions: Vec<InstructionFileInfo>,
+        environment: String,
+    },
+    /// A nested folder's instruction files, delivered with the result of `callId`.
+    InstructionsDelivered {
+        call_id: String,
+        files: Vec<InstructionFileInfo>,
+    },
+    /// The prompt budget's policy 4 compacted the session this far: `droppedCount` oldest
+    /// exchanges left out, the groups up to `excerptedThrough` sent as excerpts and those up to
+    /// `omittedThrough` left out behind a note (call ids).
+    ContextCompacted {
+        policy_version: u32,
+        dropped_count: u64,
+        excerpted_through: Option<String>,
+        omitted_through: Option<String>,
+        budget: u64,
+        low_water: u64,
+    },
+    /// A revert of `turns` (newest first) is about to change `files`: recorded before it acts.
+    RevertStarted {
+        turns: Vec<String>,
+        files: Vec<String>,
+    },
+    /// A `pen/revertTurn` of `turns` (newest first); `note` is what the model is told with its
+    /// next prompt. `interrupted`: it closes a revert a crash stopped, with what its files held
+    /// when the next use of the session found it.
+    FilesReverted {
+        turns: Vec<String>,
+        files: Vec<RevertedFileStatus>,
+        note: String,
+        interrupted: bool,
+    },
     /// An event this pen does not know (a newer pen's), its stored payload as it is.
     Event(Value),
 }
 
 impl EntryBody {
     /// Every `kind` a transcript record can have, as sent.
-    pub const KINDS: [&'static str; 9] = [
+    pub const KINDS: [&'static str; 17] = [
         "user_prompt",
         "assistant_message",
         "tool_call",
@@ -522,8 +661,27 @@ impl EntryBody {
         "context_trimmed",
         "context_window_rejected",
         "tool_allowed_for_session",
+        "context_window",
+        "provider_warning",
+        "instructions_changed",
+        "session_context",
+        "instructions_delivered",
+        "context_compacted",
+        "revert_started",
+        "files_reverted",
         "event",
     ];
+}
+
+/// A file of a stored revert and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct RevertedFileStatus {
+    pub path: String,
+    /// `null` when it is not known: a revert a crash stopped, closed by the next turn without
+    /// a look at its files (or a status a newer pen stored).
+    pub status: Option<FileStatus>,
 }
 
 /// A tool call inside an answer, as it was made.
@@ -679,21 +837,59 @@ impl From<transcript::Item> for EntryBody {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 EntryBody::ToolAllowedForSession { tool }
             }
-            // Shown as stored (what the planner reads, or its own record): policy 4's
-            // compaction, a revert (`{type: "revert_started", turns, files}` before it acts,
-            // `{type: "files_reverted", turns, files, note, interrupted?}` after), the session's
-            // instructions and environment (pen/getSessionContext gives them in wire casing),
-            // the window found and a provider's warning.
-            stored @ Item::Event(
-                Event::ContextCompacted(_)
-                | Event::FilesReverted { .. }
-                | Event::RevertStarted { .. }
-                | Event::SessionContext(_)
-                | Event::InstructionsDelivered { .. }
-                | Event::InstructionsChanged { .. }
-                | Event::ContextWindowFound { .. }
-                | Event::ProviderWarning { .. },
-            ) => EntryBody::Event(stored.to_payload()),
+            Item::Event(Event::ContextWindowFound { model, window }) => {
+                EntryBody::ContextWindow(ContextWindowData::new(model, window))
+            }
+            Item::Event(Event::ProviderWarning { message, .. }) => {
+                EntryBody::ProviderWarning { message }
+            }
+            Item::Event(Event::InstructionsChanged { instructions }) => {
+                EntryBody::InstructionsChanged {
+                    files: instructions.iter().map(InstructionFileInfo::from).collect(),
+                }
+            }
+            Item::Event(Event::SessionContext(context)) => EntryBody::SessionContext {
+                instructions: context
+                    .instructions
+                    .iter()
+                    .map(InstructionFileInfo::from)
+                    .collect(),
+                environment: context.environment,
+            },
+            Item::Event(Event::InstructionsDelivered { call_id, files }) => {
+                EntryBody::InstructionsDelivered {
+                    call_id,
+                    files: files.iter().map(InstructionFileInfo::from).collect(),
+                }
+            }
+            Item::Event(Event::ContextCompacted(compaction)) => EntryBody::ContextCompacted {
+                policy_version: compaction.policy_version,
+                dropped_count: compaction.dropped_count,
+                excerpted_through: compaction.excerpted_through,
+                omitted_through: compaction.omitted_through,
+                budget: compaction.budget,
+                low_water: compaction.low_water,
+            },
+            Item::Event(Event::RevertStarted { turns, files }) => {
+                EntryBody::RevertStarted { turns, files }
+            }
+            Item::Event(Event::FilesReverted {
+                turns,
+                files,
+                note,
+                interrupted,
+            }) => EntryBody::FilesReverted {
+                turns,
+                files: files
+                    .into_iter()
+                    .map(|f| RevertedFileStatus {
+                        path: f.path,
+                        status: serde_json::from_value(Value::String(f.status)).ok(),
+                    })
+                    .collect(),
+                note,
+                interrupted,
+            },
             Item::Event(Event::Other(payload)) => EntryBody::Event(payload),
         }
     }
@@ -1000,7 +1196,7 @@ pub enum EventBody {
     /// An MCP server started (`running`), failed or died (`failed`, with `reason`).
     McpServer {
         server: String,
-        state: String,
+        state: McpServerState,
         reason: Option<String>,
     },
     /// A root instruction file changed since the session recorded it; this turn's prompt
@@ -1008,16 +1204,8 @@ pub enum EventBody {
     InstructionsChanged {
         files: Vec<InstructionFileInfo>,
     },
-    /// The context window the session plans under, when it is new to the session: `tokens`,
-    /// where it came from (`source`: `config`, `llama_cpp_props`, `ollama_show`,
-    /// `vllm_models`, `lm_studio_models`, `hosted_table` or `default`), and `line`, the one
-    /// line to show.
-    ContextWindow {
-        model: String,
-        tokens: u64,
-        source: String,
-        line: String,
-    },
+    /// The context window the session plans under, when it is new to the session.
+    ContextWindow(ContextWindowData),
     /// A provider's answer looks wrong (native Ollama: a likely silent truncation), and the
     /// fix.
     ProviderWarning {
@@ -1047,6 +1235,86 @@ impl From<agent::InstructionSummary> for InstructionFileInfo {
             bytes: s.bytes,
             cut: s.cut,
             refused: s.refused,
+        }
+    }
+}
+
+/// `context_window` data: the window the session's requests to `model` are planned under from
+/// here on, where it came from, and `line`, the one line to show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct ContextWindowData {
+    pub model: String,
+    pub tokens: u64,
+    pub source: WindowSource,
+    pub line: String,
+    /// The most output tokens the model may produce, when the source says (the hosted table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub max_output_tokens: Option<u64>,
+    /// The window the model was trained on, when the server says (Ollama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub trained_tokens: Option<u64>,
+    /// The server's chat template renders no tool definitions, so pen sends none.
+    pub tools_dropped: bool,
+}
+
+impl ContextWindowData {
+    fn new(model: String, window: providers::window::ModelWindow) -> ContextWindowData {
+        ContextWindowData {
+            line: agent::window_line(&model, &window),
+            model,
+            tokens: window.tokens,
+            source: window.source.into(),
+            max_output_tokens: window.max_output_tokens,
+            trained_tokens: window.trained_tokens,
+            tools_dropped: window.tools_dropped,
+        }
+    }
+}
+
+/// Where a context window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum WindowSource {
+    /// The user's `context_window_tokens`.
+    Config,
+    LlamaCppProps,
+    OllamaShow,
+    VllmModels,
+    LmStudioModels,
+    /// pen's table of hosted models.
+    HostedTable,
+    /// Nothing knew the model: pen's default.
+    Default,
+}
+
+impl WindowSource {
+    pub const ALL: [WindowSource; 7] = [
+        WindowSource::Config,
+        WindowSource::LlamaCppProps,
+        WindowSource::OllamaShow,
+        WindowSource::VllmModels,
+        WindowSource::LmStudioModels,
+        WindowSource::HostedTable,
+        WindowSource::Default,
+    ];
+}
+
+impl From<providers::window::WindowSource> for WindowSource {
+    fn from(source: providers::window::WindowSource) -> WindowSource {
+        use providers::window::WindowSource as S;
+        match source {
+            S::Config => WindowSource::Config,
+            S::LlamaCppProps => WindowSource::LlamaCppProps,
+            S::OllamaShow => WindowSource::OllamaShow,
+            S::VllmModels => WindowSource::VllmModels,
+            S::LmStudioModels => WindowSource::LmStudioModels,
+            S::HostedTable => WindowSource::HostedTable,
+            S::Default => WindowSource::Default,
         }
     }
 }
@@ -1150,18 +1418,15 @@ impl From<agent::TurnEvent> for EventBody {
                 reason,
             } => EventBody::McpServer {
                 server,
-                state,
+                state: McpServerState::from(&state),
                 reason,
             },
             E::InstructionsChanged { files } => EventBody::InstructionsChanged {
                 files: files.into_iter().map(InstructionFileInfo::from).collect(),
             },
-            E::ContextWindow { model, window } => EventBody::ContextWindow {
-                line: agent::window_line(&model, &window),
-                tokens: window.tokens,
-                source: window.source.as_str().to_string(),
-                model,
-            },
+            E::ContextWindow { model, window } => {
+                EventBody::ContextWindow(ContextWindowData::new(model, window))
+            }
             E::ProviderWarning { message } => EventBody::ProviderWarning { message },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
@@ -1179,49 +1444,78 @@ impl From<agent::AgentEvent> for EventParams {
     }
 }
 
-/// `pen/requestApproval` params: what the owner is asked to approve.
+/// `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalParams {
-    /// `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
-    /// `root`: a project's `.mcp.json` server asks once before it first runs).
-    pub kind: String,
-    pub session_id: String,
-    pub turn_id: String,
-    pub call_id: String,
-    pub tool: String,
-    /// What the call works on, in a line, as its tool computes it (for a server's start: the
-    /// server and its command line): the editors show it as it is.
-    #[serde(default)]
-    pub summary: String,
-    pub arguments: Value,
-    /// For pen_edit: the unified diff the edit would make.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
-    /// Set when the write will not be revertible (its file is over the session's checkpoint
-    /// store limit): `"not revertible: too large (…)"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_revertible: Option<String>,
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ApprovalParams {
+    /// A tool call the model made.
+    ToolCall {
+        session_id: String,
+        turn_id: String,
+        call_id: String,
+        tool: String,
+        /// What the call works on, in a line, as its tool computes it: the editors show it
+        /// as it is.
+        #[serde(default)]
+        summary: String,
+        arguments: Value,
+        /// For pen_edit: the unified diff the edit would make.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        diff: Option<String>,
+        /// Set when the write will not be revertible (its file is over the session's
+        /// checkpoint store limit): `"not revertible: too large (…)"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        not_revertible: Option<String>,
+    },
+    /// A server of the workspace's `.mcp.json` asks once before it first runs: its exact
+    /// `commandLine` is what the owner approves.
+    StartMcpServer {
+        session_id: String,
+        turn_id: String,
+        call_id: String,
+        server: String,
+        command_line: String,
+        root: String,
+    },
+}
+
+impl ApprovalParams {
+    /// Every `kind` of an approval request, as sent.
+    pub const KINDS: [&'static str; 2] = ["tool_call", "start_mcp_server"];
 }
 
 impl From<agent::ApprovalRequest> for ApprovalParams {
     fn from(request: agent::ApprovalRequest) -> ApprovalParams {
-        ApprovalParams {
-            kind: if request.tool == agent::START_MCP_SERVER {
-                "start_mcp_server"
-            } else {
-                "tool_call"
-            }
-            .to_string(),
-            session_id: request.session_id,
-            turn_id: request.turn_id,
-            call_id: request.call_id,
-            tool: request.tool,
-            summary: request.summary,
-            arguments: request.arguments,
-            diff: request.diff,
-            not_revertible: request.not_revertible,
+        match request.kind {
+            agent::ApprovalKind::ToolCall => ApprovalParams::ToolCall {
+                session_id: request.session_id,
+                turn_id: request.turn_id,
+                call_id: request.call_id,
+                tool: request.tool,
+                summary: request.summary,
+                arguments: request.arguments,
+                diff: request.diff,
+                not_revertible: request.not_revertible,
+            },
+            agent::ApprovalKind::StartMcpServer {
+                server,
+                command_line,
+                root,
+            } => ApprovalParams::StartMcpServer {
+                session_id: request.session_id,
+                turn_id: request.turn_id,
+                call_id: request.call_id,
+                server,
+                command_line,
+                root,
+            },
         }
     }
 }

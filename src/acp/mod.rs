@@ -880,12 +880,15 @@ fn live_update(
             server,
             state,
             reason,
-        } if state != "running" => SessionUpdate::AgentMessageChunk {
-            content: ContentBlock::text(format!(
-                "\n\n[pen: MCP server {server} {state}{}]\n\n",
-                reason.map(|r| format!(": {r}")).unwrap_or_default()
-            )),
-        },
+        } if !matches!(state, crate::mcp::ServerState::Running { .. }) => {
+            SessionUpdate::AgentMessageChunk {
+                content: ContentBlock::text(format!(
+                    "\n\n[pen: MCP server {server} {}{}]\n\n",
+                    state.as_str(),
+                    reason.map(|r| format!(": {r}")).unwrap_or_default()
+                )),
+            }
+        }
         TurnEvent::McpServer { .. } => return None,
         // A changed instruction file is said, as the panels say it (the prompt carries it).
         TurnEvent::InstructionsChanged { files } => SessionUpdate::AgentMessageChunk {

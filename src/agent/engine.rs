@@ -3,8 +3,8 @@
 
 use super::turn::{Turn, TurnError, blocking};
 use super::{
-    ApprovalRequest, DENIED_BY_OWNER, Decision, NOT_EXECUTED_STOPPED, OUTCOME_UNKNOWN_STOPPED,
-    TurnEvent, checkpoint, context,
+    ApprovalKind, ApprovalRequest, DENIED_BY_OWNER, Decision, NOT_EXECUTED_STOPPED,
+    OUTCOME_UNKNOWN_STOPPED, TurnEvent, checkpoint, context,
 };
 use crate::providers::ToolCall;
 use crate::tools::registry::{Execution, Preview, ToolSpec};
@@ -155,6 +155,7 @@ impl Turn {
                 session_id: self.session_id.clone(),
                 turn_id: self.turn_id.clone(),
                 call_id: call.id.clone(),
+                kind: ApprovalKind::ToolCall,
                 tool: call.name.clone(),
                 summary: tools::registry::subject_of(&call.name, Some(arguments)).summary,
                 arguments: arguments.clone(),

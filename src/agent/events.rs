@@ -45,10 +45,10 @@ pub enum TurnEvent {
     ContextTrimmed(Trim),
     /// A provider request reported its usage (after its answer was recorded).
     Usage(RequestUsage),
-    /// An MCP server started, failed or died (`state` is its status name, `reason` why).
+    /// An MCP server started (`Running`), failed or died (`Failed`, `reason` why).
     McpServer {
         server: String,
-        state: String,
+        state: crate::mcp::ServerState,
         reason: Option<String>,
     },
     /// A root instruction file changed since the session recorded it: this turn's prompt

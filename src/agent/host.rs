@@ -246,9 +246,9 @@ impl<L: ToolHost> ToolHost for WithMcp<L> {
     }
 }
 
-/// Asks to start a project's MCP server through a turn's [`Approver`]: an approval request
-/// whose tool is [`super::START_MCP_SERVER`] and whose arguments name the server, its command
-/// line and the workspace.
+/// Asks to start a project's MCP server through a turn's [`Approver`]: an approval request of
+/// kind [`super::ApprovalKind::StartMcpServer`], naming the server, its command line and the
+/// workspace.
 pub struct StartThroughApprover {
     pub approver: Arc<dyn super::Approver>,
     pub session_id: String,
@@ -266,6 +266,11 @@ impl crate::mcp::StartApproval for StartThroughApprover {
             session_id: self.session_id.clone(),
             turn_id: self.turn_id.clone(),
             call_id: format!("mcp_start_{server}"),
+            kind: super::ApprovalKind::StartMcpServer {
+                server: server.to_string(),
+                command_line: command_line.to_string(),
+                root: root.display().to_string(),
+            },
             tool: super::START_MCP_SERVER.to_string(),
             summary: format!("{server}: {command_line}"),
             arguments: serde_json::json!({

@@ -103,6 +103,9 @@ pub struct ApprovalRequest {
     pub session_id: String,
     pub turn_id: String,
     pub call_id: String,
+    /// What it is for: the wire sends a tagged union from it.
+    pub kind: ApprovalKind,
+    /// The call's tool, or [`START_MCP_SERVER`] (a label for front ends that show one).
     pub tool: String,
     /// What the call works on, in a line, as its tool computes it (for a server's start: the
     /// server and its command line).
@@ -113,6 +116,21 @@ pub struct ApprovalRequest {
     /// Set when the write could not be reverted: its file's pre-image is over the session's
     /// checkpoint store limit (`checkpoint_store_bytes`), so the owner knows before the write.
     pub not_revertible: Option<String>,
+}
+
+/// What an approval is for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalKind {
+    /// A tool call the model made (`tool`, `arguments`, and for an edit `diff`).
+    ToolCall,
+    /// A project's MCP server (`.mcp.json`) asks once before it first runs: the exact command
+    /// line is what the owner approves. `arguments` names them too, for front ends that show
+    /// arguments.
+    StartMcpServer {
+        server: String,
+        command_line: String,
+        root: String,
+    },
 }
 
 /// The owner's answer and an optional reason, or why the owner could not be asked (the client
@@ -191,8 +209,8 @@ pub trait ToolHost: Send + Sync {
     fn fit_pages(&self, _room_tokens: u64) {}
 }
 
-/// The `tool` of an [`ApprovalRequest`] that asks to start a project's MCP server (never a
-/// tool's name: it has spaces).
+/// The `tool` label of an [`ApprovalRequest`] that asks to start a project's MCP server (never
+/// a tool's name: it has spaces); its `kind` says what it is.
 pub const START_MCP_SERVER: &str = "start MCP server";
 
 #[cfg(test)]

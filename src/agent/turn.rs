@@ -178,7 +178,7 @@ impl Turn {
             for notice in notices {
                 self.emit(TurnEvent::McpServer {
                     server: notice.server,
-                    state: notice.state.to_string(),
+                    state: notice.state,
                     reason: notice.reason,
                 });
             }

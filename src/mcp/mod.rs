@@ -117,7 +117,8 @@ pub struct ServerStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerNotice {
     pub server: String,
-    pub state: &'static str,
+    /// `Running` or `Failed`.
+    pub state: ServerState,
     pub reason: Option<String>,
 }
 
@@ -272,10 +273,10 @@ impl Server {
         life.tools = Arc::new(Vec::new());
         drop(life);
         tracing::warn!(server = %self.name, %why, "MCP server is down");
-        self.notice("failed", Some(why));
+        self.notice(ServerState::Failed { why: why.clone() }, Some(why));
     }
 
-    fn notice(&self, state: &'static str, reason: Option<String>) {
+    fn notice(&self, state: ServerState, reason: Option<String>) {
         self.notices
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -310,17 +311,18 @@ impl Server {
         match started {
             Ok(Ok((connection, listed, version))) => {
                 tracing::info!(server = %self.name, protocol_version = %version, tools = listed.tools.len(), "MCP server started");
-                let mut life = self.lock();
-                life.state = ServerState::Running {
+                let running = ServerState::Running {
                     protocol_version: version,
                 };
+                let mut life = self.lock();
+                life.state = running.clone();
                 life.connection = Some(connection);
                 life.tools = Arc::new(listed.tools);
                 life.left_out = listed.left_out;
                 life.failures = 0;
                 life.next_try = None;
                 drop(life);
-                self.notice("running", None);
+                self.notice(running, None);
             }
             Ok(Err(err)) => self.fail(generation, err.to_string()),
             Err(_) => self.fail(

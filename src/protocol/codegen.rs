@@ -34,7 +34,7 @@ fn constant(name: &str) -> String {
     name.to_ascii_uppercase()
 }
 
-fn string_list(names: &[&str]) -> String {
+fn string_list(names: &[String]) -> String {
     names
         .iter()
         .map(|n| format!("'{n}'"))
@@ -42,42 +42,61 @@ fn string_list(names: &[&str]) -> String {
         .join(", ")
 }
 
+/// The wire names of `values`, as serde writes them.
+fn wire_names<T: Serialize>(values: &[T]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| match serde_json::to_value(v) {
+            Ok(Value::String(name)) => name,
+            other => panic!("an enum value serializes to a string, not {other:?}"),
+        })
+        .collect()
+}
+
+fn strs(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
 /// The enums both editors take their names from: (TypeScript / Lua name, values).
-fn enums() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
     vec![
-        (
-            "STOP_REASONS",
-            "stop_reason",
-            StopReason::ALL.iter().map(|r| r.as_str()).collect(),
-        ),
+        ("STOP_REASONS", "stop_reason", wire_names(&StopReason::ALL)),
         (
             "TURN_ERROR_KINDS",
             "error_kind",
-            TurnErrorKind::ALL.iter().map(|k| k.as_str()).collect(),
+            wire_names(&TurnErrorKind::ALL),
         ),
         (
             "CALL_OUTCOMES",
             "call_outcome",
-            CallOutcome::ALL.iter().map(|o| o.as_str()).collect(),
+            wire_names(&CallOutcome::ALL),
         ),
         (
             "EVENT_KINDS",
             "event_kind",
-            EventKind::ALL.iter().map(|k| k.as_str()).collect(),
-        ),
-        ("ENTRY_KINDS", "entry_kind", EntryBody::KINDS.to_vec()),
-        ("TRIM_REASONS", "trim_reason", TrimmedData::REASONS.to_vec()),
-        (
-            "DECISIONS",
-            "decision",
-            Decision::ALL
+            EventKind::ALL
                 .iter()
-                .map(|d| match d {
-                    Decision::Allow => "allow",
-                    Decision::AllowForSession => "allow_for_session",
-                    Decision::Deny => "deny",
-                })
+                .map(|k| k.as_str().to_string())
                 .collect(),
+        ),
+        ("ENTRY_KINDS", "entry_kind", strs(&EntryBody::KINDS)),
+        ("TRIM_REASONS", "trim_reason", strs(&TrimmedData::REASONS)),
+        ("DECISIONS", "decision", wire_names(&Decision::ALL)),
+        (
+            "APPROVAL_KINDS",
+            "approval_kind",
+            strs(&ApprovalParams::KINDS),
+        ),
+        ("FILE_STATUSES", "file_status", wire_names(&FileStatus::ALL)),
+        (
+            "MCP_SERVER_STATES",
+            "mcp_server_state",
+            wire_names(&McpServerState::ALL),
+        ),
+        (
+            "WINDOW_SOURCES",
+            "window_source",
+            wire_names(&WindowSource::ALL),
         ),
     ]
 }
@@ -106,6 +125,9 @@ fn typescript() -> String {
     decl::<TurnErrorKind>(&cfg, &mut out);
     decl::<Decision>(&cfg, &mut out);
     decl::<FinishReason>(&cfg, &mut out);
+    decl::<McpServerState>(&cfg, &mut out);
+    decl::<McpStatusResponse>(&cfg, &mut out);
+    decl::<McpServerStatus>(&cfg, &mut out);
     decl::<CallToolParams>(&cfg, &mut out);
     decl::<NewSessionParams>(&cfg, &mut out);
     decl::<ListSessionsParams>(&cfg, &mut out);
@@ -114,6 +136,7 @@ fn typescript() -> String {
     decl::<GetTranscriptParams>(&cfg, &mut out);
     decl::<TranscriptResponse>(&cfg, &mut out);
     decl::<RevertTurnParams>(&cfg, &mut out);
+    decl::<FileStatus>(&cfg, &mut out);
     decl::<RevertedFileReport>(&cfg, &mut out);
     decl::<UnrevertedCall>(&cfg, &mut out);
     decl::<InterruptedRevertReport>(&cfg, &mut out);
@@ -122,6 +145,7 @@ fn typescript() -> String {
     decl::<ForkSessionResult>(&cfg, &mut out);
     decl::<TranscriptRecord>(&cfg, &mut out);
     decl::<EntryBody>(&cfg, &mut out);
+    decl::<RevertedFileStatus>(&cfg, &mut out);
     decl::<AssistantCall>(&cfg, &mut out);
     decl::<Usage>(&cfg, &mut out);
     decl::<PromptParams>(&cfg, &mut out);
@@ -139,6 +163,8 @@ fn typescript() -> String {
     decl::<EventParams>(&cfg, &mut out);
     decl::<EventBody>(&cfg, &mut out);
     decl::<TrimmedData>(&cfg, &mut out);
+    decl::<ContextWindowData>(&cfg, &mut out);
+    decl::<WindowSource>(&cfg, &mut out);
     decl::<ApprovalParams>(&cfg, &mut out);
     decl::<ApprovalResponse>(&cfg, &mut out);
     out.push_str(
@@ -162,7 +188,7 @@ fn lua() -> String {
     for (_, lua_name, values) in enums() {
         let _ = writeln!(out, "\nM.{lua_name} = {{");
         for value in values {
-            let _ = writeln!(out, "  {} = '{value}',", constant(value));
+            let _ = writeln!(out, "  {} = '{value}',", constant(&value));
         }
         out.push_str("}\n");
     }
@@ -213,59 +239,32 @@ fn lua_matches_the_rust_types() {
     check(LUA_PATH, &lua());
 }
 
-/// The generated enum lists are what serde writes.
+/// The trim reasons and approval kinds listed are what serde writes.
 #[test]
-fn listed_names_are_the_serialized_names() {
-    for decision in Decision::ALL {
-        let name = serde_json::to_value(decision).expect("serializes");
-        let listed = &enums()[6].2;
-        assert!(listed.iter().any(|n| name == *n), "{name}");
-    }
-    let samples = [
-        EntryBody::UserPrompt { text: "t".into() },
-        EntryBody::AssistantMessage {
-            text: String::new(),
-            tool_calls: vec![],
-            finish_reason: None,
-            usage: None,
-            model: None,
-            estimated_input_tokens: None,
-        },
-        EntryBody::ToolCall {
-            call_id: "c".into(),
-            tool: "pen_read".into(),
-            summary: String::new(),
-            arguments: Value::Null,
-        },
-        EntryBody::ToolResult {
-            call_id: "c".into(),
-            tool: None,
-            state: CallOutcome::Done,
-            is_error: false,
-            content: String::new(),
-        },
-        EntryBody::TurnEnded(TurnOutcome {
-            stop_reason: StopReason::EndTurn,
-            last_error: None,
-            error_kind: None,
-            usage: None,
-            session_usage: None,
+fn listed_tags_are_the_serialized_names() {
+    let request = |kind| agent::ApprovalRequest {
+        session_id: "s".into(),
+        turn_id: "t".into(),
+        call_id: "c".into(),
+        kind,
+        tool: "pen_edit".into(),
+        summary: String::new(),
+        arguments: Value::Null,
+        diff: None,
+        not_revertible: None,
+    };
+    let start = agent::ApprovalKind::StartMcpServer {
+        server: "files".into(),
+        command_line: "node server.js".into(),
+        root: "/w".into(),
+    };
+    assert_eq!(
+        [agent::ApprovalKind::ToolCall, start].map(|kind| {
+            let params = ApprovalParams::from(request(kind));
+            serde_json::to_value(params).expect("serializes")["kind"].clone()
         }),
-        EntryBody::ContextTrimmed(TrimmedData::ContextWindowExceeded {
-            shrunk_call_ids: vec![],
-            head_bytes: 1,
-            provider_message: None,
-        }),
-        EntryBody::ContextWindowRejected {
-            model: "m".into(),
-            estimated_tokens: 1,
-            reason: "r".into(),
-        },
-        EntryBody::ToolAllowedForSession {
-            tool: "pen_edit".into(),
-        },
-        EntryBody::Event(serde_json::json!({"type": "x"})),
-    ];
+        ApprovalParams::KINDS.map(Value::from)
+    );
     let budget = TrimmedData::from(agent::Trim::Budget(Default::default()));
     let shrunk = TrimmedData::from(agent::Trim::Shrunk {
         call_ids: vec![],
@@ -275,16 +274,127 @@ fn listed_names_are_the_serialized_names() {
         [budget, shrunk].map(|t| serde_json::to_value(t).expect("serializes")["reason"].clone()),
         TrimmedData::REASONS.map(Value::from)
     );
-    let kinds: Vec<Value> = samples
-        .iter()
-        .map(|s| serde_json::to_value(s).expect("serializes")["kind"].clone())
-        .collect();
+}
+
+/// One stored item of every kind, and one event of every kind this pen knows (the `match` in
+/// the test makes a new [`transcript::Event`] variant a compile error until it has a sample).
+fn stored_samples() -> Vec<transcript::Item> {
+    use crate::providers::window::{ModelWindow, WindowSource as Source};
+    use transcript::{Event, Item};
+    let file = transcript::InstructionFile {
+        path: "AGENTS.md".into(),
+        bytes: 5,
+        cut: false,
+        text: "hello".into(),
+        refused: None,
+    };
+    vec![
+        Item::UserPrompt { text: "t".into() },
+        Item::AssistantMessage(Default::default()),
+        Item::ToolCall(Default::default()),
+        Item::ToolResult(Default::default()),
+        Item::Event(Event::SessionContext(transcript::SessionContext {
+            instructions: vec![file.clone()],
+            environment: "- pen".into(),
+        })),
+        Item::Event(Event::InstructionsDelivered {
+            call_id: "c".into(),
+            files: vec![file.clone()],
+        }),
+        Item::Event(Event::InstructionsChanged {
+            instructions: vec![file],
+        }),
+        Item::Event(Event::TurnEnded {
+            stop_reason: StopReason::EndTurn,
+            last_error: None,
+            error_kind: None,
+            usage: None,
+            session_usage: None,
+        }),
+        Item::Event(Event::ContextWindowRejected {
+            model: "m".into(),
+            estimated_tokens: 1,
+            reason: "r".into(),
+            uncalibrated_tokens: None,
+        }),
+        Item::Event(Event::ContextWindowFound {
+            model: "m".into(),
+            window: ModelWindow::new(2048, Source::LlamaCppProps),
+        }),
+        Item::Event(Event::ProviderWarning {
+            model: "m".into(),
+            message: "w".into(),
+        }),
+        Item::Event(Event::ResultsShrunk {
+            call_ids: vec!["c".into()],
+            head_bytes: 1,
+            reason: "r".into(),
+        }),
+        Item::Event(Event::ContextTrimmed(Default::default())),
+        Item::Event(Event::ContextCompacted(Default::default())),
+        Item::Event(Event::ToolAllowedForSession {
+            tool: "pen_edit".into(),
+        }),
+        Item::Event(Event::RevertStarted {
+            turns: vec!["t_1".into()],
+            files: vec!["a.txt".into()],
+        }),
+        Item::Event(Event::FilesReverted {
+            turns: vec!["t_1".into()],
+            files: vec![transcript::RevertedFile {
+                path: "a.txt".into(),
+                status: "reverted".into(),
+            }],
+            note: "n".into(),
+            interrupted: false,
+        }),
+        Item::Event(Event::Other(serde_json::json!({"type": "from_the_future"}))),
+    ]
+}
+
+/// Every stored event this pen knows reaches `pen/getTranscript` as a typed entry: only an
+/// event it does not know (a newer pen's) is sent as its stored payload (`kind: "event"`).
+/// And the kinds sent are [`EntryBody::KINDS`], which the editors' tables list.
+#[test]
+fn every_known_stored_event_has_a_typed_entry() {
+    use transcript::{Event, Item};
+    let samples = stored_samples();
+    let mut covered = std::collections::BTreeSet::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for item in samples {
+        if let Item::Event(event) = &item {
+            // Exhaustive: a new event kind needs an arm here and a sample above.
+            covered.insert(match event {
+                Event::SessionContext(_) => 0,
+                Event::InstructionsDelivered { .. } => 1,
+                Event::InstructionsChanged { .. } => 2,
+                Event::TurnEnded { .. } => 3,
+                Event::ContextWindowRejected { .. } => 4,
+                Event::ContextWindowFound { .. } => 5,
+                Event::ProviderWarning { .. } => 6,
+                Event::ResultsShrunk { .. } => 7,
+                Event::ContextTrimmed(_) => 8,
+                Event::ContextCompacted(_) => 9,
+                Event::ToolAllowedForSession { .. } => 10,
+                Event::RevertStarted { .. } => 11,
+                Event::FilesReverted { .. } => 12,
+                Event::Other(_) => 13,
+            });
+        }
+        let known = !matches!(item, Item::Event(Event::Other(_)));
+        let payload = item.to_payload();
+        let body = EntryBody::from(item);
+        assert!(
+            !known || !matches!(body, EntryBody::Event(_)),
+            "the stored event {payload} reaches pen/getTranscript untyped"
+        );
+        let sent = serde_json::to_value(&body).expect("serializes");
+        kinds.insert(sent["kind"].as_str().expect("a kind").to_string());
+    }
+    assert_eq!(covered, (0..14).collect(), "a known event has no sample");
     assert_eq!(
         kinds,
-        EntryBody::KINDS
-            .iter()
-            .map(|k| Value::from(*k))
-            .collect::<Vec<_>>()
+        EntryBody::KINDS.iter().map(|k| k.to_string()).collect()
     );
 }
 
@@ -329,4 +439,80 @@ fn documented_methods_are_read_from_headings() {
         documented_methods(doc).into_iter().collect::<Vec<_>>(),
         ["pen/a", "pen/b", "pen/d"]
     );
+}
+
+/// Whether a doc comment lists values: two backticked snake_case words joined by `, `, ` or `
+/// or `, or ` (`` `running`, `failed` or `denied` ``).
+fn lists_values(doc: &str) -> bool {
+    let is_value = |word: &str| {
+        word.starts_with(|c: char| c.is_ascii_lowercase())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    // Split on backticks: odd parts are quoted, even parts lie between them.
+    let parts: Vec<&str> = doc.split('`').collect();
+    parts.windows(3).enumerate().any(|(i, w)| {
+        i % 2 == 1 && is_value(w[0]) && [", ", " or ", ", or "].contains(&w[1]) && is_value(w[2])
+    })
+}
+
+/// The `String` fields of `source` (plain, `Option` or `Vec`) whose doc comment lists values:
+/// `(field, doc)`. The doc is the `///` lines right above the field, attributes between them
+/// skipped.
+fn strings_with_listed_values(source: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut doc = String::new();
+    for line in source.lines().map(str::trim) {
+        if let Some(text) = line.strip_prefix("///") {
+            doc.push_str(text);
+            doc.push(' ');
+            continue;
+        }
+        if line.starts_with("#[") || line.starts_with(')') || line.starts_with('"') {
+            continue;
+        }
+        let field = line.trim_start_matches("pub ").trim_end_matches(',');
+        if let Some((name, ty)) = field.split_once(": ")
+            && ["String", "Option<String>", "Vec<String>"].contains(&ty)
+            && lists_values(&doc)
+        {
+            found.push((name.to_string(), doc.clone()));
+        }
+        doc.clear();
+    }
+    found
+}
+
+/// A closed set of values on the wire is an enum the editors get generated, never a `String`
+/// whose doc lists the values (as `RevertedFileReport.status` once was).
+#[test]
+fn no_wire_string_lists_its_values() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocol.rs");
+    let source = std::fs::read_to_string(&path).expect("read src/protocol.rs");
+    let found = strings_with_listed_values(&source);
+    assert!(
+        found.is_empty(),
+        "wire strings whose docs list their values (make them enums with ALL and add them to \
+         codegen's enums): {found:?}"
+    );
+}
+
+#[test]
+fn listed_values_are_found_in_field_docs() {
+    let before = "pub struct RevertedFileReport {\n    pub path: String,\n    \
+                  /// `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.\n    \
+                  pub status: String,\n}\n";
+    let found = strings_with_listed_values(before);
+    assert_eq!(
+        found.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(),
+        ["status"]
+    );
+    let fields = "    /// `done` or `error` (from `isError`).\n    \
+                  #[serde(default)]\n    state: Option<String>,\n    \
+                  /// The model's text; `null` when absent.\n    text: String,\n    \
+                  /// `running` or `failed`.\n    count: u64,\n";
+    assert_eq!(strings_with_listed_values(fields).len(), 1);
+    assert!(!lists_values("The `pen_edit` diff, or `null`: see `docs`."));
+    assert!(lists_values("`a`, or `b_2`"));
 }

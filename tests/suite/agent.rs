@@ -206,7 +206,7 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             kinds,
             [
                 // The session's context, recorded before its first request.
-                "event",
+                "session_context",
                 "user_prompt",
                 "assistant_message",
                 "tool_call",
@@ -650,10 +650,15 @@ fn a_daemon_killed_mid_turn_leaves_every_committed_entry_and_an_interrupted_call
         .iter()
         .map(|e| e["kind"].as_str().unwrap().to_string())
         .collect();
-    // The session's context (an event) was recorded before the first prompt.
+    // The session's context was recorded before the first prompt.
     assert_eq!(
         before,
-        ["event", "user_prompt", "assistant_message", "tool_call"]
+        [
+            "session_context",
+            "user_prompt",
+            "assistant_message",
+            "tool_call"
+        ]
     );
     assert_eq!(
         d.prompt(&session, "what happened?")["stopReason"],

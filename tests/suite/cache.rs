@@ -141,7 +141,7 @@ fn a_long_turn_at_a_small_window_keeps_its_requests_prefix_stable() {
     );
     let compactions: Vec<&Value> = transcript
         .iter()
-        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "context_compacted")
+        .filter(|e| e["kind"] == "context_compacted")
         .collect();
     let reports: Vec<&Value> = transcript
         .iter()
@@ -233,7 +233,7 @@ fn a_resumed_session_plans_the_requests_the_first_daemon_sent() {
     // compactions and made its own on top of them.
     let compacted_seqs: Vec<u64> = transcript
         .iter()
-        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "context_compacted")
+        .filter(|e| e["kind"] == "context_compacted")
         .map(|e| e["seq"].as_u64().unwrap())
         .collect();
     let second_prompt_seq = transcript

@@ -567,7 +567,7 @@ fn a_project_server_starts_only_once_approved_and_a_denial_keeps_it_off() {
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["kind"], "start_mcp_server");
     assert!(
-        asked[0]["params"]["arguments"]["commandLine"]
+        asked[0]["params"]["commandLine"]
             .as_str()
             .unwrap()
             .contains("server-ran"),

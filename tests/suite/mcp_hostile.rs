@@ -253,9 +253,7 @@ fn a_project_file_never_sends_the_owner_s_secrets_and_any_change_asks_again() {
         .into_iter()
         .filter(|r| r["params"]["kind"] == "start_mcp_server")
         .collect();
-    let line = asked[1]["params"]["arguments"]["commandLine"]
-        .as_str()
-        .unwrap();
+    let line = asked[1]["params"]["commandLine"].as_str().unwrap();
     assert!(
         line.contains("X-Team: b"),
         "the approval shows the header: {line}"

@@ -97,7 +97,7 @@ fn each_server_kind_reports_its_window_and_get_config_says_where_it_came_from() 
             .client
             .transcript(&session)
             .into_iter()
-            .filter(|e| e["data"]["type"] == "context_window_found")
+            .filter(|e| e["kind"] == "context_window")
             .collect();
         assert_eq!(found.len(), 1, "{path}: {found:?}");
         assert_eq!(found[0]["data"]["tokens"], tokens);
@@ -135,9 +135,9 @@ fn a_template_without_tools_gets_none_and_a_small_window_still_chats() {
         .client
         .transcript(&session)
         .into_iter()
-        .find(|e| e["data"]["type"] == "context_window_found")
+        .find(|e| e["kind"] == "context_window")
         .unwrap();
-    assert_eq!(found["data"]["tools_dropped"], true);
+    assert_eq!(found["data"]["toolsDropped"], true);
 }
 
 #[test]
@@ -345,7 +345,7 @@ fn a_truncated_ollama_answer_is_reported_with_the_fix() {
         .client
         .transcript(&session)
         .into_iter()
-        .find(|e| e["data"]["type"] == "provider_warning")
+        .find(|e| e["kind"] == "provider_warning")
         .expect("the warning is recorded");
     assert_eq!(stored["data"]["message"], message);
     // Ollama's count is not a total: it calibrates nothing.
@@ -489,9 +489,7 @@ fn a_discovered_window_outside_the_bounds_is_not_adopted() {
         assert_eq!(outcome["stopReason"], "end_turn", "{path}: {outcome}");
         let transcript = d.client.transcript(&session);
         assert!(
-            !transcript
-                .iter()
-                .any(|e| e["data"]["type"] == "context_window_found"),
+            !transcript.iter().any(|e| e["kind"] == "context_window"),
             "{path}: {transcript:?}"
         );
     }

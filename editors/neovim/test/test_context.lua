@@ -32,10 +32,22 @@ local lines = require('pen.transcript')
 local shown = {}
 local real = lines.lines
 lines.lines = function(_, l) vim.list_extend(shown, l) end
-lines.step('s', nil, 'event', { type = 'session_context', environment = 'x',
-  instructions = { { path = 'AGENTS.md', bytes = 17, cut = false, text = 'Answer in haiku.' } } })
+lines.step('s', nil, 'session_context', { environment = 'x',
+  instructions = { { path = 'AGENTS.md', bytes = 17, cut = false } } })
+-- A stored change of instructions reads as the live event does; a revert is a line, not JSON.
+lines.step('s', nil, 'instructions_changed', { files = { { path = 'AGENTS.md', bytes = 9, cut = true } } })
+lines.step('s', nil, 'files_reverted', { turns = { 't_1' }, note = 'n', interrupted = false,
+  files = { { path = 'a.txt', status = 'reverted' }, { path = 'b.txt', status = vim.NIL } } })
+-- A project MCP server asking to start shows its command line.
+lines.approval({ kind = 'start_mcp_server', sessionId = 's', turnId = 't', callId = 'mcp_start_files',
+  server = 'files', commandLine = 'node server.js', root = '/w' })
 lines.lines = real
 H.check(shown[1] == '> instructions: `AGENTS.md` 17 bytes', 'the stored context line: ' .. vim.inspect(shown))
+H.check(shown[4] == '- ❓ **start MCP server** files: node server.js — waiting for approval',
+  'the server start approval: ' .. vim.inspect(shown))
+H.check(shown[2] == '> the project\'s instructions changed: `AGENTS.md` 9 bytes (cut); this prompt carries the new text',
+  'the stored change line: ' .. vim.inspect(shown))
+H.check(shown[3] == '> reverted t_1: `a.txt` reverted, `b.txt` not known', 'the stored revert line: ' .. vim.inspect(shown))
 
 -- Without a range the current buffer is still named.
 require('pen').state.last_result = {}

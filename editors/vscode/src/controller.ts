@@ -350,7 +350,7 @@ export class Controller implements vscode.Disposable {
   private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalResponse> {
     this.set(state.approvalRequested(this.model, params));
     // pen sends a diff only for a tool whose approval shows one (an edit), never by name here.
-    if (typeof params.diff === 'string') {
+    if (params.kind !== 'start_mcp_server' && typeof params.diff === 'string') {
       void this.diffs.remember(params.callId, (params.arguments as { path?: unknown } | null)?.path, params.diff);
     }
     void this.panel.reveal(true);

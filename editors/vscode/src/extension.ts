@@ -8,20 +8,10 @@ import { Controller } from './controller';
 import { Daemon } from './daemon';
 import { DiffViews } from './diffs';
 import { PanelView, VIEW_ID } from './panel';
-import { METHODS } from './protocol.generated';
+import { METHODS, type McpStatusResponse } from './protocol.generated';
 import { configChange, type PenSettings, toPenConfig } from './settings';
 
 const SECRET_KEY = 'pen.apiKey';
-
-/** One server of the `pen/mcpStatus` answer (docs/protocol.md). */
-interface McpServerStatus {
-  name: string;
-  status: string;
-  reason: string | null;
-  toolCount: number;
-  schemaTokens: number;
-  project: boolean;
-}
 
 function readSettings(): PenSettings {
   const c = vscode.workspace.getConfiguration('pen');
@@ -155,7 +145,7 @@ export function activate(context: vscode.ExtensionContext): void {
       if (client === null) {
         return;
       }
-      const answer = await client.sendRequest<{ servers: McpServerStatus[] }>(METHODS.MCP_STATUS, {});
+      const answer = await client.sendRequest<McpStatusResponse>(METHODS.MCP_STATUS, {});
       const lines = answer.servers.map(
         (s) =>
           `${s.name}: ${s.status}, ${s.toolCount} tools, ~${s.schemaTokens} schema tokens` +

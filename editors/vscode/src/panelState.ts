@@ -13,6 +13,7 @@ import type {
   EntryBody,
   EventBody,
   EventParams,
+  FileStatus,
   PromptResponse,
   RevertTurnResult,
   SessionSummary,
@@ -92,7 +93,7 @@ export interface RevertItem extends ItemBase {
   /** The turn the owner undid (the revert covers it and every later turn). */
   turnId: string;
   turns: string[];
-  files: { path: string; status: string; diff: string | null; reason: string | null }[];
+  files: { path: string; status: FileStatus; diff: string | null; reason: string | null }[];
   commands: { tool: string; summary: string }[];
   /** True when some files are conflicts and the revert was not forced. */
   conflicts: boolean;
@@ -428,20 +429,25 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
   if (params.sessionId !== model.sessionId) {
     return model;
   }
-  let m = toolStarted(model, params.callId, params.tool, params.summary ?? '');
+  // A project MCP server asking to start: its exact command line is what the owner approves.
+  const asked =
+    params.kind === 'start_mcp_server'
+      ? { tool: 'start MCP server', summary: `${params.server}: ${params.commandLine}`, diff: null, notRevertible: null }
+      : { tool: params.tool, summary: params.summary, diff: params.diff ?? null, notRevertible: params.notRevertible ?? null };
+  let m = toolStarted(model, params.callId, asked.tool, asked.summary);
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
   if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
     return m;
   }
-  if (tool.pendingApproval && tool.diff === (params.diff ?? null)) {
+  if (tool.pendingApproval && tool.diff === asked.diff) {
     return m;
   }
   m = update<ToolItem>(m, index, {
     state: 'awaiting_approval',
     pendingApproval: true,
-    diff: params.diff ?? null,
-    notRevertible: params.notRevertible ?? null,
+    diff: asked.diff,
+    notRevertible: asked.notRevertible,
   });
   return { ...m, status: 'waiting for approval' };
 }
@@ -554,16 +560,10 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       );
     case 'instructions_changed':
       return instructionsChanged(model, body.data.files);
-    case 'event':
-      // The stored form of the same change, so a resumed session shows it too.
-      if ((body.data as { type?: unknown }).type === 'instructions_changed') {
-        const files = (body.data as { instructions?: { path?: unknown }[] }).instructions ?? [];
-        return instructionsChanged(model, files.map((f) => ({ path: asString(f.path) ?? '?' })));
-      }
-      return model;
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
-      // decisions on the cards; events of a newer pen are not shown.
+      // decisions on the cards; reverts by their answers; the session's context by its chip;
+      // events of a newer pen are not shown.
       return model;
   }
 }

@@ -30,11 +30,19 @@ export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not
 
 export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'context_window', 'provider_warning', 'turn_ended'] as const;
 
-export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'event'] as const;
+export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'context_window', 'provider_warning', 'instructions_changed', 'session_context', 'instructions_delivered', 'context_compacted', 'revert_started', 'files_reverted', 'event'] as const;
 
 export const TRIM_REASONS = ['budget', 'context_window_exceeded'] as const;
 
 export const DECISIONS = ['allow', 'allow_for_session', 'deny'] as const;
+
+export const APPROVAL_KINDS = ['tool_call', 'start_mcp_server'] as const;
+
+export const FILE_STATUSES = ['reverted', 'deleted', 'unchanged', 'conflict', 'not_revertible', 'not_reverted'] as const;
+
+export const MCP_SERVER_STATES = ['idle', 'starting', 'running', 'failed', 'not_approved', 'denied', 'refused', 'disabled'] as const;
+
+export const WINDOW_SOURCES = ['config', 'llama_cpp_props', 'ollama_show', 'vllm_models', 'lm_studio_models', 'hosted_table', 'default'] as const;
 
 /**
  * How a tool call ended: the `status` of its stored result, the `state` of its
@@ -62,6 +70,33 @@ export type Decision = "allow" | "allow_for_session" | "deny";
  * Why the model stopped answering.
  */
 export type FinishReason = "end_turn" | "tool_use" | "max_tokens" | "other";
+
+/**
+ * Where an MCP server is in its life.
+ */
+export type McpServerState = "idle" | "starting" | "running" | "failed" | "not_approved" | "denied" | "refused" | "disabled";
+
+/**
+ * `pen/mcpStatus` answer: each MCP server's status, for the panels.
+ */
+export type McpStatusResponse = { servers: Array<McpServerStatus>, };
+
+/**
+ * One MCP server's status.
+ */
+export type McpServerStatus = { name: string, status: McpServerState, 
+/**
+ * Why it is not running (with the tail of its stderr), when it is not.
+ */
+reason: string | null, toolCount: number, 
+/**
+ * About how many tokens its tools' schemas add to every request.
+ */
+schemaTokens: number, 
+/**
+ * Whether it comes from the workspace's `.mcp.json`.
+ */
+project: boolean, };
 
 /**
  * `pen/callTool` params: one native tool, no model.
@@ -117,13 +152,14 @@ export type RevertTurnParams = { sessionId: string, turnId: string,
 force?: boolean, };
 
 /**
+ * What a revert made of one file.
+ */
+export type FileStatus = "reverted" | "deleted" | "unchanged" | "conflict" | "not_revertible" | "not_reverted";
+
+/**
  * One file of a revert.
  */
-export type RevertedFileReport = { path: string, 
-/**
- * `reverted`, `deleted`, `unchanged`, `conflict` or `not_revertible`.
- */
-status: string, 
+export type RevertedFileReport = { path: string, status: FileStatus, 
 /**
  * The turns that wrote it, newest first.
  */
@@ -147,8 +183,8 @@ export type InterruptedRevertReport = {
  */
 turns: Array<string>, 
 /**
- * Each of its files as it stood: `unchanged` (reverted), `not_reverted` (still as the
- * turns left it) or `conflict` (changed since).
+ * Each of its files as it stood: unchanged (reverted), not reverted (still as the turns
+ * left it) or a conflict (changed since).
  */
 files: Array<RevertedFileReport>, 
 /**
@@ -229,7 +265,7 @@ arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, t
 /**
  * `done` or `error` (from `isError`) for a result an older pen stored without one.
  */
-state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "event", "data": JsonValue });
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue });
 
 /**
  * The `kind` of a [`TranscriptRecord`] and its `data`.
@@ -254,7 +290,17 @@ arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, t
 /**
  * `done` or `error` (from `isError`) for a result an older pen stored without one.
  */
-state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "event", "data": JsonValue };
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue };
+
+/**
+ * A file of a stored revert and what became of it.
+ */
+export type RevertedFileStatus = { path: string, 
+/**
+ * `null` when it is not known: a revert a crash stopped, closed by the next turn without
+ * a look at its files (or a status a newer pen stored).
+ */
+status: FileStatus | null, };
 
 /**
  * A tool call inside an answer, as it was made.
@@ -407,7 +453,7 @@ summary: string,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": { model: string, tokens: number, source: string, line: string, } } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -421,7 +467,7 @@ summary: string,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: string, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": { model: string, tokens: number, source: string, line: string, } } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -438,28 +484,46 @@ droppedCount: number, tokensBefore: number, tokensAfter: number, budget: number,
 providerMessage?: string, };
 
 /**
- * `pen/requestApproval` params: what the owner is asked to approve.
+ * `context_window` data: the window the session's requests to `model` are planned under from
+ * here on, where it came from, and `line`, the one line to show.
  */
-export type ApprovalParams = { 
+export type ContextWindowData = { model: string, tokens: number, source: WindowSource, line: string, 
 /**
- * `tool_call`, or `start_mcp_server` (then `arguments` holds `server`, `commandLine` and
- * `root`: a project's `.mcp.json` server asks once before it first runs).
+ * The most output tokens the model may produce, when the source says (the hosted table).
  */
-kind: string, sessionId: string, turnId: string, callId: string, tool: string, 
+maxOutputTokens?: number, 
 /**
- * What the call works on, in a line, as its tool computes it (for a server's start: the
- * server and its command line): the editors show it as it is.
+ * The window the model was trained on, when the server says (Ollama).
+ */
+trainedTokens?: number, 
+/**
+ * The server's chat template renders no tool definitions, so pen sends none.
+ */
+toolsDropped: boolean, };
+
+/**
+ * Where a context window came from.
+ */
+export type WindowSource = "config" | "llama_cpp_props" | "ollama_show" | "vllm_models" | "lm_studio_models" | "hosted_table" | "default";
+
+/**
+ * `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
+ */
+export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: string, callId: string, tool: string, 
+/**
+ * What the call works on, in a line, as its tool computes it: the editors show it
+ * as it is.
  */
 summary: string, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */
-diff?: string | null, 
+diff?: string, 
 /**
- * Set when the write will not be revertible (its file is over the session's checkpoint
- * store limit): `"not revertible: too large (…)"`.
+ * Set when the write will not be revertible (its file is over the session's
+ * checkpoint store limit): `"not revertible: too large (…)"`.
  */
-notRevertible?: string | null, };
+notRevertible?: string, } | { "kind": "start_mcp_server", sessionId: string, turnId: string, callId: string, server: string, commandLine: string, root: string, };
 
 /**
  * The client's answer to `pen/requestApproval`: an object with a known `decision` and at most

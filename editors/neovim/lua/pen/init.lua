@@ -67,14 +67,16 @@ local function approval_handler(_, params)
   -- The diff goes into the transcript (and its window) before the question is asked.
   transcript.show(session, M.config.split)
   transcript.approval(params)
-  local prompt = ('pen wants to run %s%s'):format(params.tool,
-    params.arguments and params.arguments.path and (' on ' .. params.arguments.path) or '')
-  if params.arguments and params.arguments.command then
-    prompt = prompt .. ': ' .. params.arguments.command
-  end
-  if params.kind == 'start_mcp_server' then
+  local prompt
+  if params.kind == P.approval_kind.START_MCP_SERVER then
     prompt = ('pen wants to start the project MCP server %s (.mcp.json): %s'):format(
-      tostring(params.arguments.server), tostring(params.arguments.commandLine))
+      tostring(params.server), tostring(params.commandLine))
+  else
+    prompt = ('pen wants to run %s%s'):format(params.tool,
+      params.arguments and params.arguments.path and (' on ' .. params.arguments.path) or '')
+    if params.arguments and params.arguments.command then
+      prompt = prompt .. ': ' .. params.arguments.command
+    end
   end
   M.state.status = 'pen: waiting for approval'
   vim.cmd('redrawstatus')
@@ -494,7 +496,7 @@ function M.undo(arg, force)
       return
     end
     transcript.lines(s, revert_lines(res))
-    local conflicts = vim.tbl_filter(function(f) return f.status == 'conflict' end, res.files or {})
+    local conflicts = vim.tbl_filter(function(f) return f.status == P.file_status.CONFLICT end, res.files or {})
     if #conflicts > 0 and not force then
       vim.ui.select({ 'Keep them', 'Overwrite them' },
         { prompt = ('%d file(s) changed since pen wrote them'):format(#conflicts) }, function(choice)

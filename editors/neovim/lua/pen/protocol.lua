@@ -75,6 +75,14 @@ M.entry_kind = {
   CONTEXT_TRIMMED = 'context_trimmed',
   CONTEXT_WINDOW_REJECTED = 'context_window_rejected',
   TOOL_ALLOWED_FOR_SESSION = 'tool_allowed_for_session',
+  CONTEXT_WINDOW = 'context_window',
+  PROVIDER_WARNING = 'provider_warning',
+  INSTRUCTIONS_CHANGED = 'instructions_changed',
+  SESSION_CONTEXT = 'session_context',
+  INSTRUCTIONS_DELIVERED = 'instructions_delivered',
+  CONTEXT_COMPACTED = 'context_compacted',
+  REVERT_STARTED = 'revert_started',
+  FILES_REVERTED = 'files_reverted',
   EVENT = 'event',
 }
 
@@ -87,6 +95,41 @@ M.decision = {
   ALLOW = 'allow',
   ALLOW_FOR_SESSION = 'allow_for_session',
   DENY = 'deny',
+}
+
+M.approval_kind = {
+  TOOL_CALL = 'tool_call',
+  START_MCP_SERVER = 'start_mcp_server',
+}
+
+M.file_status = {
+  REVERTED = 'reverted',
+  DELETED = 'deleted',
+  UNCHANGED = 'unchanged',
+  CONFLICT = 'conflict',
+  NOT_REVERTIBLE = 'not_revertible',
+  NOT_REVERTED = 'not_reverted',
+}
+
+M.mcp_server_state = {
+  IDLE = 'idle',
+  STARTING = 'starting',
+  RUNNING = 'running',
+  FAILED = 'failed',
+  NOT_APPROVED = 'not_approved',
+  DENIED = 'denied',
+  REFUSED = 'refused',
+  DISABLED = 'disabled',
+}
+
+M.window_source = {
+  CONFIG = 'config',
+  LLAMA_CPP_PROPS = 'llama_cpp_props',
+  OLLAMA_SHOW = 'ollama_show',
+  VLLM_MODELS = 'vllm_models',
+  LM_STUDIO_MODELS = 'lm_studio_models',
+  HOSTED_TABLE = 'hosted_table',
+  DEFAULT = 'default',
 }
 
 for name, values in pairs(M) do

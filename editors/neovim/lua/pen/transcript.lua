@@ -188,7 +188,10 @@ function M.approval(d)
     return
   end
   M.shown_approvals[d.callId or ''] = true
-  local l = { ('- ❓ **%s** %s — waiting for approval'):format(d.tool or '?', subject(d)) }
+  local what = d.kind == P.approval_kind.START_MCP_SERVER
+    and ('**start MCP server** %s: %s'):format(tostring(d.server), tostring(d.commandLine))
+    or ('**%s** %s'):format(d.tool or '?', subject(d))
+  local l = { ('- ❓ %s — waiting for approval'):format(what) }
   if type(d.diff) == 'string' then
     vim.list_extend(l, M.diff_lines(d.diff))
   end
@@ -298,19 +301,35 @@ function M.step(s, turn_id, kind, d)
   elseif kind == E.INSTRUCTIONS_CHANGED then
     M.lines(s, { '> the project\'s instructions changed: ' .. M.instruction_files(d.files)
       .. '; this prompt carries the new text' })
-  elseif kind == R.EVENT and d.type == 'session_context' then
+  elseif kind == R.SESSION_CONTEXT then
     -- The instructions and environment the session's requests carry (pen/getSessionContext).
     if type(d.instructions) == 'table' and #d.instructions > 0 then
       M.lines(s, { '> instructions: ' .. M.instruction_files(d.instructions) })
     end
-  elseif kind == R.EVENT and d.type == 'instructions_delivered' then
+  elseif kind == R.INSTRUCTIONS_DELIVERED then
     M.lines(s, { '> instructions delivered with a result: ' .. M.instruction_files(d.files) })
-  elseif kind == R.EVENT and d.type == 'instructions_changed' then
-    M.lines(s, { '> the project\'s instructions changed: ' .. M.instruction_files(d.instructions) })
+  elseif kind == R.CONTEXT_COMPACTED then
+    M.lines(s, { ('> context compacted (policy %s): %s older exchange(s) left out, budget %s tokens'):format(
+      tostring(d.policyVersion), tostring(d.droppedCount), tostring(d.budget)) })
+  elseif kind == R.REVERT_STARTED then
+    M.lines(s, { ('> reverting %s: %s'):format(M.list(d.turns), M.list(d.files)) })
+  elseif kind == R.FILES_REVERTED then
+    local files = {}
+    for _, f in ipairs(type(d.files) == 'table' and d.files or {}) do
+      local status = f.status ~= vim.NIL and f.status or 'not known'
+      table.insert(files, ('`%s` %s'):format(tostring(f.path), tostring(status)))
+    end
+    M.lines(s, { ('> %s %s: %s'):format(d.interrupted and 'interrupted revert of' or 'reverted',
+      M.list(d.turns), table.concat(files, ', ')) })
   elseif kind == R.EVENT then
     -- An event of a newer pen: shown as it is stored.
     M.lines(s, { '> ' .. vim.json.encode(d) })
   end
+end
+
+--- A list of names in a line.
+function M.list(names)
+  return table.concat(vim.tbl_map(tostring, type(names) == 'table' and names or {}), ', ')
 end
 
 --- Instruction files in a line: name, size, cut or not read.

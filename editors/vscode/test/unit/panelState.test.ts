@@ -21,7 +21,7 @@ import {
   usageLine,
 } from '../../src/panelState';
 import { TURN_ERROR_KINDS } from '../../src/protocol.generated';
-import type { EventParams, TranscriptRecord, TurnErrorKind } from '../../src/protocol.generated';
+import type { EventParams, RevertTurnResult, TranscriptRecord, TurnErrorKind } from '../../src/protocol.generated';
 
 const S = 's_1';
 const T = 't_1';
@@ -122,6 +122,15 @@ describe('live events', () => {
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
+  });
+
+  test('a project MCP server asking to start shows its command line', () => {
+    let m = promptSent(session(), 'go');
+    m = approvalRequested(m, {
+      kind: 'start_mcp_server', sessionId: S, turnId: T, callId: 'mcp_start_files',
+      server: 'files', commandLine: 'node server.js', root: '/w',
+    });
+    assert.deepEqual(outline(m).slice(1), ['tool start MCP server [files: node server.js] awaiting_approval ASKING']);
   });
 
   test('Deny and Stop: denied by the owner, withdrawn, not executed', () => {
@@ -290,6 +299,40 @@ describe('stored transcripts', () => {
     const whole = outline(appendEntries(session(), entries));
     const paged = outline(appendEntries(appendEntries(session(), entries.slice(0, 4)), entries.slice(4)));
     assert.deepEqual(paged, whole);
+  });
+
+  test('stored events render as the live events of the same fact', () => {
+    const files = [{ path: 'AGENTS.md', bytes: 3, cut: false }];
+    const window = {
+      model: 'm',
+      tokens: 2048,
+      source: 'llama_cpp_props',
+      line: 'model m, context window 2048 tokens (llama.cpp /props)',
+      toolsDropped: false,
+    };
+    const stored = appendEntries(session(), [
+      entry(1, 'session_context', { instructions: files, environment: '- pen' }),
+      entry(2, 'context_window', window),
+      entry(3, 'instructions_changed', { files }),
+      entry(4, 'provider_warning', { message: 'truncated' }),
+      entry(5, 'instructions_delivered', { callId: 'c1', files }),
+      entry(6, 'context_compacted', {
+        policyVersion: 4, droppedCount: 1, excerptedThrough: 'c1', omittedThrough: null, budget: 9, lowWater: 5,
+      }),
+      entry(7, 'revert_started', { turns: [T], files: ['a.txt'] }),
+      entry(8, 'files_reverted', { turns: [T], files: [{ path: 'a.txt', status: 'reverted' }], note: 'n', interrupted: false }),
+    ]);
+    const live = reduce(session(), [
+      ev('context_window', window),
+      ev('instructions_changed', { files }),
+      ev('provider_warning', { message: 'truncated' }),
+    ]);
+    assert.deepEqual(outline(stored), outline(live));
+    assert.deepEqual(outline(stored), [
+      'trim: Context window',
+      'note info: The project\'s instructions changed (AGENTS.md); this prompt carried the new text to pen.',
+      'trim: Provider warning',
+    ]);
   });
 
   test('switching sessions keeps the list and starts empty', () => {
@@ -485,7 +528,7 @@ describe('checkpoints', () => {
   });
 
   test("an undo lists every file, conflicts with their diffs, and offers to force only then", () => {
-    const result = {
+    const result: RevertTurnResult = {
       sessionId: S,
       turns: ['t3', 't2'],
       files: [
