@@ -2,7 +2,7 @@
 //! observation the model would receive.
 
 use crate::config::{self, Config};
-use crate::limits::MAX_TOOL_RESULT_BYTES;
+use crate::limits::{EXPORT_PAGE_ROWS, MAX_FOCUS_RANGES, MAX_TOOL_RESULT_BYTES};
 use crate::protocol;
 use crate::server::{self, ServeOptions};
 use crate::session::{self, SessionStore};
@@ -307,33 +307,97 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
             return usage(&e.to_string());
         }
     }
+    // What touches the disk before the turn (the folder, the session store) is done here,
+    // before the runtime starts, so that no call on the runtime blocks.
+    let ready = match RunReady::new(&command) {
+        Ok(ready) => ready,
+        Err(error) => return failed(&error.to_string()),
+    };
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    runtime.block_on(headless_turn(command, config))
-}
-
-async fn headless_turn(command: RunCommand, config: Config) -> ExitCode {
-    headless(command, config).await.unwrap_or_else(|message| {
-        eprintln!("pen: {message}");
-        ExitCode::from(1)
+    runtime.block_on(async move {
+        headless(command, config, ready)
+            .await
+            .unwrap_or_else(|error| failed(&error.to_string()))
     })
 }
 
+/// Why `pen run` could not run its turn.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    /// A `--file` argument that is not `PATH` or `PATH:FROM-TO`.
+    #[error("{0}")]
+    FileArgument(String),
+    #[error("at most {MAX_FOCUS_RANGES} --file arguments are taken")]
+    TooManyFiles,
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error(transparent)]
+    Store(#[from] session::SessionError),
+    #[error("{0}")]
+    StoreThread(tokio::task::JoinError),
+    #[error(transparent)]
+    Provider(#[from] crate::providers::choice::ChoiceError),
+    /// The session could not be claimed; another turn running in it is said with what to do.
+    #[error("{}", begin_message(.0))]
+    Begin(crate::agent::BeginError),
+}
+
+/// Says why `pen run` could not run its turn: exit code 1.
+fn failed(message: &str) -> ExitCode {
+    eprintln!("pen: {message}");
+    ExitCode::from(1)
+}
+
+/// What `pen run` reads from the disk before its runtime starts: the attached files' ranges,
+/// the folder it works in, and the session store.
+struct RunReady {
+    focus: crate::agent::Focus,
+    root: PathBuf,
+    workspace: Workspace,
+    data_dir: PathBuf,
+    store: Arc<SessionStore>,
+}
+
+impl RunReady {
+    /// The attached files are checked first, then the folder and the store are opened: all
+    /// before anything is written.
+    fn new(command: &RunCommand) -> Result<RunReady, RunError> {
+        let focus = focus_of(&command.files)?;
+        let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let workspace = Workspace::new(std::slice::from_ref(&root))?;
+        let data_dir = session::default_data_dir()?;
+        let store = SessionStore::open(&data_dir)?;
+        Ok(RunReady {
+            focus,
+            root,
+            workspace,
+            data_dir,
+            store: Arc::new(store),
+        })
+    }
+}
+
 /// One headless turn: its exit code, or why it could not run.
-async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, String> {
+async fn headless(
+    command: RunCommand,
+    config: Config,
+    ready: RunReady,
+) -> Result<ExitCode, RunError> {
     use crate::agent::{Channel, Engine, TurnSetup};
-    // The attached files go into the prompt (checked before anything is written).
-    let focus = focus_of(&command.files)?;
-    let store = store_thread(|| SessionStore::open(&session::default_data_dir()?)).await?;
-    let store = Arc::new(store);
+    let RunReady {
+        focus,
+        root,
+        workspace,
+        data_dir,
+        store,
+    } = ready;
     let engine = Engine::new(store.clone());
     // No provider, no session: the failure is reported before anything is written.
     engine.provider(&config).await?;
     let session_id = run_session(&store, &command).await?;
-    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let workspace = Workspace::new(std::slice::from_ref(&root)).map_err(|e| e.to_string())?;
     let prompt = format!(
         "{}{}",
         command.prompt,
@@ -346,14 +410,14 @@ async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, Strin
     let pending = engine
         .begin(&session_id, cancel)
         .await
-        .map_err(begin_error)?;
+        .map_err(RunError::Begin)?;
     eprintln!("pen: session {session_id}");
     // One line: the model, the window it is planned under and where that came from (found
     // once here; the turn reuses the engine's answer).
     if let Ok((target, window)) = engine.window(&config).await {
         eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
     }
-    let mcp = crate::mcp::McpManager::new(session::default_data_dir().ok());
+    let mcp = crate::mcp::McpManager::new(Some(data_dir));
     let setup = TurnSetup {
         tools: run_tools(workspace, &config),
         config,
@@ -371,8 +435,9 @@ async fn headless(command: RunCommand, config: Config) -> Result<ExitCode, Strin
     ))
 }
 
-/// Why `pen run` could not claim its session.
-fn begin_error(err: crate::agent::BeginError) -> String {
+/// Why `pen run` could not claim its session: a turn running there elsewhere comes with what
+/// to do about it.
+fn begin_message(err: &crate::agent::BeginError) -> String {
     match err {
         crate::agent::BeginError::Store(e @ session::SessionError::LeaseHeld { .. }) => {
             format!("{e}; wait for that turn to end (or stop it there) and run this again")
@@ -395,30 +460,28 @@ fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools 
 /// Runs session store work on a blocking thread, as every store call of a turn is.
 async fn store_thread<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, session::SessionError> + Send + 'static,
-) -> Result<T, String> {
+) -> Result<T, RunError> {
     match tokio::task::spawn_blocking(work).await {
-        Ok(done) => done.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(done) => Ok(done?),
+        Err(e) => Err(RunError::StoreThread(e)),
     }
 }
 
 /// The files `--file` attaches.
-fn focus_of(files: &[String]) -> Result<crate::agent::Focus, String> {
+fn focus_of(files: &[String]) -> Result<crate::agent::Focus, RunError> {
     let mut focus = crate::agent::Focus::default();
     for arg in files {
-        focus.files.push(crate::agent::parse_file_arg(arg)?);
+        let file = crate::agent::parse_file_arg(arg).map_err(RunError::FileArgument)?;
+        focus.files.push(file);
     }
-    if focus.files.len() > crate::limits::MAX_FOCUS_RANGES {
-        return Err(format!(
-            "at most {} --file arguments are taken",
-            crate::limits::MAX_FOCUS_RANGES
-        ));
+    if focus.files.len() > MAX_FOCUS_RANGES {
+        return Err(RunError::TooManyFiles);
     }
     Ok(focus)
 }
 
 /// The session `pen run` continues (`--session`), or a new one named for the prompt.
-async fn run_session(store: &Arc<SessionStore>, command: &RunCommand) -> Result<String, String> {
+async fn run_session(store: &Arc<SessionStore>, command: &RunCommand) -> Result<String, RunError> {
     let store = Arc::clone(store);
     let continued = command.session.clone();
     let title: String = command.prompt.chars().take(80).collect();
@@ -798,16 +861,13 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
     })
 }
 
-/// How many rows the export commands fetch per store call.
-const EXPORT_PAGE: usize = 200;
-
 /// `pen sessions`: every session with work in it (every one with `--all`), newest first, as
 /// JSON lines.
 pub fn run_sessions(all: bool) -> ExitCode {
     export(|store, out| {
         let mut cursor: Option<String> = None;
         loop {
-            let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE, all)?;
+            let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE_ROWS, all)?;
             for info in page.sessions {
                 writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
             }
@@ -824,7 +884,7 @@ pub fn run_transcript(session_id: &str) -> ExitCode {
     export(|store, out| {
         let mut after: Option<u64> = None;
         loop {
-            let page = store.transcript(session_id, after, EXPORT_PAGE)?;
+            let page = store.transcript(session_id, after, EXPORT_PAGE_ROWS)?;
             for entry in page.entries {
                 writeln!(
                     out,

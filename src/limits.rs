@@ -537,6 +537,15 @@ pub const SEARCH_BATCH_FILES: usize = 16;
 /// every reader busy while the walk lists a large folder.
 pub const SEARCH_READ_AHEAD_BATCHES: usize = 4;
 
+/// pen_search's walk runs on a thread of its own and hands entries to the in-order merge in
+/// batches of this many, 64: one hand-over per batch keeps thread wake-ups off the hot path.
+pub const SEARCH_WALK_BATCH_ENTRIES: usize = 64;
+
+/// Batches of entries the walk thread takes ahead of the merge, 4: with the batch in each
+/// thread's hands, at most 384 entries are taken past where a page stops. They are not walked
+/// for nothing: the page's kept walk yields them first.
+pub const SEARCH_WALK_AHEAD_BATCHES: usize = 4;
+
 /// Walks pen_search keeps, one per cursor it handed out, so that the page resuming at that
 /// cursor continues the walk where the last page left it instead of listing again every folder
 /// before the cursor, 8: a few searches paged side by side. Each holds the listings of the open
@@ -726,6 +735,62 @@ pub const MIN_BYTES_PER_REPORTED_TOKEN_DIVISOR: u64 = 8;
 /// The longest line of a streamed NDJSON answer (native Ollama) pen buffers: one line is one
 /// piece of the answer, a few KiB at most; a longer one is a server gone wrong.
 pub const MAX_NDJSON_LINE_BYTES: usize = 16 << 20;
+
+// Bounds that lived in their modules (issue 27 item 5); `tests/suite/repo.rs` keeps new ones
+// from being defined anywhere else.
+
+/// Sessions in a `pen/listSessions` page when the client names no `limit`: 50.
+pub const DEFAULT_SESSION_PAGE: usize = 50;
+
+/// Entries in a `pen/getTranscript` page when the client names no `limit`: 200.
+pub const DEFAULT_TRANSCRIPT_PAGE: usize = 200;
+
+/// Rows the export commands (`pen sessions`, `pen export`) fetch per store call: 200.
+pub const EXPORT_PAGE_ROWS: usize = 200;
+
+/// Bytes the daemon's stdin thread reads at a time, 64 KiB: a pipe's default capacity.
+pub const STDIN_THREAD_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Chunks the stdin thread reads ahead of the transport (and writes queued ahead of the stdout
+/// thread), 4: a few, so a client that floods pen is held back by the pipe, not by pen's memory.
+pub const STDIO_QUEUED_CHUNKS: usize = 4;
+
+/// The largest Bedrock event-stream message accepted, 16 MiB: AWS caps event-stream messages
+/// there, so a longer length means the bytes are not event-stream framing, and buffering
+/// towards it would only waste memory.
+pub const MAX_BEDROCK_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long the probe of a local Ollama (for a user with no provider configured) may take
+/// before pen decides there is none: 500 ms.
+pub const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The latest `fs/read_text_file` answers `pen acp` keeps for the edits planned on them, 16: an
+/// edit re-reads its file just before it writes, so only the newest read of each file is needed.
+pub const ACP_KEPT_CLIENT_READS: usize = 16;
+
+/// The nearest lines pen_edit shows when an `old_text` is not found: 3.
+pub const EDIT_CANDIDATE_LINES: usize = 3;
+
+/// The distinct lines an ambiguous pen_edit match's error lists occurrences on: 5.
+pub const EDIT_OCCURRENCES_SHOWN: usize = 5;
+
+/// Bytes of a file line quoted in a pen_edit error message, 160: enough to recognise a line of
+/// code.
+pub const EDIT_QUOTED_LINE_BYTES: usize = 160;
+
+/// Lines of unchanged context around each change of an edit's or a revert's diff, 3, as
+/// `diff -u` shows them.
+pub const DIFF_CONTEXT_LINES: usize = 3;
+
+/// How long the diff algorithm may look for a minimal diff, 1 s. A `replace_all` over a large
+/// file can make Myers' algorithm quadratic; past the deadline `similar` returns a coarser but
+/// still correct diff, and the diff is only a report of an edit that is already computed.
+pub const DIFF_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest a `pen/test/*` hook (served only under `PEN_TEST_HOOKS`) waits for an event: 20 s.
+pub const TEST_HOOK_WAIT: Duration = Duration::from_secs(20);
+
+// End of the issue 27 item 5 block.
 
 #[cfg(test)]
 mod tests {

@@ -18,16 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use crate::limits::{STDIN_THREAD_CHUNK_BYTES, STDIO_QUEUED_CHUNKS};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_util::sync::PollSender;
-
-/// How much one read of stdin takes at most.
-const CHUNK: usize = 64 * 1024;
-
-/// Chunks read ahead of the transport (and writes queued ahead of stdout): a few, so a client
-/// that floods pen is held back by the pipe, not by pen's memory.
-const QUEUED: usize = 4;
 
 /// The reading end of the daemon's stdin, fed by its own thread.
 pub struct Stdin {
@@ -43,12 +37,12 @@ pub fn stdin() -> io::Result<Stdin> {
 }
 
 fn spawn_reader<R: Read + Send + 'static>(name: &str, mut input: R) -> io::Result<Stdin> {
-    let (tx, chunks) = mpsc::channel(QUEUED);
+    let (tx, chunks) = mpsc::channel(STDIO_QUEUED_CHUNKS);
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
             loop {
-                let mut chunk = vec![0; CHUNK];
+                let mut chunk = vec![0; STDIN_THREAD_CHUNK_BYTES];
                 let sent = match input.read(&mut chunk) {
                     Ok(0) => break,
                     Ok(n) => {
@@ -126,7 +120,7 @@ fn spawn_writer<W: Write + Send + 'static>(
     name: &str,
     mut output: W,
 ) -> io::Result<(Stdout, Drained)> {
-    let (queue, mut rx) = mpsc::channel::<Vec<u8>>(QUEUED);
+    let (queue, mut rx) = mpsc::channel::<Vec<u8>>(STDIO_QUEUED_CHUNKS);
     let (done, drained) = std::sync::mpsc::channel();
     let failed = Arc::new(AtomicBool::new(false));
     let failure = Arc::clone(&failed);

@@ -15,16 +15,12 @@
 use super::rpc::{CallError, Connection};
 use super::wire::{ReadTextFileParams, ReadTextFileResponse, WriteTextFileParams};
 use crate::documents::Snapshot;
-use crate::limits::{ACP_CLIENT_FS_TIMEOUT, MAX_ACP_CLIENT_READ_BYTES};
+use crate::limits::{ACP_CLIENT_FS_TIMEOUT, ACP_KEPT_CLIENT_READS, MAX_ACP_CLIENT_READ_BYTES};
 use crate::tools::{self, Replacement};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// How many of the latest reads are kept for the edits planned on them: an edit re-reads its
-/// file just before it writes, so only the newest read of each file is ever needed.
-const KEPT_READS: usize = 16;
 
 pub struct ClientFiles {
     connection: Arc<Connection>,
@@ -113,7 +109,7 @@ impl tools::Editor for ClientFiles {
         let snapshot = Snapshot::new(version, &content);
         let mut reads = self.lock_reads();
         reads.retain(|(read, _)| read != path);
-        if reads.len() >= KEPT_READS {
+        if reads.len() >= ACP_KEPT_CLIENT_READS {
             reads.remove(0);
         }
         reads.push((path.to_path_buf(), snapshot.clone()));

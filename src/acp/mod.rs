@@ -90,7 +90,7 @@ pub enum AcpError {
     #[error("the embedded resource {0} is binary; pen takes text resources only")]
     BinaryResource(String),
     #[error("{0}")]
-    NoProvider(String),
+    NoProvider(crate::providers::choice::ChoiceError),
 }
 
 impl From<AcpError> for RpcError {

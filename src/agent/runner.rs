@@ -15,7 +15,8 @@ use super::turn::Turn;
 use super::{Approver, ToolHost, TurnErrorKind, TurnLease, TurnOutcome};
 use crate::config::{Config, ProviderKind};
 use crate::providers::Provider;
-use crate::providers::choice::{Target, chosen_from_config};
+use crate::providers::choice::{ChoiceError, Target, chosen_from_config};
+use crate::providers::facts::Discovery;
 use crate::providers::window::{self, ModelWindow, WindowSource};
 use crate::session::{SessionError, SessionStore};
 use crate::transcript::StopReason;
@@ -141,7 +142,10 @@ impl Engine {
 
     /// The provider and model for `config`: the one built for the same configuration before,
     /// else a new one (a failure is not kept, so a provider started later is found).
-    pub async fn provider(&self, config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+    pub async fn provider(
+        &self,
+        config: &Config,
+    ) -> Result<(Arc<dyn Provider>, String), ChoiceError> {
         self.provider_and_target(config)
             .await
             .map(|(provider, target)| (provider, target.model))
@@ -152,7 +156,7 @@ impl Engine {
     pub async fn provider_and_target(
         &self,
         config: &Config,
-    ) -> Result<(Arc<dyn Provider>, Target), String> {
+    ) -> Result<(Arc<dyn Provider>, Target), ChoiceError> {
         match &self.providers {
             Providers::Fixed(provider, model) => Ok((
                 Arc::clone(provider),
@@ -181,7 +185,7 @@ impl Engine {
     /// `context_window_tokens`, else what the server reports (asked once per server and model
     /// in this process), else the hosted-model table, else the conservative default, said once
     /// per server and model. Never fails for want of a window: only for want of a provider.
-    pub async fn window(&self, config: &Config) -> Result<(Target, ModelWindow), String> {
+    pub async fn window(&self, config: &Config) -> Result<(Target, ModelWindow), ChoiceError> {
         let (_, target) = self.provider_and_target(config).await?;
         let window = self.window_for(config, &target).await;
         Ok((target, window))
@@ -198,12 +202,13 @@ impl Engine {
         }
         // Only local-server APIs are asked; Anthropic and Bedrock (even behind a proxy's
         // base URL) have no such endpoint, and the table knows their models.
-        let server = match (&target.base_url, target.kind) {
-            (Some(base_url), ProviderKind::OpenAi | ProviderKind::Ollama) => {
-                Some(base_url.as_str())
+        let facts = target.kind.facts();
+        let server = match facts.discovery {
+            Discovery::ServerThenTable => target.base_url.as_deref(),
+            Discovery::OllamaShow => {
+                Some(target.base_url.as_deref().unwrap_or(facts.default_base_url))
             }
-            (None, ProviderKind::Ollama) => Some(crate::providers::ollama::DEFAULT_BASE_URL),
-            _ => None,
+            Discovery::HostedTable => None,
         };
         let discovered = match server {
             Some(server) => window::discover(target.kind, server, &target.model).await,
@@ -350,9 +355,9 @@ impl PendingTurn {
         let engine = Arc::clone(&self.engine);
         let (provider, target) = match engine.provider_and_target(&spec.config).await {
             Ok(found) => found,
-            Err(message) => {
+            Err(error) => {
                 lease.release().await;
-                return TurnOutcome::failed(TurnErrorKind::NoProvider, message);
+                return TurnOutcome::failed(TurnErrorKind::NoProvider, error.to_string());
             }
         };
         let found_window = engine.window_for(&spec.config, &target).await;

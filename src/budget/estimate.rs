@@ -47,32 +47,23 @@ impl Budget {
 }
 
 impl ProviderKind {
-    /// One family of each framing (the families whose overheads are the same share one).
+    /// One family of each framing, in the order of [`Framing::ALL`](crate::providers::facts::Framing::ALL) (the families whose
+    /// overheads are the same share one).
     pub(super) const FRAMINGS: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthropic];
 
     /// The index of this family's framing in [`ProviderKind::FRAMINGS`].
     pub(super) fn framing(self) -> usize {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::Ollama => 0,
-            ProviderKind::Anthropic | ProviderKind::Bedrock => 1,
-        }
+        self.facts().framing.index()
     }
 
-    /// Framing tokens per message: OpenAI's chat format spends about 4 on role and separators;
-    /// Anthropic's and Bedrock's content blocks a little more.
+    /// Framing tokens per message (see [`crate::providers::facts::Framing::message_overhead`]).
     fn message_overhead(self) -> u64 {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::Ollama => 4,
-            ProviderKind::Anthropic | ProviderKind::Bedrock => 5,
-        }
+        self.facts().framing.message_overhead()
     }
 
-    /// Framing tokens per tool call or result block (ids, names, type tags).
+    /// Framing tokens per tool call or result block (see [`crate::providers::facts::Framing::tool_overhead`]).
     fn tool_overhead(self) -> u64 {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::Ollama => 8,
-            ProviderKind::Anthropic | ProviderKind::Bedrock => 10,
-        }
+        self.facts().framing.tool_overhead()
     }
 }
 
@@ -291,5 +282,18 @@ impl TokenEstimator {
             })
             .sum();
         self.scale(quarters)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::facts::Framing;
+
+    #[test]
+    fn each_framing_family_stands_for_its_framing() {
+        for (family, framing) in ProviderKind::FRAMINGS.into_iter().zip(Framing::ALL) {
+            assert_eq!(family.facts().framing, framing);
+        }
     }
 }

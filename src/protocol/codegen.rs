@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use ts_rs::{Config, TS};
 
+mod providers;
+
 /// The command that rewrites the generated files.
 const UPDATE_COMMAND: &str = "PEN_UPDATE_GENERATED=1 cargo test --lib protocol::codegen";
 const TS_PATH: &str = "editors/vscode/src/protocol.generated.ts";

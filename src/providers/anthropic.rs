@@ -25,9 +25,6 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-/// Where requests go when no `base_url` is configured.
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-
 /// The Messages API version pen speaks.
 const API_VERSION: &str = "2023-06-01";
 
@@ -44,13 +41,18 @@ pub struct AnthropicProvider {
 }
 
 impl AnthropicProvider {
-    /// A provider for `settings.base_url` (default [`DEFAULT_BASE_URL`]); the API key is
+    /// A provider for `settings.base_url` (default: its [`ProviderFacts::default_base_url`](super::facts::ProviderFacts)); the API key is
     /// required.
     pub fn new(
         client: reqwest::Client,
         settings: &ProviderSettings,
     ) -> Result<AnthropicProvider, ProviderError> {
-        let base = wire::base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
+        let base = wire::base_url(
+            settings
+                .base_url
+                .as_deref()
+                .unwrap_or(super::ProviderKind::Anthropic.facts().default_base_url),
+        )?;
         let Some(api_key) = settings.api_key.clone().filter(|key| !key.is_empty()) else {
             return Err(ProviderError::new(
                 ErrorKind::Config,

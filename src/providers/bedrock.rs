@@ -103,9 +103,12 @@ impl BedrockProvider {
                 "no AWS region: set AWS_REGION",
             ));
         }
-        let endpoint = wire::base_url(
-            &base_url.unwrap_or_else(|| format!("https://bedrock-runtime.{region}.amazonaws.com")),
-        )?;
+        let endpoint = wire::base_url(&base_url.unwrap_or_else(|| {
+            super::ProviderKind::Bedrock
+                .facts()
+                .default_base_url
+                .replace("{region}", &region)
+        }))?;
         Ok(BedrockProvider {
             client: wire::http_client(timeout)?,
             model: model.into(),

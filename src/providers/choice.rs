@@ -4,17 +4,10 @@
 //! (`agent` re-exports [`provider_from_config`] and [`NO_PROVIDER`].)
 
 use crate::config::Config;
-use crate::providers::{self, Provider, ProviderKind, ProviderSettings};
+use crate::limits::OLLAMA_PROBE_TIMEOUT;
+use crate::providers::{self, Provider, ProviderError, ProviderKind, ProviderSettings};
 use std::sync::Arc;
 use std::time::Duration;
-
-const OLLAMA_TAGS_URL: &str = "http://127.0.0.1:11434/api/tags";
-/// How long the probe of a local Ollama may take before pen decides there is none.
-const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The model used when the config names none, per provider.
-const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
-const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
 /// The message for a user with no provider at all: the three ways to configure one, as
 /// environment variables, as `pen run` flags and as config keys.
@@ -26,8 +19,43 @@ For one `pen run`, the flags --provider, --model and --base-url do the same \
 (e.g. pen run \"...\" --provider openai --model smollm2 --base-url http://127.0.0.1:8080/v1).\n\
 The same keys (provider, model, base_url, api_key_env) go in ~/.config/pen/config.toml or the editor's settings.";
 
+/// Why no provider could be built for a configuration. Every variant says what to set; the
+/// front ends report it as a `no_provider` turn error (ACP: *auth required*).
+#[derive(Debug, thiserror::Error)]
+pub enum ChoiceError {
+    /// Nothing is configured and no local Ollama answered.
+    #[error("{}", NO_PROVIDER)]
+    NoProvider,
+    #[error("no model is configured: set the model key (PEN_MODEL, --model or the editor setting)")]
+    NoModel,
+    /// Thinking counts against the output limit, so the budget must leave room for the answer.
+    #[error(
+        "reasoning_budget_tokens ({budget}) must be less than max_output_tokens ({max_output}), \
+         which the thinking counts against: raise max_output_tokens or lower \
+         reasoning_budget_tokens"
+    )]
+    ReasoningBudget { budget: u64, max_output: u64 },
+    /// The provider needs a key and `variable` holds none. `chosen_by` says how the variable was
+    /// chosen; `local` offers a local server instead, where one would do.
+    #[error("{what}: set {variable} in the environment ({chosen_by}){local}")]
+    MissingKey {
+        what: String,
+        variable: String,
+        chosen_by: &'static str,
+        local: &'static str,
+    },
+    /// The provider refused its settings for another reason (a base URL that is not http(s)…).
+    #[error("{}", .0.message)]
+    Refused(ProviderError),
+    /// The blocking thread that builds the provider failed.
+    #[error("building the provider failed: {0}")]
+    Build(tokio::task::JoinError),
+}
+
 /// The provider and model for `config`, reading keys from the environment.
-pub async fn provider_from_config(config: &Config) -> Result<(Arc<dyn Provider>, String), String> {
+pub async fn provider_from_config(
+    config: &Config,
+) -> Result<(Arc<dyn Provider>, String), ChoiceError> {
     chosen_from_config(config)
         .await
         .map(|chosen| (chosen.provider, chosen.target.model))
@@ -50,14 +78,21 @@ pub struct Chosen {
 }
 
 /// The provider for `config` and its [`Target`], reading keys from the environment.
-pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
+pub async fn chosen_from_config(config: &Config) -> Result<Chosen, ChoiceError> {
     let local_model = if needs_probe(config, &env) {
         probe_ollama().await
     } else {
         None
     };
     let settings = settings(config, &env, local_model)?;
-    let provider = build(&settings, key_variable(config, settings.kind).as_deref())?;
+    let key = key_variable(config, settings.kind);
+    // Building sets up the HTTP client (TLS) and, for Bedrock, reads `~/.aws/credentials`:
+    // work for a blocking thread, not the runtime.
+    let (provider, settings) = tokio::task::spawn_blocking(move || {
+        build(&settings, key.as_deref()).map(|provider| (provider, settings))
+    })
+    .await
+    .map_err(ChoiceError::Build)??;
     Ok(Chosen {
         provider: Arc::from(provider),
         target: Target {
@@ -72,11 +107,10 @@ pub async fn chosen_from_config(config: &Config) -> Result<Chosen, String> {
 /// config names one, else the provider's usual variable; `None` for Bedrock, whose credentials
 /// are AWS's own.
 fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
-    config.api_key_env.clone().or_else(|| match kind {
-        ProviderKind::OpenAi => Some("OPENAI_API_KEY".to_string()),
-        ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
-        ProviderKind::Bedrock | ProviderKind::Ollama => None,
-    })
+    config
+        .api_key_env
+        .clone()
+        .or_else(|| kind.facts().key_variable.map(str::to_string))
 }
 
 /// Builds the provider. When it is refused for want of a key, the error names the variable the
@@ -84,21 +118,26 @@ fn key_variable(config: &Config, kind: ProviderKind) -> Option<String> {
 fn build(
     settings: &ProviderSettings,
     key_variable: Option<&str>,
-) -> Result<Box<dyn Provider>, String> {
+) -> Result<Box<dyn Provider>, ChoiceError> {
     let error = match providers::build(settings) {
         Ok(provider) => return Ok(provider),
         Err(error) => error,
     };
     let Some(variable) = key_variable else {
-        return Err(error.message);
+        return Err(ChoiceError::Refused(error));
     };
     // The refusal was about the key exactly when the same settings with a key are accepted.
     let mut with_key = settings.clone();
     with_key.api_key = Some("placeholder".to_string());
     if settings.api_key.is_some() || providers::build(&with_key).is_err() {
-        return Err(error.message);
+        return Err(ChoiceError::Refused(error));
     }
-    let what = error.message.split(';').next().unwrap_or(&error.message);
+    let what = error
+        .message
+        .split(';')
+        .next()
+        .unwrap_or(&error.message)
+        .to_string();
     let local = if settings.kind == ProviderKind::OpenAi {
         ", or point base_url (--base-url, PEN_BASE_URL) at a local server such as Ollama or \
          llama-server"
@@ -107,16 +146,23 @@ fn build(
     };
     // Whether the variable is the provider's usual one or the one `api_key_env` names, the
     // user must learn that `api_key_env` is the key that chooses it.
-    let chosen_by = if settings.kind == ProviderKind::OpenAi && variable == "OPENAI_API_KEY"
-        || settings.kind == ProviderKind::Anthropic && variable == "ANTHROPIC_API_KEY"
-    {
+    let chosen_by = if settings.kind.facts().key_variable == Some(variable) {
         "api_key_env names a different variable to read it from"
     } else {
         "the variable api_key_env names"
     };
-    Err(format!(
-        "{what}: set {variable} in the environment ({chosen_by}){local}"
-    ))
+    Err(ChoiceError::MissingKey {
+        what,
+        variable: variable.to_string(),
+        chosen_by,
+        local,
+    })
+}
+
+/// The OpenAI key in the provider's usual variable: with no provider configured, it makes the
+/// user an OpenAI user.
+fn openai_key(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    ProviderKind::OpenAi.facts().key_variable.and_then(env)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -127,7 +173,7 @@ fn env(name: &str) -> Option<String> {
 /// configured, and for `provider = "ollama"` on its default address with no model named.
 fn needs_probe(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> bool {
     let new_user =
-        config.provider.is_none() && config.base_url.is_none() && env("OPENAI_API_KEY").is_none();
+        config.provider.is_none() && config.base_url.is_none() && openai_key(env).is_none();
     let ollama_without_model = config.provider == Some(ProviderKind::Ollama)
         && config.base_url.is_none()
         && config.model.is_none();
@@ -141,7 +187,10 @@ async fn probe_ollama() -> Option<String> {
         .build()
         .ok()?;
     let tags: serde_json::Value = client
-        .get(OLLAMA_TAGS_URL)
+        .get(format!(
+            "{}/api/tags",
+            ProviderKind::Ollama.facts().default_base_url
+        ))
         .send()
         .await
         .ok()?
@@ -156,36 +205,29 @@ fn settings(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
     local_model: Option<String>,
-) -> Result<ProviderSettings, String> {
+) -> Result<ProviderSettings, ChoiceError> {
+    let default_model = |kind: ProviderKind| kind.facts().default_model.map(str::to_string);
     let (kind, base_url, fallback_model) = match config.provider {
-        Some(ProviderKind::Anthropic) => (
-            ProviderKind::Anthropic,
-            config.base_url.clone(),
-            Some(DEFAULT_ANTHROPIC_MODEL.to_string()),
-        ),
-        Some(ProviderKind::Bedrock) => (ProviderKind::Bedrock, config.base_url.clone(), None),
+        // Ollama has no default model of its own: the probe found the first installed one.
         Some(ProviderKind::Ollama) => (ProviderKind::Ollama, config.base_url.clone(), local_model),
-        Some(ProviderKind::OpenAi) => (
-            ProviderKind::OpenAi,
-            config.base_url.clone(),
-            Some(DEFAULT_OPENAI_MODEL.to_string()),
-        ),
+        Some(kind) => (kind, config.base_url.clone(), default_model(kind)),
         None if config.base_url.is_some() => (ProviderKind::OpenAi, config.base_url.clone(), None),
-        None if env("OPENAI_API_KEY").is_some() => (
+        None if openai_key(env).is_some() => (
             ProviderKind::OpenAi,
             None,
-            Some(DEFAULT_OPENAI_MODEL.to_string()),
+            default_model(ProviderKind::OpenAi),
         ),
         None => match local_model {
             // The native API: its OpenAI-compatible endpoint ignores num_ctx and truncates.
             Some(model) => (ProviderKind::Ollama, None, Some(model)),
-            None => return Err(NO_PROVIDER.to_string()),
+            None => return Err(ChoiceError::NoProvider),
         },
     };
-    let model = config.model.clone().or(fallback_model).ok_or_else(|| {
-        "no model is configured: set the model key (PEN_MODEL, --model or the editor setting)"
-            .to_string()
-    })?;
+    let model = config
+        .model
+        .clone()
+        .or(fallback_model)
+        .ok_or(ChoiceError::NoModel)?;
     let key_name = key_variable(config, kind);
     let mut settings = ProviderSettings::new(kind, model);
     settings.base_url = base_url;
@@ -201,11 +243,10 @@ fn settings(
         && config.reasoning_budget_tokens >= config.max_output_tokens
         && !matches!(kind, ProviderKind::OpenAi | ProviderKind::Ollama)
     {
-        return Err(format!(
-            "reasoning_budget_tokens ({}) must be less than max_output_tokens ({}), which the \
-             thinking counts against: raise max_output_tokens or lower reasoning_budget_tokens",
-            config.reasoning_budget_tokens, config.max_output_tokens
-        ));
+        return Err(ChoiceError::ReasoningBudget {
+            budget: config.reasoning_budget_tokens,
+            max_output: config.max_output_tokens,
+        });
     }
     Ok(settings)
 }
@@ -232,12 +273,14 @@ mod tests {
                 openai.model.as_str(),
                 openai.api_key.as_deref()
             ),
-            (ProviderKind::OpenAi, DEFAULT_OPENAI_MODEL, Some("sk-1"))
+            (ProviderKind::OpenAi, "gpt-4.1-mini", Some("sk-1"))
         );
         let ollama = settings(&config, &with_env(&[]), Some("qwen2.5-coder:7b".into())).unwrap();
         assert_eq!((ollama.kind, ollama.base_url), (ProviderKind::Ollama, None));
         assert_eq!(ollama.model, "qwen2.5-coder:7b");
         let none = settings(&config, &with_env(&[]), None).unwrap_err();
+        assert!(matches!(none, ChoiceError::NoProvider), "{none:?}");
+        let none = none.to_string();
         assert!(
             none.contains("OPENAI_API_KEY")
                 && none.contains("ANTHROPIC_API_KEY")
@@ -275,11 +318,10 @@ mod tests {
         local
             .set("base_url", &serde_json::json!("http://127.0.0.1:8080/v1"))
             .unwrap();
-        assert!(
-            settings(&local, &with_env(&[]), None)
-                .unwrap_err()
-                .contains("no model is configured")
-        );
+        assert!(matches!(
+            settings(&local, &with_env(&[]), None),
+            Err(ChoiceError::NoModel)
+        ));
         local.set("model", &serde_json::json!("smollm2")).unwrap();
         let s = settings(&local, &with_env(&[]), None).unwrap();
         assert_eq!(
@@ -298,7 +340,7 @@ mod tests {
             .set("reasoning_budget_tokens", &serde_json::json!(4096))
             .unwrap();
         let env = with_env(&[("ANTHROPIC_API_KEY", "k")]);
-        let error = settings(&config, &env, None).unwrap_err();
+        let error = settings(&config, &env, None).unwrap_err().to_string();
         assert!(
             error.contains(
                 "reasoning_budget_tokens (4096) must be less than max_output_tokens (4096)"
@@ -333,7 +375,8 @@ mod tests {
         let s = settings(&openai, &with_env(&[]), None).unwrap();
         let error = build(&s, key_variable(&openai, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             error.contains("needs an API key")
                 && error.contains("set OPENAI_API_KEY")
@@ -352,7 +395,8 @@ mod tests {
         let s = settings(&anthropic, &with_env(&[]), None).unwrap();
         let error = build(&s, key_variable(&anthropic, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             error.contains(
                 "set MY_ANTHROPIC_KEY in the environment (the variable api_key_env names)"
@@ -365,7 +409,8 @@ mod tests {
         s.base_url = Some("localhost:11434".into());
         let error = build(&s, key_variable(&openai, s.kind).as_deref())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(error.contains("is not an http"), "{error}");
         assert!(!error.contains("OPENAI_API_KEY"), "{error}");
     }

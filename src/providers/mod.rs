@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub mod anthropic;
 pub mod cache;
 pub mod choice;
+pub mod facts;
 pub mod ollama;
 pub mod openai;
 pub mod retry;

@@ -32,9 +32,6 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-/// Ollama's address when the config names none.
-pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
-
 /// The content type of Ollama's streamed answers.
 const NDJSON_CONTENT_TYPE: &str = "application/x-ndjson";
 
@@ -49,13 +46,18 @@ pub struct OllamaProvider {
 }
 
 impl OllamaProvider {
-    /// A provider for `settings.base_url` (default [`DEFAULT_BASE_URL`]; a trailing `/v1` or
+    /// A provider for `settings.base_url` (default: its [`ProviderFacts::default_base_url`](super::facts::ProviderFacts); a trailing `/v1` or
     /// `/api` is dropped, so the OpenAI-compatible address works too). Ollama needs no key.
     pub fn new(
         client: reqwest::Client,
         settings: &ProviderSettings,
     ) -> Result<OllamaProvider, ProviderError> {
-        let base = wire::base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
+        let base = wire::base_url(
+            settings
+                .base_url
+                .as_deref()
+                .unwrap_or(super::ProviderKind::Ollama.facts().default_base_url),
+        )?;
         let root = base
             .strip_suffix("/v1")
             .or_else(|| base.strip_suffix("/api"))

@@ -29,9 +29,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-/// Where requests go when no `base_url` is configured.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
 /// An OpenAI-compatible Chat Completions API.
 pub struct OpenAiProvider {
     client: reqwest::Client,
@@ -47,7 +44,7 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    /// A provider for `settings.base_url` (default [`DEFAULT_BASE_URL`]). A key is sent as
+    /// A provider for `settings.base_url` (default: its [`ProviderFacts::default_base_url`](super::facts::ProviderFacts)). A key is sent as
     /// `Authorization: Bearer` only when one is configured: local servers need none, while
     /// OpenAI itself refuses a request without one, so that combination is a `Config` error here
     /// rather than a 401 later.
@@ -65,7 +62,12 @@ impl OpenAiProvider {
         client: reqwest::Client,
         settings: &ProviderSettings,
     ) -> Result<OpenAiProvider, ProviderError> {
-        let base = wire::base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
+        let base = wire::base_url(
+            settings
+                .base_url
+                .as_deref()
+                .unwrap_or(super::ProviderKind::OpenAi.facts().default_base_url),
+        )?;
         let is_openai = reqwest::Url::parse(&base)
             .ok()
             .and_then(|url| url.host_str().map(|host| host == "api.openai.com"))

@@ -13,6 +13,7 @@ use crate::limits::{
     CONTEXT_WINDOW_TOKENS, FOUND_WINDOW_MARGIN_DIVISOR, FOUND_WINDOW_OUTPUT_DIVISOR,
     MAX_DISCOVERY_BODY_BYTES, OLLAMA_COMPAT_WINDOW_TOKENS, WINDOW_DISCOVERY_TIMEOUT,
 };
+use crate::providers::facts::Discovery;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::LazyLock;
@@ -167,6 +168,10 @@ static HOSTED: LazyLock<Vec<HostedRow>> =
 /// ids lose their cross-region prefix (`us.`, `eu.`, `apac.`, `global.`…) first, and an
 /// `anthropic.` Bedrock id is looked up among Anthropic's rows.
 pub fn hosted(kind: ProviderKind, model: &str) -> Option<ModelWindow> {
+    // A native Ollama model is a local one; OpenAI-compatible hosts share OpenAI's ids.
+    if kind.facts().discovery == Discovery::OllamaShow {
+        return None;
+    }
     let model = model.trim().to_ascii_lowercase();
     let (kind, id) = match kind {
         ProviderKind::Bedrock => {
@@ -181,8 +186,6 @@ pub fn hosted(kind: ProviderKind, model: &str) -> Option<ModelWindow> {
                 None => (ProviderKind::Bedrock, id.to_string()),
             }
         }
-        // A native Ollama model is a local one; OpenAI-compatible hosts share OpenAI's ids.
-        ProviderKind::Ollama => return None,
         kind => (kind, model.clone()),
     };
     HOSTED
@@ -224,13 +227,14 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
             return None;
         }
     };
+    let native_ollama = kind.facts().discovery == Discovery::OllamaShow;
     let root = server_root(base_url);
     let base = base_url.trim_end_matches('/');
     let ollama = async {
         let body = serde_json::json!({ "model": model });
         let show = get_json(client.post(format!("{root}/api/show")).json(&body)).await?;
         let trained = ollama_context_length(&show)?;
-        Some(if kind == ProviderKind::Ollama {
+        Some(if native_ollama {
             ModelWindow {
                 trained_tokens: Some(trained),
                 ..ModelWindow::new(trained, WindowSource::OllamaShow)
@@ -246,7 +250,7 @@ pub async fn discover(kind: ProviderKind, base_url: &str, model: &str) -> Option
             }
         })
     };
-    if kind == ProviderKind::Ollama {
+    if native_ollama {
         return ollama.await.filter(answered);
     }
     let llama = async {

@@ -9,6 +9,7 @@
 use crate::agent::{self, LocalTools};
 use crate::config::Config;
 use crate::documents::{DocumentStore, PositionEncoding, Snapshot};
+use crate::limits::{DEFAULT_SESSION_PAGE, DEFAULT_TRANSCRIPT_PAGE};
 use crate::protocol::{
     self, ApprovalResponse, CallToolParams, GetTranscriptParams, ListSessionsParams,
     ListSessionsResponse, NewSessionParams, PenEvent, PromptParams, PromptResponse,
@@ -218,11 +219,6 @@ impl Backend {
         Ok(config.to_json())
     }
 }
-
-/// The number of sessions a `pen/listSessions` page holds when the client names none.
-const DEFAULT_SESSION_PAGE: usize = 50;
-/// The number of entries a `pen/getTranscript` page holds when the client names none.
-const DEFAULT_TRANSCRIPT_PAGE: usize = 200;
 
 impl Backend {
     async fn new_session(&self, params: Option<Value>) -> jsonrpc::Result<SessionSummary> {

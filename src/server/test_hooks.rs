@@ -2,19 +2,18 @@
 //! to reach states no client can (a panicking handler, a disk change the watcher saw).
 
 use super::*;
+use crate::limits::TEST_HOOK_WAIT;
 
 /// Set to expose `pen/test/panic`, which the tests use to check that a panicking handler is
 /// answered with an InternalError and the daemon keeps serving.
 pub(super) const TEST_HOOKS_VAR: &str = "PEN_TEST_HOOKS";
-/// The longest a test hook waits for an event.
-const TEST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Backend {
     pub(super) async fn test_panic(&self) -> jsonrpc::Result<Value> {
         panic!("pen/test/panic was called");
     }
 
-    /// Waits (at most `TEST_WAIT`) until the watcher has reported a change of `path` since the
+    /// Waits (at most `TEST_HOOK_WAIT`) until the watcher has reported a change of `path` since the
     /// model read it; answers whether it did.
     pub(super) async fn test_await_disk_change(&self, params: Value) -> jsonrpc::Result<Value> {
         let path = params
@@ -31,11 +30,11 @@ impl Backend {
                 notified.await;
             }
         };
-        let changed = tokio::time::timeout(TEST_WAIT, wait).await.is_ok();
+        let changed = tokio::time::timeout(TEST_HOOK_WAIT, wait).await.is_ok();
         Ok(serde_json::json!({ "changed": changed }))
     }
 
-    /// Waits (at most `TEST_WAIT`) until the disk watcher runs; answers its figures.
+    /// Waits (at most `TEST_HOOK_WAIT`) until the disk watcher runs; answers its figures.
     pub(super) async fn test_watch_status(&self) -> jsonrpc::Result<Value> {
         let wait = async {
             loop {
@@ -50,7 +49,7 @@ impl Backend {
                 notified.await;
             }
         };
-        Ok(tokio::time::timeout(TEST_WAIT, wait)
+        Ok(tokio::time::timeout(TEST_HOOK_WAIT, wait)
             .await
             .unwrap_or_else(|_| serde_json::json!({"watching": false})))
     }

@@ -514,6 +514,17 @@ mod tests {
         started: SystemTime,
         version: impl Fn(BorrowedFd<'_>) -> Option<VersionKey>,
     ) -> Value {
+        page_of(root, None, after, started, version)
+    }
+
+    /// [`page`] of the folder `path` beneath `root`.
+    fn page_of(
+        root: &Path,
+        path: Option<&str>,
+        after: Option<&str>,
+        started: SystemTime,
+        version: impl Fn(BorrowedFd<'_>) -> Option<VersionKey>,
+    ) -> Value {
         let workspace = Workspace::new(&[root.to_path_buf()]).unwrap();
         let limits = Limits::default();
         let ctx = ToolContext {
@@ -524,7 +535,7 @@ mod tests {
             recorder: None,
         };
         let args = Args {
-            path: None,
+            path: path.map(str::to_string),
             after: after.map(str::to_string),
             limit: None,
         };
@@ -621,6 +632,34 @@ mod tests {
         fs::write(root.join("e-0199a"), "new").unwrap();
         let second = page(root, Some(&cursor), later(), |_| Some(key));
         assert_eq!(names(&second)[0], "e-0200");
+    }
+
+    /// A second process swaps another folder into the listed folder's place between two pages,
+    /// the newcomer as like the first as can be (as many entries, the same modification time):
+    /// the next page is the newcomer's, as a fresh listing gives it, never the kept one's.
+    #[test]
+    fn a_folder_swapped_in_between_pages_gets_its_own_pages() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path();
+        let (sub, other) = (root.join("sub"), root.join("other"));
+        for (dir, prefix) in [(&sub, "e"), (&other, "f")] {
+            fs::create_dir(dir).unwrap();
+            for i in 0..500 {
+                fs::write(dir.join(format!("{prefix}-{i:04}")), "x").unwrap();
+            }
+            set_back(dir, 1_000_021);
+        }
+        let first = page_of(root, Some("sub"), None, later(), real_version);
+        assert!(is_kept(&sub), "the listed folder is kept");
+        let cursor = first["next_after"].as_str().unwrap().to_string();
+        fs::rename(&sub, root.join("old")).unwrap();
+        fs::rename(&other, &sub).unwrap();
+        let second = page_of(root, Some("sub"), Some(&cursor), later(), real_version);
+        let fresh = page_of(root, Some("sub"), Some(&cursor), SystemTime::now(), |_| {
+            None
+        });
+        assert_eq!(second, fresh);
+        assert!(names(&second).iter().all(|name| name.starts_with("f-")));
     }
 
     #[test]

@@ -206,21 +206,6 @@ fn pen_tool_with_a_closed_stdout_exits_quietly() {
     }
 }
 
-/// Waits for `child` to exit, at most `limit`; kills it and fails when it does not.
-fn wait_bounded(child: &mut std::process::Child, limit: std::time::Duration) -> i32 {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code().unwrap_or(-1);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("pen did not exit within {limit:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// Issue 12 item 6: `pen run --json … | head -1`. The reader takes the first line and goes
 /// away while the turn waits on the model; pen stops the turn (Stop semantics), records it
 /// whole and exits 141 without a panic. `pen sessions` and `pen transcript` end the same way.
@@ -277,7 +262,7 @@ fn pen_run_whose_reader_goes_away_stops_the_turn_cleanly() {
     // Wait until the turn is waiting on the hanging answer, then go away like `head -1`.
     futures::executor::block_on(fake.wait_for_requests(2));
     drop(reader);
-    let code = wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(code, 141, "{stderr}");
@@ -395,7 +380,7 @@ fn pen_tool_is_pretty_on_a_terminal() {
         .stdout(slave)
         .spawn()
         .unwrap();
-    let code = wait_bounded(&mut child, std::time::Duration::from_secs(30));
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(30));
     assert_eq!(code, 0);
     // The child has exited, so what it wrote is in the terminal's buffer; the terminal turns
     // each newline into CR LF. Reading past it fails (EIO) once the child's side is closed.

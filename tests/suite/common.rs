@@ -76,3 +76,18 @@ pub fn env_number(name: &str, default: u64) -> u64 {
         .and_then(|value| value.parse().ok())
         .unwrap_or(default)
 }
+
+/// Waits for `child` to exit, at most `limit`; kills it and fails when it does not.
+pub fn wait_bounded(child: &mut std::process::Child, limit: std::time::Duration) -> i32 {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("pen did not exit within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

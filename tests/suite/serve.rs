@@ -733,3 +733,55 @@ fn the_server_answers_every_request_protocol_names() {
     let unknown = client.request_raw("pen/notAMethod", json!({}));
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
 }
+
+/// A client that stops reading stdout and then closes stdin cannot hold `pen serve` open:
+/// the answers fill the pipe (far more than its 64 KiB), pen's stdout thread blocks on it,
+/// and at end of input pen waits at most its bounded drain for that thread, then exits 0.
+#[test]
+fn a_client_that_stops_reading_cannot_hold_pen_open_at_exit() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("big.txt"), "x".repeat(60) + "\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pen"))
+        .arg("serve")
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .stdin(Stdio::piped())
+        // Piped and never read: the client has stopped reading.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"rootUri": null, "capabilities": {}}});
+    stdin
+        .write_all(&frame(init.to_string().as_bytes()))
+        .unwrap();
+    // Each answer is a few hundred bytes: 1,000 of them are several pipes' worth, while the
+    // requests (~150 KB) fit in what pen reads ahead, so this loop never waits on pen.
+    for id in 1..=1_000 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "pen/callTool",
+            "params": {"name": "pen_read", "arguments": {"path": "big.txt"}}});
+        if stdin
+            .write_all(&frame(call.to_string().as_bytes()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(stdin);
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    assert_eq!(code, 0);
+    // The case was the stalled one: the pipe was full (to within one answer) when pen exited.
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(
+        out.len() > 60 * 1024,
+        "the pipe was filled: {} bytes",
+        out.len()
+    );
+}

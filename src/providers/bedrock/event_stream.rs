@@ -6,13 +6,11 @@
 //! skipped by their encoded length. Frames arrive split across arbitrary HTTP chunks, so the
 //! decoder buffers bytes and yields each message once it is complete.
 
+use crate::limits::MAX_BEDROCK_EVENT_BYTES;
+
 /// Bytes of the prelude (two lengths and their checksum) and of the trailing message checksum.
 const PRELUDE_LEN: usize = 12;
 const MESSAGE_CRC_LEN: usize = 4;
-
-/// The largest message accepted. AWS caps event-stream messages at 16 MiB; a length above that
-/// means the bytes are not event-stream framing, and buffering towards it would only waste memory.
-const MAX_MESSAGE_LEN: usize = 16 * 1024 * 1024;
 
 /// One decoded message: its string headers and its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +67,7 @@ impl Decoder {
         }
         let total_len = read_u32(&self.buffer[0..4]) as usize;
         let headers_len = read_u32(&self.buffer[4..8]) as usize;
-        if !(PRELUDE_LEN + MESSAGE_CRC_LEN..=MAX_MESSAGE_LEN).contains(&total_len)
+        if !(PRELUDE_LEN + MESSAGE_CRC_LEN..=MAX_BEDROCK_EVENT_BYTES).contains(&total_len)
             || headers_len > total_len - PRELUDE_LEN - MESSAGE_CRC_LEN
         {
             return Err(FrameError::BadLength(total_len));

@@ -17,7 +17,8 @@
 //!   timestamps. Otherwise the page walks afresh from its cursor, as before.
 //! - Bounded: at most [`SEARCH_KEPT_WALKS`] walks, each for [`SEARCH_KEPT_WALK_TTL`]; resuming
 //!   one removes it. A walk holds the listings of the folders on its path (one per level) and
-//!   the entries taken past its cursor (at most the read-ahead of one page).
+//!   the entries taken past its cursor (at most what the walk thread and the readers of one
+//!   page took ahead of the merge).
 //!
 //! The cache is process-wide: `pen serve`, `pen mcp serve` and `pen acp` keep walks between the
 //! calls of a session; each `pen tool` process starts afresh.
@@ -119,6 +120,14 @@ impl Source {
     /// reaches the end of the walk.
     pub(super) fn trailing_too_deep(&self) -> u64 {
         self.trailing_too_deep
+    }
+
+    /// Gives back entries taken but not used, in the order they were taken: they come first
+    /// again.
+    pub(super) fn put_back(&mut self, unused: Vec<Taken>) {
+        for taken in unused.into_iter().rev() {
+            self.pending.push_front(taken);
+        }
     }
 }
 

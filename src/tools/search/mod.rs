@@ -11,9 +11,12 @@
 //! - A page that hands out a cursor parks its walk under it (`kept`), and the page resuming at
 //!   that cursor continues the walk, as long as the folders it listed are unchanged: paging
 //!   through a tree costs what one walk of it costs, not a walk up to each cursor again.
-//! - Files are read and scanned by worker threads, but their outcomes are merged strictly in walk
-//!   order, and every limit is decided at the point of the walk where a sequential search would
-//!   decide it. The result is therefore the same as a sequential search's, whatever the timing.
+//! - The walk runs on a thread of its own, a bounded number of entries ahead of the merge; the
+//!   entries it took past where a page stopped go back to the walk, in order, so they are not
+//!   lost to the next page. Files are read and scanned by worker threads, but their outcomes are
+//!   merged strictly in walk order, and every limit is decided at the point of the walk where a
+//!   sequential search would decide it. The result is therefore the same as a sequential
+//!   search's, whatever the timing.
 //! - The result never exceeds `max_tool_result_bytes`: matches are added only while they and the
 //!   cursor fit the page budget, and the finished result is measured once more before it leaves.
 //!
@@ -25,9 +28,13 @@
 //! files into jobs, `kept` keeps walks between pages, `pipeline` runs the walk and the reader
 //! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
 //! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
-//! the cap. This file holds the tool's entry, its arguments and cursors.
+//! the cap. `outcome` holds the plain data they hand on (jobs, outcomes, the walk's counts), so
+//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `outcome`, and `pipeline` →
+//! `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry, its arguments and
+//! cursors.
 
 mod kept;
+mod outcome;
 mod page;
 mod pipeline;
 mod scan;

@@ -1,8 +1,8 @@
 //! The page: outcomes merged in walk order, every limit decided where a sequential search would
 //! decide it, cursors that resume exactly where a page ended, and the result kept within the cap.
 
-use super::pipeline::{Content, Done, Outcome, Walked};
-use super::scan::{Excerpt, Found};
+use super::outcome::{Content, Done, Outcome, Shown, SkipReason, Walked, decimal_len};
+use super::scan::Excerpt;
 use super::{Cursor, LimitHit, Resume};
 use crate::limits::Limits;
 use crate::tools::ToolError;
@@ -11,21 +11,8 @@ use crate::workspace::Workspace;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Why a file was not searched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SkipReason {
-    Binary,
-    NonUtf8,
-    TooLarge,
-    Unreadable,
-    /// The file holds a private key ([`keys::holds_key_material`]): nothing of it is searched,
-    /// so that no result depends on the key, whatever the query.
-    KeyMaterial,
-}
 
 /// The `skipped` counts of a result: files not searched by reason (key material included, one
 /// per file), and entries too deep to enter.
@@ -53,63 +40,11 @@ impl Skipped {
     }
 }
 
-/// A match to show, its result object already built by the reader, so that the merge, the
-/// sequential part of a search, only places it.
-#[derive(Debug)]
-pub(super) struct Shown {
-    line: u64,
-    value: Value,
-    /// The serialized length of `value`, and of the escaped excerpt in it.
-    json_len: usize,
-    excerpt_len: usize,
-    /// Where the match lies in the excerpt, to cut a shorter one.
-    matched: Range<usize>,
-}
-
-/// Builds the result objects of the matches of the file shown as `display`.
-pub(super) fn prepare(found: Vec<Found>, display: &str) -> Vec<Shown> {
-    let path_len = budget::escaped_len(display);
-    found
-        .into_iter()
-        .map(
-            |Found {
-                 line,
-                 column,
-                 excerpt,
-             }| Shown {
-                line,
-                json_len: match_json_len(path_len, line, column, excerpt.escaped_len),
-                excerpt_len: excerpt.escaped_len,
-                matched: excerpt.matched,
-                value: match_value(display, line, column, excerpt.text),
-            },
-        )
-        .collect()
-}
-
 /// A search stopped by a limit, and where to resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Stop {
     pub(super) limit: LimitHit,
     pub(super) cursor: Option<String>,
-}
-
-/// The bytes of a serialized match besides its path, numbers and excerpt.
-const MATCH_FIXED_LEN: usize = r#"{"path":"","line":,"column":,"excerpt":""}"#.len();
-
-/// The bytes a match object takes serialized, from the escaped lengths of its strings.
-fn match_json_len(path_len: usize, line: u64, column: u64, excerpt_len: usize) -> usize {
-    MATCH_FIXED_LEN + path_len + decimal_len(line) + decimal_len(column) + excerpt_len
-}
-
-/// A match as the result shows it: `{path, line, column, excerpt}`.
-fn match_value(display: &str, line: u64, column: u64, excerpt: String) -> Value {
-    let mut object = serde_json::Map::new();
-    object.insert("path".into(), display.into());
-    object.insert("line".into(), line.into());
-    object.insert("column".into(), column.into());
-    object.insert("excerpt".into(), Value::String(excerpt));
-    Value::Object(object)
 }
 
 /// The cursor that resumes at a match object's line: a page that stops because that match did
@@ -147,10 +82,6 @@ fn resume_before(display: &str, line: u64) -> String {
         resume: Resume::AfterLine(line.saturating_sub(1)),
     }
     .to_string()
-}
-
-fn decimal_len(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
 }
 
 /// A search's result before serialization.
@@ -377,32 +308,5 @@ impl Collector<'_> {
         self.page.stop = Some(Stop { limit, cursor });
         self.stopped = true;
         self.stop_readers.store(true, Ordering::Relaxed);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn match_length_is_computed_as_serde_json_writes_it() {
-        let samples = [
-            ("src/a.rs", 1, 9, "plain"),
-            ("dir/\"quoted\"\\é", 1_234_567, 10, "tab\tnul\u{0}😀…"),
-        ];
-        for (path, line, column, excerpt) in samples {
-            let value = match_value(path, line, column, excerpt.to_string());
-            assert_eq!(
-                value,
-                json!({"path": path, "line": line, "column": column, "excerpt": excerpt})
-            );
-            let len = match_json_len(
-                budget::escaped_len(path),
-                line,
-                column,
-                budget::escaped_len(excerpt),
-            );
-            assert_eq!(len, value.to_string().len(), "{value}");
-        }
     }
 }

@@ -1,76 +1,28 @@
-//! The search itself: the sequential walk hands files in batches to reader threads, which read
-//! (the editor's buffer for open files), sniff, scan and prepare matches; their outcomes come
-//! back to the one in-order merge.
+//! The search itself: the sorted walk, on a thread of its own, hands entries in batches to the
+//! merge thread, which turns files into jobs for reader threads; they read (the editor's buffer
+//! for open files), sniff, scan and prepare matches, and their outcomes come back to the one
+//! in-order merge.
 
-use super::kept::{Leftover, Log, Source};
-use super::page::{Collector, Page, Shown, SkipReason, Stop, prepare, resume_after};
+use super::kept::{Leftover, Log, Source, Taken};
+use super::outcome::{Content, Done, Job, Outcome, SkipReason, Walked, prepare};
+use super::page::{Collector, Page, Stop, resume_after};
 use super::scan::{Matcher, scan};
 use super::verdicts::{self, Verdict};
 use super::walk::{Step, Walker};
 use super::{LimitHit, Request};
-use crate::limits::{SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES};
+use crate::limits::{
+    SEARCH_BATCH_FILES, SEARCH_READ_AHEAD_BATCHES, SEARCH_WALK_AHEAD_BATCHES,
+    SEARCH_WALK_BATCH_ENTRIES,
+};
 use crate::tools::versions::VersionKey;
 use crate::tools::{ToolContext, ToolError};
 use crate::workspace::{RootDir, Workspace};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-
-/// What became of one walked file.
-#[derive(Debug)]
-pub(super) enum Outcome {
-    /// The file was opened. Its size when opened is charged to the byte limit; a binary file is
-    /// charged in full though only its head is read.
-    Read {
-        size: u64,
-        bytes_read: u64,
-        content: Content,
-    },
-    /// The file was not read: too large, or unreadable (or a folder the walk could not list).
-    NotRead(SkipReason),
-}
-
-#[derive(Debug)]
-pub(super) enum Content {
-    Text(Vec<Shown>),
-    Skipped(SkipReason),
-}
-
-/// A file for a reader, in walk order.
-pub(super) struct Job {
-    pub(super) index: usize,
-    /// The index of the file's entry among those the page took from the walk.
-    pub(super) taken: usize,
-    pub(super) path: PathBuf,
-    /// The entry walked before this file: a limit that stops the search at this file resumes
-    /// after it.
-    pub(super) previous: Option<PathBuf>,
-    /// The walk up to the entry before this file, and up to and including this file.
-    pub(super) before: Walked,
-    pub(super) walked: Walked,
-    pub(super) after_line: u64,
-}
-
-/// How much of the walk lies behind a point in it. A page reports the counts at the point where
-/// it stopped, which is where the next page starts counting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Walked {
-    pub(super) entries: u64,
-    /// Entries not entered because they lie deeper than `max_depth`; not counted as entries.
-    pub(super) too_deep: u64,
-}
-
-/// A walked file with its outcome.
-pub(super) struct Done {
-    pub(super) job: Job,
-    /// The file's path as results show it; empty unless it has matches to show.
-    pub(super) display: String,
-    pub(super) outcome: Outcome,
-}
 
 /// What the readers share.
 struct ReadPlan<'a> {
@@ -216,6 +168,29 @@ fn reader(
     }
 }
 
+/// The walk thread: takes entries in walk order, in batches, until the walk ends or the merge
+/// asks it to stop. Every entry it takes reaches the merge: the merge takes what it did not use
+/// off the channel once this thread has ended, and gives it back to the walk.
+fn walk_ahead(source: &mut Source, batches: SyncSender<Vec<Taken>>, stop: &AtomicBool) {
+    let mut batch = Vec::with_capacity(SEARCH_WALK_BATCH_ENTRIES);
+    while !stop.load(Ordering::Relaxed) {
+        let Some(taken) = source.take() else {
+            break;
+        };
+        batch.push(taken);
+        if batch.len() >= SEARCH_WALK_BATCH_ENTRIES {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(SEARCH_WALK_BATCH_ENTRIES));
+            if let Err(mpsc::SendError(full)) = batches.send(full) {
+                source.put_back(full);
+                return;
+            }
+        }
+    }
+    if let Err(mpsc::SendError(rest)) = batches.send(batch) {
+        source.put_back(rest);
+    }
+}
+
 /// Walks the search root in order (or resumes the walk kept for the cursor), hands files in
 /// batches to the readers and merges their outcomes in walk order. Returns the page and what is
 /// left of its walk, to keep for the page after it.
@@ -264,8 +239,16 @@ pub(super) fn search(
         merged_taken: 0,
     };
     let mut entry_limit = false;
+    let mut walk_ended = false;
+    let stop_walk = AtomicBool::new(false);
+    let mut unused: Vec<Taken> = Vec::new();
     let readers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
+        let (entry_sender, entry_receiver) =
+            mpsc::sync_channel::<Vec<Taken>>(SEARCH_WALK_AHEAD_BATCHES);
+        let (walk_source, stop_walk) = (&mut source, &stop_walk);
+        scope.spawn(move || walk_ahead(walk_source, entry_sender, stop_walk));
+        let mut entries = Vec::new().into_iter();
         let (batch_sender, batch_receiver) =
             mpsc::sync_channel::<Vec<Job>>(SEARCH_READ_AHEAD_BATCHES);
         // Only the readers hold the receiver, so that if they all ended, a send fails instead
@@ -279,7 +262,6 @@ pub(super) fn search(
         }
         drop((batch_receiver, done_sender));
         let mut batch = Vec::with_capacity(SEARCH_BATCH_FILES);
-        let mut walk_ended = false;
         loop {
             for done in done_receiver.try_iter().flatten() {
                 collector.accept(done);
@@ -288,9 +270,18 @@ pub(super) fn search(
                 break;
             }
             log.forget_before(collector.merged_taken);
-            let Some(taken) = source.take() else {
-                walk_ended = true;
-                break;
+            let taken = match entries.next() {
+                Some(taken) => taken,
+                None => match entry_receiver.recv() {
+                    Ok(batch) => {
+                        entries = batch.into_iter();
+                        continue;
+                    }
+                    Err(_) => {
+                        walk_ended = true;
+                        break;
+                    }
+                },
             };
             let step = walker.step(log.next_index(), &taken.entry, taken.too_deep);
             log.push(taken);
@@ -313,10 +304,11 @@ pub(super) fn search(
                 }
             }
         }
-        if walk_ended {
-            // The walk's last step may have left out deep entries after the last one yielded.
-            walker.walked.too_deep += source.trailing_too_deep();
-        }
+        // What the walk took past where the page stopped goes back to it, in order, for the
+        // page that resumes it.
+        stop_walk.store(true, Ordering::Relaxed);
+        unused.extend(entries);
+        unused.extend(entry_receiver.iter().flatten());
         if !batch.is_empty() && !collector.stopped {
             // A failed send means every reader is gone; the merge below then ends early.
             let _ = batch_sender.send(batch);
@@ -331,6 +323,11 @@ pub(super) fn search(
         stop_readers.store(true, Ordering::Relaxed);
     });
 
+    source.put_back(unused);
+    if walk_ended {
+        // The walk's last step may have left out deep entries after the last one yielded.
+        walker.walked.too_deep += source.trailing_too_deep();
+    }
     if let Some(error) = collector.error {
         return Err(error);
     }

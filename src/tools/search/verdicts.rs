@@ -15,7 +15,7 @@
 //!   result is the same whether its verdicts were known or not.
 //! - Bounded: at most [`SEARCH_VERDICT_CACHE_ENTRIES`]; a full cache is emptied.
 
-use super::page::SkipReason;
+use super::outcome::SkipReason;
 use crate::limits::SEARCH_VERDICT_CACHE_ENTRIES;
 use crate::tools::keys;
 use crate::tools::versions::VersionKey;

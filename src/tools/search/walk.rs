@@ -2,8 +2,7 @@
 //! folders and the ignore files above the search root; and the walker that counts entries and
 //! turns each wanted file into a job for the readers.
 
-use super::page::SkipReason;
-use super::pipeline::{Done, Job, Outcome, Walked};
+use super::outcome::{Done, Job, Outcome, SkipReason, Walked};
 use super::{Request, Resume};
 use crate::workspace::{Workspace, is_skipped_folder};
 use ignore::DirEntry;

@@ -3,20 +3,12 @@
 //! the same change as the replacements an editor applies.
 
 use super::rewrite::{Rewrite, touches};
+use crate::limits::{DIFF_CONTEXT_LINES, DIFF_TIMEOUT};
 use crate::tools::Replacement;
 use crate::tools::budget::{escaped_len, widest};
 use similar::TextDiff;
 use std::borrow::Cow;
 use std::ops::Range;
-use std::time::Duration;
-
-/// Lines of unchanged context around each change in the diff, as `diff -u` shows them.
-const DIFF_CONTEXT_LINES: usize = 3;
-
-/// How long the diff algorithm may look for a minimal diff. A `replace_all` over a large file
-/// can make Myers' algorithm quadratic; past the deadline `similar` returns a coarser but still
-/// correct diff, and the diff is only a report of an edit that is already computed.
-const DIFF_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What replaces each line of a private key in a diff (SPEC §2, key material).
 const WITHHELD_KEY_LINE: &str = "[private key line withheld]";

@@ -7,6 +7,7 @@
 //! followed out of a root, none is written through).
 
 use super::diff::replacements;
+use crate::limits::{DIFF_CONTEXT_LINES, DIFF_TIMEOUT};
 use crate::tools::source::{self, ByteSource, Source};
 use crate::tools::{ErrorCode, ToolContext, ToolError};
 use crate::workspace::{Landing, Target, write_in};
@@ -180,10 +181,10 @@ pub fn revert_diff(
     };
     let (from, to) = (text(from), text(to));
     let diff = TextDiff::configure()
-        .timeout(std::time::Duration::from_secs(1))
+        .timeout(DIFF_TIMEOUT)
         .diff_lines(&from, &to)
         .unified_diff()
-        .context_radius(3)
+        .context_radius(DIFF_CONTEXT_LINES)
         .header(&format!("a/{display}"), &format!("b/{display}"))
         .to_string();
     crate::text::cut_with_note(&diff, max_bytes, "\n…[diff cut]\n").into_owned()

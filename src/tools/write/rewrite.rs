@@ -7,23 +7,15 @@
 //! the end of a file an edit reached. Private-key lines are never matched, counted or offered.
 
 use super::Edit;
+use crate::limits::{EDIT_CANDIDATE_LINES, EDIT_OCCURRENCES_SHOWN, EDIT_QUOTED_LINE_BYTES};
 use crate::tools::source::{self, BOM, Eol};
 use crate::tools::{ErrorCode, ToolError, keys};
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// Nearest lines shown when an `old_text` is not found.
-const CANDIDATE_LINES: usize = 3;
-
 /// The similarity (0 to 1, `difflib`'s ratio) a line needs to be shown as a near miss. 0.6 is
 /// `difflib`'s own default: lower, and unrelated lines crowd out the useful ones.
 const CANDIDATE_CUTOFF: f32 = 0.6;
-
-/// Distinct lines an ambiguous-match error lists occurrences on.
-const OCCURRENCES_SHOWN: usize = 5;
-
-/// Bytes of a file line quoted in an error message; enough to recognise a line of code.
-const QUOTED_LINE_BYTES: usize = 160;
 
 /// A file's content after a call's edits, computed before anything is written.
 #[derive(Debug)]
@@ -363,7 +355,7 @@ fn no_match(
     ToolError::new(ErrorCode::NoMatch, message)
 }
 
-/// Up to [`CANDIDATE_LINES`] lines of `text` most like `needle`, best first, as 1-based line
+/// Up to [`EDIT_CANDIDATE_LINES`] lines of `text` most like `needle`, best first, as 1-based line
 /// numbers and lines. Lines are compared trimmed, so a difference in indentation still finds
 /// the line; lines of private keys (`keys`) are never offered, nor compared.
 fn nearest_lines<'a>(text: &'a str, keys: &[Range<usize>], needle: &str) -> Vec<(usize, &'a str)> {
@@ -378,7 +370,7 @@ fn nearest_lines<'a>(text: &'a str, keys: &[Range<usize>], needle: &str) -> Vec<
         }
     }
     let trimmed: Vec<&str> = lines.iter().map(|(_, line)| line.trim()).collect();
-    similar::get_close_matches(needle, &trimmed, CANDIDATE_LINES, CANDIDATE_CUTOFF)
+    similar::get_close_matches(needle, &trimmed, EDIT_CANDIDATE_LINES, CANDIDATE_CUTOFF)
         .into_iter()
         .filter_map(|close| {
             // `get_close_matches` returns the slices it was given; find each one's line by
@@ -403,7 +395,7 @@ fn ambiguous_match(text: &str, starts: &[usize], which: EditIndex, display: &str
         if lines.last() == Some(&line) {
             continue;
         }
-        if lines.len() == OCCURRENCES_SHOWN {
+        if lines.len() == EDIT_OCCURRENCES_SHOWN {
             more = true;
             break;
         }
@@ -427,9 +419,9 @@ fn ambiguous_match(text: &str, starts: &[usize], which: EditIndex, display: &str
     ToolError::new(ErrorCode::AmbiguousMatch, message)
 }
 
-/// A line of the file as an error message quotes it: cut to [`QUOTED_LINE_BYTES`].
+/// A line of the file as an error message quotes it: cut to [`EDIT_QUOTED_LINE_BYTES`].
 fn quoted(line: &str) -> Cow<'_, str> {
-    crate::text::cut_with_note(line, QUOTED_LINE_BYTES, "…")
+    crate::text::cut_with_note(line, EDIT_QUOTED_LINE_BYTES, "…")
 }
 
 #[cfg(test)]

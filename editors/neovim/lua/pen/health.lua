@@ -28,7 +28,7 @@ function M.check()
     h.ok(('provider = %s, model = %s%s'):format(s.provider, tostring(s.model or '(default)'),
       s.base_url and (', base_url = ' .. s.base_url) or ''))
     local key_env = s.api_key_env
-      or ({ openai = 'OPENAI_API_KEY', anthropic = 'ANTHROPIC_API_KEY' })[s.provider]
+      or (require('pen.providers')[s.provider] or {}).key_variable
     local local_url = s.base_url and (s.base_url:match('//127%.') or s.base_url:match('//localhost'))
     if key_env and not local_url and (vim.env[key_env] or '') == '' then
       h.warn(('%s is not set in the environment'):format(key_env))
