@@ -162,7 +162,7 @@ pub async fn revert_turn(
         tokio::task::spawn_blocking(move || revert_blocking(&scope, &session, &turn, force))
             .await
             .map_err(|e| CheckpointError::Task(e.to_string()))?;
-    drop(claim);
+    claim.release().await;
     report
 }
 
@@ -186,7 +186,7 @@ pub async fn fork_session(
     })
     .await
     .map_err(|e| CheckpointError::Task(e.to_string()))?;
-    drop(claim);
+    claim.release().await;
     Ok(forked?)
 }
 
