@@ -23,7 +23,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -163,7 +162,7 @@ pub async fn revert_turn(
         tokio::task::spawn_blocking(move || revert_blocking(&scope, &session, &turn, force))
             .await
             .map_err(|e| CheckpointError::Task(e.to_string()))?;
-    drop(claim);
+    claim.release().await;
     report
 }
 
@@ -187,7 +186,7 @@ pub async fn fork_session(
     })
     .await
     .map_err(|e| CheckpointError::Task(e.to_string()))?;
-    drop(claim);
+    claim.release().await;
     Ok(forked?)
 }
 
@@ -558,24 +557,23 @@ fn replace_entry(
     }
 }
 
-/// The calls of `turns` whose effects are unknown, in order: every call that is not a blocking
-/// native tool (those are the file tools, whose writes are recorded), so pen_command and every
-/// MCP tool.
+/// The calls of `turns` whose effects are unknown, in order: every call whose tool does not
+/// record its writes ([`registry::revertible`]), so pen_command and every MCP tool. A native
+/// tool's is summed up by its subject (a command by its command line), any other's by its
+/// arguments.
 fn unreverted_calls(
     store: &SessionStore,
     session_id: &str,
     turns: &[String],
 ) -> Result<Vec<UnrevertedCall>, SessionError> {
-    use crate::tools::registry::{self, Execution};
+    use crate::tools::registry;
     Ok(store
         .tool_calls_of(session_id, turns)?
         .into_iter()
-        .filter(|(_, tool, _)| {
-            registry::get(tool).is_none_or(|spec| spec.execution() == Execution::Cancellable)
-        })
+        .filter(|(_, tool, _)| !registry::revertible(tool))
         .map(|(turn_id, tool, arguments)| UnrevertedCall {
-            summary: match arguments.get("command").and_then(Value::as_str) {
-                Some(command) if tool == "pen_command" => command.to_string(),
+            summary: match registry::get(&tool).map(|spec| spec.subject(&arguments).summary) {
+                Some(summary) if !summary.is_empty() => summary,
                 _ => crate::text::cut(&arguments.to_string(), 300).to_string(),
             },
             turn_id,

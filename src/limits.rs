@@ -465,6 +465,10 @@ pub const FRAME_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// database written before this bound) are cut on a character boundary.
 pub const MAX_SESSION_TITLE_BYTES: usize = 200;
 
+/// The most characters of a call's arguments shown as its subject when its tool names no
+/// command, query or path (an MCP tool's): 300, then `…`. The model sees them whole.
+pub const MAX_SUBJECT_ARGUMENTS_CHARS: usize = 300;
+
 /// The ids and titles in one `pen/listSessions` page, 64 KiB (as JSON counts them): the page ends
 /// before the session that would pass it. 200 sessions with the longest titles come to less
 /// than twice that, so only titles of control characters make a page shorter than its limit.

@@ -568,6 +568,8 @@ pub enum EntryBody {
     ToolCall {
         call_id: String,
         tool: String,
+        /// What the call works on, in a line, as `tool_call_started` has it.
+        summary: String,
         /// The parsed arguments, or the model's raw text when it was not JSON.
         arguments: Value,
     },
@@ -781,6 +783,7 @@ impl From<transcript::Item> for EntryBody {
                 estimated_input_tokens: m.estimated_input_tokens,
             },
             Item::ToolCall(c) => EntryBody::ToolCall {
+                summary: crate::tools::registry::subject_of(&c.name, Some(&c.arguments)).summary,
                 call_id: c.call_id,
                 tool: c.name,
                 arguments: c.arguments,
@@ -1170,6 +1173,9 @@ pub enum EventBody {
     ToolCallStarted {
         call_id: String,
         tool: String,
+        /// What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+        /// computes it: the editors show it as it is. Empty when the arguments name nothing.
+        summary: String,
         /// `null` when the model's arguments were not JSON.
         arguments: Option<Value>,
     },
@@ -1384,6 +1390,7 @@ impl From<agent::TurnEvent> for EventBody {
                 tool,
                 arguments,
             } => EventBody::ToolCallStarted {
+                summary: crate::tools::registry::subject_of(&tool, arguments.as_ref()).summary,
                 call_id,
                 tool,
                 arguments,
@@ -1452,6 +1459,10 @@ pub enum ApprovalParams {
         turn_id: String,
         call_id: String,
         tool: String,
+        /// What the call works on, in a line, as its tool computes it: the editors show it
+        /// as it is.
+        #[serde(default)]
+        summary: String,
         arguments: Value,
         /// For pen_edit: the unified diff the edit would make.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1488,6 +1499,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
                 turn_id: request.turn_id,
                 call_id: request.call_id,
                 tool: request.tool,
+                summary: request.summary,
                 arguments: request.arguments,
                 diff: request.diff,
                 not_revertible: request.not_revertible,

@@ -8,7 +8,7 @@
 
 use crate::agent::{LocalTools, ToolHost};
 use crate::limits::MAX_ACP_DIFF_BYTES;
-use crate::tools::registry::ToolSpec;
+use crate::tools::registry::{self, ToolKind, ToolSpec};
 use crate::tools::write::EditPlan;
 use crate::tools::{self, ToolError};
 use futures::future::BoxFuture;
@@ -62,9 +62,9 @@ fn keep(changes: &Mutex<Vec<FileChange>>, change: FileChange) {
 
 pub struct AcpTools {
     pub inner: LocalTools,
-    /// The same tools for pen_search, whose editor (when the client serves files) asks the
-    /// client only for the files already read through it: a search never sends one
-    /// `fs/read_text_file` per file of the workspace.
+    /// The same tools for the tools that look through the workspace ([`ToolKind::Search`]),
+    /// whose editor (when the client serves files) asks the client only for the files already
+    /// read through it: a search never sends one `fs/read_text_file` per file of the workspace.
     pub search: LocalTools,
     pub changes: Arc<Changes>,
 }
@@ -129,7 +129,7 @@ fn file_change(
 }
 
 fn edits_a_file(name: &str) -> bool {
-    matches!(name, "pen_edit" | "pen_create")
+    registry::kind_of(name) == ToolKind::Edit
 }
 
 fn named_path(arguments: &Value) -> Option<&str> {
@@ -147,7 +147,7 @@ impl ToolHost for AcpTools {
         arguments: &Value,
         recorder: Option<&dyn tools::WriteRecorder>,
     ) -> Result<Value, ToolError> {
-        if name == "pen_search" {
+        if registry::kind_of(name) == ToolKind::Search {
             return ToolHost::call(&self.search, name, arguments, None);
         }
         let Some(named) = named_path(arguments).filter(|_| edits_a_file(name)) else {

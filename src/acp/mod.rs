@@ -47,8 +47,14 @@ const SESSION_BUSY: i64 = -32001;
 const MODE_ASK: &str = "ask";
 const MODE_ALLOW_EDITS: &str = "allow_edits";
 
-/// The tools `allow_edits` lets run without asking (commands still ask).
-const EDIT_TOOLS: [&str; 2] = ["pen_edit", "pen_create"];
+/// The tools `allow_edits` lets run without asking: those that edit files (commands still
+/// ask).
+fn edit_tools() -> impl Iterator<Item = &'static str> {
+    tools::registry::native()
+        .iter()
+        .filter(|spec| spec.kind() == tools::registry::ToolKind::Edit && spec.needs_approval())
+        .map(tools::registry::ToolSpec::name)
+}
 
 /// Why an ACP request failed.
 #[derive(Debug, thiserror::Error)]
@@ -624,7 +630,7 @@ impl AgentState {
     fn turn_config(&self, session: &OpenSession) -> Config {
         let mut config = self.config.clone();
         if session.mode() == MODE_ALLOW_EDITS {
-            for tool in EDIT_TOOLS {
+            for tool in edit_tools() {
                 if !config.auto_approve.iter().any(|t| t == tool) {
                     config.auto_approve.push(tool.to_string());
                 }

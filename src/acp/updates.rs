@@ -8,54 +8,41 @@ use super::wire::{
     ToolCallUpdate, ToolKind,
 };
 use crate::limits::{ACP_RESULT_EXCERPT_BYTES, MAX_SESSION_TITLE_BYTES};
+use crate::tools::registry;
 use crate::transcript::{CallOutcome, Item, Record};
 use serde_json::Value;
 use std::path::Path;
 
+/// ACP's kind of a call of `tool`: pen's [`registry::ToolKind`], mapped.
 pub fn tool_kind(tool: &str) -> ToolKind {
-    match tool {
-        "pen_read" | "pen_tail" => ToolKind::Read,
-        "pen_edit" | "pen_create" => ToolKind::Edit,
-        "pen_search" | "pen_list" => ToolKind::Search,
-        "pen_command" => ToolKind::Execute,
-        _ => ToolKind::Other,
+    match registry::kind_of(tool) {
+        registry::ToolKind::Read => ToolKind::Read,
+        registry::ToolKind::Edit => ToolKind::Edit,
+        registry::ToolKind::Search => ToolKind::Search,
+        registry::ToolKind::Execute => ToolKind::Execute,
+        registry::ToolKind::Other => ToolKind::Other,
     }
 }
 
-fn argument<'a>(arguments: Option<&'a Value>, key: &str) -> Option<&'a str> {
-    arguments?.get(key)?.as_str()
-}
-
-/// What the client shows for a call: the tool and what it works on.
+/// What the client shows for a call: the tool and what it works on (its tool's subject).
 pub fn title(tool: &str, arguments: Option<&Value>) -> String {
-    let subject = match tool {
-        "pen_command" => argument(arguments, "command"),
-        "pen_search" => argument(arguments, "query"),
-        _ => argument(arguments, "path"),
-    };
-    let title = match subject {
-        Some(subject) => format!("{tool} {subject}"),
-        None => tool.to_string(),
-    };
+    let title = registry::subject_of(tool, arguments).title(tool);
     crate::text::cut(&title, MAX_SESSION_TITLE_BYTES).to_string()
 }
 
-/// The file a call works on, absolute (beneath `root` when the model named it relative), with
-/// the line a read starts at.
+/// The files a call works on, absolute (beneath `root` when the model named them relative),
+/// the first with the line the call starts at.
 pub fn locations(tool: &str, arguments: Option<&Value>, root: &Path) -> Vec<ToolCallLocation> {
-    let Some(path) = argument(arguments, "path") else {
-        return Vec::new();
-    };
-    let line = match tool {
-        "pen_read" => arguments
-            .and_then(|a| a.get("start_line"))
-            .and_then(Value::as_u64),
-        _ => None,
-    };
-    vec![ToolCallLocation {
-        path: root.join(path).to_string_lossy().into_owned(),
-        line,
-    }]
+    let subject = registry::subject_of(tool, arguments);
+    subject
+        .paths
+        .iter()
+        .enumerate()
+        .map(|(at, path)| ToolCallLocation {
+            path: root.join(path).to_string_lossy().into_owned(),
+            line: if at == 0 { subject.line } else { None },
+        })
+        .collect()
 }
 
 pub fn tool_call(call_id: &str, tool: &str, arguments: Option<&Value>, root: &Path) -> ToolCall {
@@ -168,7 +155,7 @@ mod tests {
         let arguments = json!({"path": "src/a.rs", "start_line": 40});
         let call = tool_call("c1", "pen_read", Some(&arguments), Path::new("/w"));
         assert_eq!(call.kind, ToolKind::Read);
-        assert_eq!(call.title, "pen_read src/a.rs");
+        assert_eq!(call.title, "pen_read src/a.rs from line 40");
         assert_eq!(
             call.locations,
             [ToolCallLocation {

@@ -258,7 +258,8 @@ fn root_ignore(root: &Path) -> Option<ignore::gitignore::Gitignore> {
 
 /// The nested instruction files a call of `tool` with `arguments` reaches that the session has
 /// not been given (`delivered` holds their paths), within `left` budget bytes. Empty when the
-/// tool names no path in the workspace.
+/// call names no path in the workspace (its native tool's subject names none; a tool pen does
+/// not know, an MCP tool, reaches none).
 pub fn nested_for_call(
     workspace: &Workspace,
     config: &Config,
@@ -267,16 +268,13 @@ pub fn nested_for_call(
     delivered: &std::collections::BTreeSet<String>,
     left: &mut usize,
 ) -> Vec<InstructionFile> {
-    if !matches!(
-        tool,
-        "pen_read" | "pen_list" | "pen_search" | "pen_tail" | "pen_edit" | "pen_create"
-    ) {
-        return Vec::new();
-    }
-    let Some(path) = arguments.get("path").and_then(|p| p.as_str()) else {
+    let Some(spec) = crate::tools::registry::get(tool) else {
         return Vec::new();
     };
-    let Ok(resolved) = workspace.resolve(path) else {
+    let Some(path) = spec.subject(arguments).paths.into_iter().next() else {
+        return Vec::new();
+    };
+    let Ok(resolved) = workspace.resolve(&path) else {
         return Vec::new();
     };
     let lookback = config.limits().key_lookback_bytes;

@@ -157,6 +157,7 @@ impl Turn {
                 call_id: call.id.clone(),
                 kind: ApprovalKind::ToolCall,
                 tool: call.name.clone(),
+                summary: tools::registry::subject_of(&call.name, Some(arguments)).summary,
                 arguments: arguments.clone(),
                 not_revertible: match &plan {
                     Some(plan) => recorder.not_revertible(plan).await,

@@ -272,6 +272,7 @@ impl crate::mcp::StartApproval for StartThroughApprover {
                 root: root.display().to_string(),
             },
             tool: super::START_MCP_SERVER.to_string(),
+            summary: format!("{server}: {command_line}"),
             arguments: serde_json::json!({
                 "server": server,
                 "commandLine": command_line,

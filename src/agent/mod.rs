@@ -107,6 +107,9 @@ pub struct ApprovalRequest {
     pub kind: ApprovalKind,
     /// The call's tool, or [`START_MCP_SERVER`] (a label for front ends that show one).
     pub tool: String,
+    /// What the call works on, in a line, as its tool computes it (for a server's start: the
+    /// server and its command line).
+    pub summary: String,
     pub arguments: Value,
     /// For pen_edit: the unified diff the edit would make.
     pub diff: Option<String>,

@@ -340,6 +340,15 @@ impl PendingTurn {
         &self.cancel
     }
 
+    /// Gives the session back without running a turn, once its lease is released: a revert or
+    /// fork that held it answers only then, so the next claim, in any pen, finds it free (a
+    /// dropped claim releases its lease on a blocking thread, after the answer may have gone).
+    pub async fn release(mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release().await;
+        }
+    }
+
     /// Runs the turn for `prompt` to its end and releases the session, however it ends. A
     /// provider that cannot be built ends it at once with `error` (kind `no_provider`), before
     /// anything is written.

@@ -250,6 +250,7 @@ fn listed_tags_are_the_serialized_names() {
         call_id: "c".into(),
         kind,
         tool: "pen_edit".into(),
+        summary: String::new(),
         arguments: Value::Null,
         diff: None,
         not_revertible: None,

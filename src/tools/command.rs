@@ -5,6 +5,7 @@
 //! token. Approval is the agent loop's business, not this module's.
 
 use super::budget::{self, escaped_len, fitting_prefix};
+use super::subject::Subject;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{
     COMMAND_DEFAULT_TIMEOUT, COMMAND_DRAIN_TIMEOUT, COMMAND_MAX_TIMEOUT, COMMAND_READ_CHUNK_BYTES,
@@ -22,6 +23,16 @@ pub struct Args {
     pub command: String,
     pub cwd: Option<String>,
     pub timeout_secs: Option<u64>,
+}
+
+/// What a call runs: the command line (its `cwd` is no file it works on).
+pub fn subject(arguments: &Value) -> Subject {
+    Subject {
+        summary: super::subject::text(arguments, "command")
+            .unwrap_or_default()
+            .to_string(),
+        ..Subject::default()
+    }
 }
 
 /// The tool's text; its timeouts are named from [`COMMAND_DEFAULT_TIMEOUT`] and

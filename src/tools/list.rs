@@ -21,6 +21,7 @@
 //! [`FILE_VERSION_SETTLE`]: crate::limits::FILE_VERSION_SETTLE
 
 use super::budget::{self, escaped_len, fitting_prefix, widest};
+use super::subject::Subject;
 use super::versions::VersionKey;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{
@@ -44,6 +45,11 @@ pub struct Args {
     pub path: Option<String>,
     pub after: Option<String>,
     pub limit: Option<u64>,
+}
+
+/// What a call lists: the folder.
+pub fn subject(arguments: &Value) -> Subject {
+    Subject::path(arguments)
 }
 
 pub fn spec(limits: &Limits) -> ToolDoc {

@@ -13,6 +13,7 @@ pub mod read;
 pub mod registry;
 pub mod search;
 pub mod source;
+pub mod subject;
 pub mod tail;
 pub mod versions;
 pub mod write;

@@ -9,6 +9,7 @@
 use super::budget::{self, escaped_len, fitting_prefix, widest};
 use super::keys::{self, KeyRefusal};
 use super::source::{self, Eol, FileFacts};
+use super::subject::Subject;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown, shown_size};
 use crate::bytes::{ByteSource, read_range};
 use crate::limits::{KEY_END_LOOKAHEAD, Limits};
@@ -22,6 +23,11 @@ pub struct Args {
     pub start_line: Option<u64>,
     pub line_count: Option<u64>,
     pub offset: Option<u64>,
+}
+
+/// What a call reads: the file, and its lines when the call names them.
+pub fn subject(arguments: &Value) -> Subject {
+    Subject::lines(arguments)
 }
 
 pub fn spec(limits: &Limits) -> ToolDoc {

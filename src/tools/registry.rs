@@ -1,16 +1,20 @@
-//! The tool registry: every tool the model may call, with what the turn engine must know of it
-//! (does it need the owner's approval, may it run beside other calls, how does it run, does its
-//! approval show a diff) and its catalog entry, built from the configured [`Limits`].
+//! The tool registry: every tool the model may call, with what the rest of pen must know of it
+//! (its kind, what a call works on, does it need the owner's approval, may it run beside other
+//! calls, can its writes be reverted, how does it run, does its approval show a diff) and its
+//! catalog entry, built from the configured [`Limits`].
 //!
-//! Architecture invariant: a tool's name, its approval and its parallel safety are declared
-//! here once. Nothing else matches tool names: the turn engine, the CLI, the daemon and the
-//! config ask a [`ToolSpec`]. A read-only tool never needs approval, by construction
-//! ([`Effect`]).
+//! Architecture invariant: a tool's name and facts are declared here once, and what a call
+//! works on ([`Subject`]) by a function in the tool's own file. Nothing else matches tool
+//! names: the turn engine, the front ends (ACP's kinds, titles and locations), checkpoints,
+//! the CLI, the daemon and the config ask a [`ToolSpec`] (or [`kind_of`] and [`subject_of`],
+//! which answer for a tool pen does not know too). A read-only tool never needs approval, by
+//! construction ([`Effect`]).
 //!
 //! The native tools are a static table ([`native`], [`get`]); a [`Registry`] value holds them
 //! plus tools added at run time (MCP tools will join this way), refusing a second tool of a
 //! name.
 
+use super::subject::Subject;
 use super::{
     CatalogEntry, ErrorCode, ToolContext, ToolDoc, ToolError, command, list, parse_arguments, read,
     search, tail, write,
@@ -31,6 +35,35 @@ pub enum Effect {
     /// Changes files or runs a program: asks the owner first (unless `auto_approve` or an
     /// "allow for session" covers it), and runs alone.
     NeedsApproval,
+}
+
+/// What a tool does, as people are shown it (pen's own; ACP's `ToolKind` is mapped from it at
+/// the ACP edge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Reads a file.
+    Read,
+    /// Writes a file.
+    Edit,
+    /// Looks through the workspace (a search, a listing).
+    Search,
+    /// Runs a program.
+    Execute,
+    /// Anything else (an MCP tool).
+    Other,
+}
+
+/// What a call may write, which decides whether reverting its turn undoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// Nothing: a read-only tool.
+    Nothing,
+    /// Files, each recorded before it is written (through the call's `WriteRecorder`), so a
+    /// revert restores them.
+    Recorded,
+    /// Whatever it does, unrecorded (a command, an MCP tool): a revert cannot undo it and says
+    /// so.
+    Unrecorded,
 }
 
 /// How a tool runs.
@@ -73,8 +106,13 @@ enum Run {
 /// One tool as the registry knows it.
 pub struct ToolSpec {
     name: Cow<'static, str>,
+    kind: ToolKind,
     effect: Effect,
+    writes: Writes,
     preview: Preview,
+    /// What a call works on, from its arguments (read loosely: they may not be what the tool
+    /// takes).
+    subject: fn(&Value) -> Subject,
     /// The description and schema the model is given, built from the limits they name.
     describe: fn(&Limits) -> ToolDoc,
     run: Run,
@@ -84,7 +122,9 @@ impl std::fmt::Debug for ToolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolSpec")
             .field("name", &self.name)
+            .field("kind", &self.kind)
             .field("effect", &self.effect)
+            .field("writes", &self.writes)
             .field("preview", &self.preview)
             .field("execution", &self.execution())
             .finish_non_exhaustive()
@@ -92,7 +132,8 @@ impl std::fmt::Debug for ToolSpec {
 }
 
 impl ToolSpec {
-    /// A blocking tool.
+    /// A blocking tool of kind [`ToolKind::Other`], whose subject is read from its arguments
+    /// alone ([`Subject::of_arguments`]) and whose writes, unless it only reads, are unrecorded.
     pub fn blocking(
         name: impl Into<Cow<'static, str>>,
         effect: Effect,
@@ -102,8 +143,14 @@ impl ToolSpec {
     ) -> ToolSpec {
         ToolSpec {
             name: name.into(),
+            kind: ToolKind::Other,
             effect,
+            writes: match effect {
+                Effect::ReadOnly => Writes::Nothing,
+                Effect::NeedsApproval => Writes::Unrecorded,
+            },
             preview,
+            subject: Subject::of_arguments,
             describe,
             run: Run::Blocking(run),
         }
@@ -111,6 +158,25 @@ impl ToolSpec {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub fn kind(&self) -> ToolKind {
+        self.kind
+    }
+
+    /// What a call with `arguments` works on.
+    pub fn subject(&self, arguments: &Value) -> Subject {
+        (self.subject)(arguments)
+    }
+
+    pub fn writes(&self) -> Writes {
+        self.writes
+    }
+
+    /// Whether reverting a call's turn undoes what it did (it wrote nothing, or recorded each
+    /// write first).
+    pub fn revertible(&self) -> bool {
+        self.writes != Writes::Unrecorded
     }
 
     /// Whether a call asks the owner first (before `auto_approve` and session grants).
@@ -187,73 +253,77 @@ impl ToolSpec {
 
 /// The native tools, in the order the model sees them.
 static NATIVE: [ToolSpec; 7] = [
-    declare(
-        "pen_search",
-        Effect::ReadOnly,
-        Preview::Arguments,
-        search::spec,
-        Run::Blocking(run_search),
-    ),
-    declare(
-        "pen_list",
-        Effect::ReadOnly,
-        Preview::Arguments,
-        list::spec,
-        Run::Blocking(run_list),
-    ),
-    declare(
-        "pen_read",
-        Effect::ReadOnly,
-        Preview::Arguments,
-        read::spec,
-        Run::Blocking(run_read),
-    ),
-    declare(
-        "pen_tail",
-        Effect::ReadOnly,
-        Preview::Arguments,
-        tail::spec,
-        Run::Blocking(run_tail),
-    ),
-    declare(
-        "pen_create",
-        Effect::NeedsApproval,
-        Preview::Arguments,
-        write::create_spec,
-        Run::Blocking(run_create),
-    ),
-    declare(
-        "pen_edit",
-        Effect::NeedsApproval,
-        Preview::Diff,
-        write::edit_spec,
-        Run::Blocking(run_edit),
-    ),
-    declare(
-        "pen_command",
-        Effect::NeedsApproval,
-        Preview::Arguments,
-        command::spec,
-        Run::Cancellable(run_command),
-    ),
-];
-
-/// A native tool's entry in the static table.
-const fn declare(
-    name: &'static str,
-    effect: Effect,
-    preview: Preview,
-    describe: fn(&Limits) -> ToolDoc,
-    run: Run,
-) -> ToolSpec {
     ToolSpec {
-        name: Cow::Borrowed(name),
-        effect,
-        preview,
-        describe,
-        run,
-    }
-}
+        name: Cow::Borrowed("pen_search"),
+        kind: ToolKind::Search,
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: search::subject,
+        describe: search::spec,
+        run: Run::Blocking(run_search),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_list"),
+        kind: ToolKind::Search,
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: list::subject,
+        describe: list::spec,
+        run: Run::Blocking(run_list),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_read"),
+        kind: ToolKind::Read,
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: read::subject,
+        describe: read::spec,
+        run: Run::Blocking(run_read),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_tail"),
+        kind: ToolKind::Read,
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: tail::subject,
+        describe: tail::spec,
+        run: Run::Blocking(run_tail),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_create"),
+        kind: ToolKind::Edit,
+        effect: Effect::NeedsApproval,
+        writes: Writes::Recorded,
+        preview: Preview::Arguments,
+        subject: write::create_subject,
+        describe: write::create_spec,
+        run: Run::Blocking(run_create),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_edit"),
+        kind: ToolKind::Edit,
+        effect: Effect::NeedsApproval,
+        writes: Writes::Recorded,
+        preview: Preview::Diff,
+        subject: write::edit_subject,
+        describe: write::edit_spec,
+        run: Run::Blocking(run_edit),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_command"),
+        kind: ToolKind::Execute,
+        effect: Effect::NeedsApproval,
+        writes: Writes::Unrecorded,
+        preview: Preview::Arguments,
+        subject: command::subject,
+        describe: command::spec,
+        run: Run::Cancellable(run_command),
+    },
+];
 
 fn run_search(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
     search::run(parse_arguments(arguments)?, ctx)
@@ -311,6 +381,28 @@ pub fn approvable_names() -> Vec<&'static str> {
         .filter(|spec| spec.needs_approval())
         .map(|spec| spec.name.as_ref())
         .collect()
+}
+
+/// The kind of a call of `name`: a native tool's own, [`ToolKind::Other`] for any other (an MCP
+/// tool).
+pub fn kind_of(name: &str) -> ToolKind {
+    get(name).map_or(ToolKind::Other, ToolSpec::kind)
+}
+
+/// What a call of `name` works on: a native tool says; any other (an MCP tool) is read from
+/// its arguments alone. `None` arguments (not JSON) name nothing.
+pub fn subject_of(name: &str, arguments: Option<&Value>) -> Subject {
+    match (arguments, get(name)) {
+        (None, _) => Subject::default(),
+        (Some(arguments), Some(spec)) => spec.subject(arguments),
+        (Some(arguments), None) => Subject::of_arguments(arguments),
+    }
+}
+
+/// Whether reverting a turn undoes a call of `name`: a native tool says; any other (an MCP tool)
+/// does not record what it does.
+pub fn revertible(name: &str) -> bool {
+    get(name).is_some_and(ToolSpec::revertible)
 }
 
 /// The error the model gets for a name no tool has, listing the names there are.
@@ -449,6 +541,82 @@ mod tests {
             };
             assert_eq!(spec.preview(), preview, "{}", spec.name());
         }
+    }
+
+    #[test]
+    fn kinds_writes_and_subjects_are_declared() {
+        let kinds: Vec<(&str, ToolKind)> = native()
+            .iter()
+            .map(|spec| (spec.name(), spec.kind()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("pen_search", ToolKind::Search),
+                ("pen_list", ToolKind::Search),
+                ("pen_read", ToolKind::Read),
+                ("pen_tail", ToolKind::Read),
+                ("pen_create", ToolKind::Edit),
+                ("pen_edit", ToolKind::Edit),
+                ("pen_command", ToolKind::Execute),
+            ]
+        );
+        for spec in native() {
+            // A tool writes nothing exactly when it only reads.
+            assert_eq!(
+                spec.writes() == Writes::Nothing,
+                spec.read_only(),
+                "{}",
+                spec.name()
+            );
+        }
+        let unrevertible: Vec<&str> = native()
+            .iter()
+            .filter(|spec| !spec.revertible())
+            .map(ToolSpec::name)
+            .collect();
+        assert_eq!(unrevertible, ["pen_command"]);
+        assert!(!revertible("mcp__s__t"));
+        assert_eq!(kind_of("mcp__s__t"), ToolKind::Other);
+
+        let title = |name: &str, arguments: Value| subject_of(name, Some(&arguments)).title(name);
+        assert_eq!(
+            title(
+                "pen_read",
+                json!({"path": "a.txt", "start_line": 10, "line_count": 51})
+            ),
+            "pen_read a.txt lines 10–60"
+        );
+        assert_eq!(
+            title("pen_tail", json!({"path": "log", "line_count": 5})),
+            "pen_tail log"
+        );
+        assert_eq!(title("pen_list", json!({"path": "src"})), "pen_list src");
+        assert_eq!(
+            title("pen_search", json!({"query": "fn", "path": "src"})),
+            "pen_search \"fn\" in src"
+        );
+        assert_eq!(
+            title("pen_create", json!({"path": "n.rs", "content": "x"})),
+            "pen_create n.rs"
+        );
+        let edits = json!({"path": "a.rs", "edits": [{"old_text": "a", "new_text": "b"}, {"old_text": "c", "new_text": "d"}]});
+        assert_eq!(title("pen_edit", edits), "pen_edit a.rs (2 edits)");
+        let command = subject_of("pen_command", Some(&json!({"command": "ls", "cwd": "src"})));
+        assert_eq!(command.title("pen_command"), "pen_command ls");
+        assert!(
+            command.paths.is_empty(),
+            "a command's cwd is no file it works on"
+        );
+        assert_eq!(
+            subject_of("pen_read", Some(&json!({"path": "a", "start_line": 3}))).line,
+            Some(3)
+        );
+        assert_eq!(
+            title("mcp__s__echo", json!({"text": "hi"})),
+            "mcp__s__echo {\"text\":\"hi\"}"
+        );
+        assert_eq!(subject_of("pen_read", None), Subject::default());
     }
 
     /// The catalog text of `name` for `limits`: its description and schema as one string.

@@ -8,6 +8,7 @@
 use super::budget::{self, escaped_len, widest};
 use super::keys;
 use super::source::{self, Eol};
+use super::subject::Subject;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown, shown_size};
 use crate::bytes::{ByteSource, read_range};
 use crate::limits::Limits;
@@ -19,6 +20,11 @@ use serde_json::{Value, json};
 pub struct Args {
     pub path: String,
     pub line_count: Option<u64>,
+}
+
+/// What a call reads the end of: the file.
+pub fn subject(arguments: &Value) -> Subject {
+    Subject::path(arguments)
 }
 
 pub fn spec(limits: &Limits) -> ToolDoc {

@@ -136,6 +136,8 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         );
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
         assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+        // The call says what it works on as its tool computes it; the editors show that.
+        assert_eq!(events[4]["data"]["summary"], "a.txt", "{api}");
         // Each request's usage, and the totals of the turn and the session at the end.
         let one =
             json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
@@ -193,11 +195,13 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             }
         }
         assert!(requests[1].body.to_string().contains("alpha"), "{api}");
-        let kinds: Vec<String> = d
-            .transcript(&session)
+        let transcript = d.transcript(&session);
+        let kinds: Vec<String> = transcript
             .iter()
             .map(|e| e["kind"].as_str().unwrap().to_string())
             .collect();
+        // A stored call has the summary its live event had.
+        assert_eq!(transcript[3]["data"]["summary"], "a.txt", "{api}");
         assert_eq!(
             kinds,
             [

@@ -29,5 +29,6 @@ mod repo;
 mod search;
 mod serve;
 mod session;
+mod tool_names;
 mod windows;
 mod write;

@@ -36,6 +36,10 @@ local disk = io.open(ws .. '/a.txt', 'rb'):read('a')
 H.check(disk == 'line one\r\nline two\r\nline three\r\n', 'disk untouched: ' .. vim.inspect(disk))
 local text = H.transcript_text()
 H.check(text:find('**pen_edit** — done', 1, true), 'pen_edit done in transcript:\n' .. text)
+-- Each call shows what it works on as pen sends it (its `summary`), not a summary of its own.
+H.check(text:find('**pen_read** `a.txt` — running', 1, true), 'pen_read with its summary:\n' .. text)
+H.check(asked[1].transcript:find('**pen_edit** `a.txt` — waiting for approval', 1, true),
+  'pen_edit asks with its summary:\n' .. asked[1].transcript)
 H.check(text:find('Edited line two.', 1, true), 'final answer in transcript')
 -- The edit is one undo step in the buffer.
 vim.api.nvim_set_current_buf(file_buf)

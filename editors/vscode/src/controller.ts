@@ -349,7 +349,8 @@ export class Controller implements vscode.Disposable {
   /** `pen/requestApproval`: show the card with its buttons and wait for the owner. */
   private askApproval(params: ApprovalParams, token: vscode.CancellationToken): Promise<ApprovalResponse> {
     this.set(state.approvalRequested(this.model, params));
-    if (params.kind !== 'start_mcp_server' && params.tool === 'pen_edit' && typeof params.diff === 'string') {
+    // pen sends a diff only for a tool whose approval shows one (an edit), never by name here.
+    if (params.kind !== 'start_mcp_server' && typeof params.diff === 'string') {
       void this.diffs.remember(params.callId, (params.arguments as { path?: unknown } | null)?.path, params.diff);
     }
     void this.panel.reveal(true);

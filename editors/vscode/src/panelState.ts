@@ -51,7 +51,7 @@ export interface ToolItem extends ItemBase {
   kind: 'tool';
   callId: string;
   tool: string;
-  /** The key arguments in a line: path, command or query, with a range where one is given. */
+  /** What the call works on, in a line, as pen sends it (its tool computes it). */
   summary: string;
   state: ToolState;
   isError: boolean;
@@ -199,50 +199,6 @@ function asRecord(value: unknown): Record<string, unknown> {
     ? (value as Record<string, unknown>)
     : {};
 }
-
-/** The arguments worth a glance on a card: `a.txt lines 10–60`, `cargo test`, `"query" in src`. */
-export function keyArguments(args: unknown): string {
-  const a = asRecord(args);
-  const path = asString(a.path);
-  const command = asString(a.command);
-  const query = asString(a.query);
-  if (command !== null) {
-    return command;
-  }
-  if (query !== null) {
-    const where = [path, asString(a.glob)].filter((s): s is string => s !== null && s !== '');
-    return `"${query}"` + (where.length > 0 ? ` in ${where.join(' ')}` : '');
-  }
-  if (path !== null) {
-    const start = asNumber(a.start_line);
-    const count = asNumber(a.line_count);
-    if (start !== null && count !== null) {
-      return `${path} lines ${start}–${start + count - 1}`;
-    }
-    if (start !== null) {
-      return `${path} from line ${start}`;
-    }
-    const edits = asArray(a.edits).length;
-    if (edits > 1) {
-      return `${path} (${edits} edits)`;
-    }
-    return path;
-  }
-  // A project MCP server asking to start: its exact command line is what the owner approves.
-  const commandLine = asString(a.commandLine);
-  if (commandLine !== null) {
-    return `${asString(a.server) ?? ''}: ${commandLine}`;
-  }
-  // Any other tool (an MCP tool): its arguments as JSON, so the owner sees what it is given.
-  if (Object.keys(a).length > 0) {
-    const json = JSON.stringify(a);
-    return json.length > MAX_SHOWN_ARGUMENTS ? json.slice(0, MAX_SHOWN_ARGUMENTS) + '…' : json;
-  }
-  return '';
-}
-
-/** How much of an unfamiliar tool's arguments a card shows (its whole call is in the transcript). */
-const MAX_SHOWN_ARGUMENTS = 300;
 
 function plural(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`;
@@ -426,7 +382,8 @@ function appendText(model: PanelModel, turnId: string | null, text: string): Pan
   return push(model, { kind: 'answer', turnId, text } as AnswerItem);
 }
 
-function toolStarted(model: PanelModel, callId: string, tool: string, args: unknown): PanelModel {
+/** A call's card: `summary` is what pen says the call works on (its tool computes it). */
+function toolStarted(model: PanelModel, callId: string, tool: string, summary: string): PanelModel {
   if (findTool(model, callId) >= 0) {
     return model;
   }
@@ -434,7 +391,7 @@ function toolStarted(model: PanelModel, callId: string, tool: string, args: unkn
     kind: 'tool',
     callId,
     tool,
-    summary: keyArguments(args),
+    summary,
     state: 'running',
     isError: false,
     excerpt: null,
@@ -456,7 +413,7 @@ function toolFinished(
   let m = model;
   let index = findTool(m, callId);
   if (index < 0) {
-    m = toolStarted(m, callId, tool, {});
+    m = toolStarted(m, callId, tool, '');
     index = m.items.length - 1;
   }
   const known = FINISHED_STATES.has(state) ? (state as ToolState) : 'unknown';
@@ -475,9 +432,9 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
   // A project MCP server asking to start: its exact command line is what the owner approves.
   const asked =
     params.kind === 'start_mcp_server'
-      ? { tool: 'start MCP server', args: { server: params.server, commandLine: params.commandLine }, diff: null, notRevertible: null }
-      : { tool: params.tool, args: params.arguments, diff: params.diff ?? null, notRevertible: params.notRevertible ?? null };
-  let m = toolStarted(model, params.callId, asked.tool, asked.args);
+      ? { tool: 'start MCP server', summary: `${params.server}: ${params.commandLine}`, diff: null, notRevertible: null }
+      : { tool: params.tool, summary: params.summary, diff: params.diff ?? null, notRevertible: params.notRevertible ?? null };
+  let m = toolStarted(model, params.callId, asked.tool, asked.summary);
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
   if (tool.decision !== null || FINISHED_STATES.has(tool.state)) {
@@ -559,7 +516,12 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       return appendText(model, turnId, asString(body.data.text) ?? '');
     case 'tool_call_started':
     case 'tool_call':
-      return toolStarted(model, asString(body.data.callId) ?? `seq${seq}`, asString(body.data.tool) ?? '?', body.data.arguments);
+      return toolStarted(
+        model,
+        asString(body.data.callId) ?? `seq${seq}`,
+        asString(body.data.tool) ?? '?',
+        asString(body.data.summary) ?? '',
+      );
     case 'approval_requested':
       return approvalRequested(model, { ...body.data, sessionId: model.sessionId ?? '' });
     case 'approval_withdrawn':

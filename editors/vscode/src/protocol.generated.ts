@@ -255,6 +255,10 @@ model: string | null,
  */
 estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
 /**
+ * What the call works on, in a line, as `tool_call_started` has it.
+ */
+summary: string, 
+/**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
 arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, tool: string | null, 
@@ -275,6 +279,10 @@ model: string | null,
  * The uncalibrated token estimate of the request this answers.
  */
 estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { callId: string, tool: string, 
+/**
+ * What the call works on, in a line, as `tool_call_started` has it.
+ */
+summary: string, 
 /**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
@@ -438,6 +446,11 @@ export type StopResponse = { stopped: boolean, };
  */
 export type EventParams = { sessionId: string, turnId: string, seq: number, } & ({ "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
 /**
+ * What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+ * computes it: the editors show it as it is. Empty when the arguments name nothing.
+ */
+summary: string, 
+/**
  * `null` when the model's arguments were not JSON.
  */
 arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
@@ -446,6 +459,11 @@ arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": Appro
  * The `kind` of a `pen/event` and its `data`.
  */
 export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
+/**
+ * What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
+ * computes it: the editors show it as it is. Empty when the arguments name nothing.
+ */
+summary: string, 
 /**
  * `null` when the model's arguments were not JSON.
  */
@@ -491,7 +509,12 @@ export type WindowSource = "config" | "llama_cpp_props" | "ollama_show" | "vllm_
 /**
  * `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
  */
-export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: string, callId: string, tool: string, arguments: JsonValue, 
+export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: string, callId: string, tool: string, 
+/**
+ * What the call works on, in a line, as its tool computes it: the editors show it
+ * as it is.
+ */
+summary: string, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */

@@ -91,6 +91,11 @@ fn description(limits: &SearchLimits) -> String {
     )
 }
 
+/// What a call looks for, and where.
+pub fn subject(arguments: &Value) -> super::subject::Subject {
+    super::subject::Subject::query(arguments)
+}
+
 pub fn spec(limits: &Limits) -> ToolDoc {
     ToolDoc {
         description: description(&limits.search),

@@ -16,6 +16,7 @@ pub use apply::apply;
 pub use plan::{EditPlan, plan};
 
 use super::source::hash_bytes;
+use super::subject::Subject;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown_size};
 use crate::limits::Limits;
 use crate::workspace::{Landing, Target, write_in};
@@ -45,6 +46,24 @@ pub struct Edit {
     pub new_text: String,
     #[serde(default)]
     pub replace_all: bool,
+}
+
+/// What a pen_create call writes: the file.
+pub fn create_subject(arguments: &Value) -> Subject {
+    Subject::path(arguments)
+}
+
+/// What a pen_edit call changes: the file, and how many edits when more than one.
+pub fn edit_subject(arguments: &Value) -> Subject {
+    let mut subject = Subject::path(arguments);
+    let edits = arguments
+        .get("edits")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if edits > 1 {
+        subject.summary = format!("{} ({edits} edits)", subject.summary);
+    }
+    subject
 }
 
 pub fn create_spec(limits: &Limits) -> ToolDoc {

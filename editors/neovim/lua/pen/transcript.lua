@@ -136,18 +136,10 @@ function M.clear(session_id)
   vim.api.nvim_buf_set_lines(M.buf(session_id), 0, -1, false, {})
 end
 
-local function short_args(args)
-  if type(args) ~= 'table' then
-    return ''
-  end
-  if args.path then
-    return '`' .. tostring(args.path) .. '`'
-  end
-  if args.command then
-    return '`' .. tostring(args.command) .. '`'
-  end
-  if args.query then
-    return '`' .. tostring(args.query) .. '`'
+--- What a call works on, as pen sends it (`summary`: its tool computes it), quoted.
+local function subject(d)
+  if type(d.summary) == 'string' and d.summary ~= '' then
+    return '`' .. d.summary .. '`'
   end
   return ''
 end
@@ -198,7 +190,7 @@ function M.approval(d)
   M.shown_approvals[d.callId or ''] = true
   local what = d.kind == P.approval_kind.START_MCP_SERVER
     and ('**start MCP server** %s: %s'):format(tostring(d.server), tostring(d.commandLine))
-    or ('**%s** %s'):format(d.tool or '?', short_args(d.arguments))
+    or ('**%s** %s'):format(d.tool or '?', subject(d))
   local l = { ('- ❓ %s — waiting for approval'):format(what) }
   if type(d.diff) == 'string' then
     vim.list_extend(l, M.diff_lines(d.diff))
@@ -275,7 +267,7 @@ function M.step(s, turn_id, kind, d)
   elseif kind == R.USER_PROMPT then
     M.prompt(s, type(d.text) == 'string' and d.text or '')
   elseif kind == E.TOOL_CALL_STARTED or kind == R.TOOL_CALL then
-    M.lines(s, { ('- 🔧 **%s** %s — running'):format(tostring(d.tool), short_args(d.arguments)) })
+    M.lines(s, { ('- 🔧 **%s** %s — running'):format(tostring(d.tool), subject(d)) })
   elseif kind == E.APPROVAL_REQUESTED then
     M.approval(vim.tbl_extend('keep', d, { sessionId = s }))
   elseif kind == E.APPROVAL_WITHDRAWN then

@@ -11,7 +11,6 @@ import {
   approvalRequested,
   daemonStopped,
   emptyModel,
-  keyArguments,
   type PanelModel,
   promptAnswered,
   promptFailed,
@@ -85,7 +84,7 @@ describe('live events', () => {
     m = reduce(m, [
       ev('text_delta', { text: 'Let me ' }),
       ev('text_delta', { text: 'look.' }),
-      ev('tool_call_started', { callId: 'c1', tool: 'pen_read', arguments: { path: 'a.txt', start_line: 10, line_count: 20 } }),
+      ev('tool_call_started', { callId: 'c1', tool: 'pen_read', summary: 'a.txt lines 10–29', arguments: { path: 'a.txt', start_line: 10, line_count: 20 } }),
       ev('tool_call_finished', { callId: 'c1', tool: 'pen_read', state: 'done', isError: false, excerpt: '{"content":"x"}' }),
       ev('text_delta', { text: 'It says x.' }),
       ev('turn_ended', { stopReason: 'end_turn', lastError: null }),
@@ -105,9 +104,9 @@ describe('live events', () => {
 
   test('an approval: asked, allowed, done; the status follows', () => {
     let m = promptSent(session(), 'edit');
-    m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt', edits: [{}] } })]);
+    m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt', edits: [{}] } })]);
     assert.equal(m.status, 'running pen_edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
     m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
     assert.equal(m.status, 'waiting for approval');
@@ -119,9 +118,9 @@ describe('live events', () => {
 
   test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } });
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
-    m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', arguments: { path: 'n.txt' } }));
+    m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
   });
 
@@ -137,14 +136,14 @@ describe('live events', () => {
   test('Deny and Stop: denied by the owner, withdrawn, not executed', () => {
     let m = promptSent(session(), 'go');
     m = reduce(m, [
-      ev('tool_call_started', { callId: 'c5', tool: 'pen_edit', arguments: { path: 'b.txt' } }),
-      ev('approval_requested', { callId: 'c5', tool: 'pen_edit', arguments: { path: 'b.txt' } }),
+      ev('tool_call_started', { callId: 'c5', tool: 'pen_edit', summary: 'b.txt', arguments: { path: 'b.txt' } }),
+      ev('approval_requested', { callId: 'c5', tool: 'pen_edit', summary: 'b.txt', arguments: { path: 'b.txt' } }),
     ]);
     m = approvalAnswered(m, 'c5', 'deny');
     m = reduce(m, [
       ev('tool_call_finished', { callId: 'c5', tool: 'pen_edit', state: 'denied', isError: true, excerpt: 'denied by the owner' }),
-      ev('tool_call_started', { callId: 'c6', tool: 'pen_create', arguments: { path: 'n.txt' } }),
-      ev('approval_requested', { callId: 'c6', tool: 'pen_create', arguments: { path: 'n.txt' } }),
+      ev('tool_call_started', { callId: 'c6', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }),
+      ev('approval_requested', { callId: 'c6', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }),
       ev('approval_withdrawn', { callId: 'c6' }),
       ev('tool_call_finished', { callId: 'c6', tool: 'pen_create', state: 'not_executed', isError: true, excerpt: 'not executed (stopped)' }),
       ev('tool_call_finished', { callId: 'c7', tool: 'pen_read', state: 'not_executed', isError: true, excerpt: 'not executed (stopped)' }),
@@ -177,8 +176,8 @@ describe('live events', () => {
   test('the daemon stopping ends the turn and every pending approval', () => {
     let m = promptSent(session(), 'go');
     m = reduce(m, [
-      ev('tool_call_started', { callId: 'c8', tool: 'pen_command', arguments: { command: 'make' } }),
-      ev('approval_requested', { callId: 'c8', tool: 'pen_command', arguments: { command: 'make' } }),
+      ev('tool_call_started', { callId: 'c8', tool: 'pen_command', summary: 'make', arguments: { command: 'make' } }),
+      ev('approval_requested', { callId: 'c8', tool: 'pen_command', summary: 'make', arguments: { command: 'make' } }),
     ]);
     m = daemonStopped(m, 'pen serve stopped unexpectedly; restarting in 1 s');
     assert.equal(m.running, false);
@@ -246,7 +245,7 @@ describe('stored transcripts', () => {
       model: null,
       estimatedInputTokens: null,
     }),
-    entry(3, 'tool_call', { callId: 'c1', tool: 'pen_read', arguments: { path: 'a.txt' } }),
+    entry(3, 'tool_call', { callId: 'c1', tool: 'pen_read', summary: 'a.txt', arguments: { path: 'a.txt' } }),
     entry(4, 'tool_result', { callId: 'c1', tool: 'pen_read', content: 'x', isError: false, state: 'done' }),
     entry(5, 'context_window_rejected', { model: 'm', estimatedTokens: 9000, reason: 'HTTP 400: too long' }),
     entry(6, 'context_trimmed', {
@@ -266,7 +265,7 @@ describe('stored transcripts', () => {
       tokensAfter: 4737,
       budget: 5184,
     }),
-    entry(8, 'tool_call', { callId: 'c2', tool: 'pen_edit', arguments: { path: 'a.txt' } }),
+    entry(8, 'tool_call', { callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt' } }),
     entry(9, 'tool_result', { callId: 'c2', tool: 'pen_edit', content: 'denied by the owner', isError: true, state: 'denied' }),
     entry(10, 'tool_allowed_for_session', { tool: 'pen_command' }),
     entry(11, 'assistant_message', {
@@ -348,21 +347,14 @@ describe('stored transcripts', () => {
 });
 
 describe('helpers', () => {
-  test('key arguments', () => {
-    const cases: [unknown, string][] = [
-      [{ path: 'src/a.rs' }, 'src/a.rs'],
-      [{ path: 'a', start_line: 5 }, 'a from line 5'],
-      [{ query: 'fn main', path: 'src', glob: '*.rs' }, '"fn main" in src *.rs'],
-      [{ command: 'cargo test' }, 'cargo test'],
-      [{ path: 'a', edits: [{}, {}] }, 'a (2 edits)'],
-      [{ server: 'files', commandLine: 'node server.js', root: '/w' }, 'files: node server.js'],
-      [{ message: 'hi' }, '{"message":"hi"}'],
-      [{ text: 'x'.repeat(400) }, JSON.stringify({ text: 'x'.repeat(400) }).slice(0, 300) + '…'],
-      [null, ''],
-    ];
-    for (const [args, want] of cases) {
-      assert.equal(keyArguments(args), want);
-    }
+  test('a card shows the summary pen sends, never one of its own', () => {
+    // pen computes a call's summary from its tool's spec; the panel renders it as sent, even
+    // where the arguments would say otherwise.
+    const m = reduce(session(), [
+      ev('tool_call_started', { callId: 'c1', tool: 'mcp__s__t', summary: 'what pen says', arguments: { path: 'other' } }),
+      ev('tool_call_started', { callId: 'c2', tool: 'mcp__s__u', arguments: { path: 'p' } }),
+    ]);
+    assert.deepEqual(outline(m), ['tool mcp__s__t [what pen says] running', 'tool mcp__s__u [] running']);
   });
 
   test('actions for errors come from the kind alone', () => {
@@ -477,7 +469,7 @@ describe('helpers', () => {
     const m = promptSent(session(), 'x');
     const frozen = JSON.stringify(m);
     applyEvent(m, ev('text_delta', { text: 'y' }));
-    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', arguments: {} });
+    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', summary: '', arguments: {} });
     appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
   });
@@ -527,7 +519,7 @@ describe('checkpoints', () => {
   test('an approval says when the write will not be revertible', () => {
     let m = promptSent(session(), 'edit');
     m = approvalRequested(m, {
-      kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', arguments: { path: 'big.txt' },
+      kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', summary: 'big.txt', arguments: { path: 'big.txt' },
       diff: '-a\n+b\n', notRevertible: 'not revertible: too large (…)',
     });
     const card = m.items.find((i) => i.kind === 'tool');
