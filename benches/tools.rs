@@ -56,13 +56,7 @@ fn main() {
 fn call(root: &Path, name: &str, args: Value) -> Value {
     let workspace = Workspace::new(&[root.to_path_buf()]).expect("workspace");
     let limits = Limits::default();
-    let ctx = ToolContext {
-        workspace: &workspace,
-        limits: &limits,
-        ledger: None,
-        editor: None,
-        recorder: None,
-    };
+    let ctx = ToolContext::plain(&workspace, &limits);
     tools::call(name, &args, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -177,13 +171,7 @@ fn bench_search(corpus: &Path) {
             },
             ..Limits::default()
         };
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         let search = || {
             tools::call("pen_search", &json!({ "query": query }), &ctx)
                 .unwrap_or_else(|e| panic!("pen_search {label}: {e}"))
@@ -282,13 +270,7 @@ fn bench_search_paging() {
     let root = dir.path();
     let workspace = Workspace::new(&[root.to_path_buf()]).expect("workspace");
     let limits = Limits::default();
-    let ctx = ToolContext {
-        workspace: &workspace,
-        limits: &limits,
-        ledger: None,
-        editor: None,
-        recorder: None,
-    };
+    let ctx = ToolContext::plain(&workspace, &limits);
     // Every page in order, each page's time, and the matches of all pages.
     let all_pages = || {
         let mut times = Vec::new();

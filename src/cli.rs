@@ -265,13 +265,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         Err(e) => return usage(&e.to_string()),
     };
     let limits = config.limits();
-    let ctx = ToolContext {
-        workspace: &workspace,
-        limits: &limits,
-        ledger: None,
-        editor: None,
-        recorder: None,
-    };
+    let ctx = ToolContext::plain(&workspace, &limits);
     let result = tools::call(&name, &arguments, &ctx);
     if !print_line(&shown_json(&tools::observation(&result, &limits), pretty)) {
         return ExitCode::from(EXIT_STDOUT_CLOSED);

@@ -206,13 +206,7 @@ mod tests {
 
         let workspace = crate::workspace::Workspace::new(std::slice::from_ref(&root)).unwrap();
         let limits = crate::limits::Limits::default();
-        let ctx = crate::tools::ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = crate::tools::ToolContext::plain(&workspace, &limits);
         let result =
             crate::tools::call("pen_search", &serde_json::json!({"query": "needle"}), &ctx)
                 .unwrap();

@@ -87,13 +87,7 @@ impl LocalTools {
         let workspace = self.workspace.clone();
         let limits = self.limits().clone();
         Box::pin(async move {
-            let ctx = ToolContext {
-                workspace: &workspace,
-                limits: &limits,
-                ledger: None,
-                editor: None,
-                recorder: None,
-            };
+            let ctx = ToolContext::plain(&workspace, &limits);
             spec.run(&arguments, &ctx, &cancel).await
         })
     }

@@ -360,13 +360,7 @@ mod tests {
     ) -> Result<Value, ToolError> {
         let workspace = Workspace::new(&[dir.to_path_buf()]).unwrap();
         let limits = Limits::with_max_tool_result_bytes(cap).unwrap();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         run(serde_json::from_value(args).unwrap(), &ctx, cancel).await
     }
 

@@ -527,13 +527,7 @@ mod tests {
     ) -> Value {
         let workspace = Workspace::new(&[root.to_path_buf()]).unwrap();
         let limits = Limits::default();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         let args = Args {
             path: path.map(str::to_string),
             after: after.map(str::to_string),

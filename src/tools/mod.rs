@@ -199,7 +199,19 @@ pub struct ToolContext<'a> {
     pub recorder: Option<&'a dyn WriteRecorder>,
 }
 
-impl ToolContext<'_> {
+impl<'a> ToolContext<'a> {
+    /// A one-shot call's context: no read ledger (the call passes `expected_hash`), no editor,
+    /// no write recorder.
+    pub fn plain(workspace: &'a Workspace, limits: &'a Limits) -> Self {
+        ToolContext {
+            workspace,
+            limits,
+            ledger: None,
+            editor: None,
+            recorder: None,
+        }
+    }
+
     pub fn resolve(&self, path: &str) -> Result<Resolved, ToolError> {
         Ok(self.workspace.resolve(path)?)
     }

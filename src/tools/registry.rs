@@ -673,13 +673,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
         let limits = Limits::default();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         let err = Registry::native()
             .call("pen_write", &json!({}), &ctx)
             .unwrap_err();
@@ -739,13 +733,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
         let limits = Limits::default();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         assert_eq!(
             registry.call("mcp_echo", &json!({"a": 1}), &ctx).unwrap(),
             json!({"a": 1})

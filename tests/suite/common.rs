@@ -56,13 +56,7 @@ pub fn call_tool(
 ) -> (Result<Value, pen::tools::ToolError>, String) {
     let workspace = pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace");
     let limits = pen::limits::Limits::with_max_tool_result_bytes(cap as u64).expect("cap in range");
-    let ctx = pen::tools::ToolContext {
-        workspace: &workspace,
-        limits: &limits,
-        ledger: None,
-        editor: None,
-        recorder: None,
-    };
+    let ctx = pen::tools::ToolContext::plain(&workspace, &limits);
     let result = pen::tools::call(name, args, &ctx);
     let observation = pen::tools::observation(&result, &limits);
     (result, observation)

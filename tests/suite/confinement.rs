@@ -238,13 +238,7 @@ fn race(
     let fixture = Race::new();
     let workspace = Workspace::new(std::slice::from_ref(&fixture.ws)).unwrap();
     let limits = Limits::default();
-    let ctx = ToolContext {
-        workspace: &workspace,
-        limits: &limits,
-        ledger: None,
-        editor: None,
-        recorder: None,
-    };
+    let ctx = ToolContext::plain(&workspace, &limits);
     // Before the race, the same call works inside: a refusal during it is the swap's doing.
     let calm = pen::tools::call(tool, &args(runs), &ctx);
     assert!(

@@ -432,13 +432,7 @@ mod tests {
     }
 
     fn run_with(workspace: &Workspace, limits: &Limits, args: Value) -> Result<Value, ToolError> {
-        let ctx = ToolContext {
-            workspace,
-            limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(workspace, limits);
         call("pen_search", &args, &ctx)
     }
 

@@ -413,13 +413,7 @@ mod tests {
     fn a_file_changed_after_the_plan_is_stale_and_nothing_is_written() {
         let (dir, workspace) = workspace_with("one\ntwo\n");
         let limits = Limits::default();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         let file = dir.path().join("f.txt");
         for changed in ["one\nTWO\n", "one\ntwo\nthree\n", ""] {
             std::fs::write(&file, "one\ntwo\n").unwrap();
@@ -454,13 +448,7 @@ mod tests {
         std::fs::write(dir.path().join("g.txt"), "same\n").unwrap();
         std::os::unix::fs::symlink("f.txt", dir.path().join("link.txt")).unwrap();
         let limits = Limits::default();
-        let ctx = ToolContext {
-            workspace: &workspace,
-            limits: &limits,
-            ledger: None,
-            editor: None,
-            recorder: None,
-        };
+        let ctx = ToolContext::plain(&workspace, &limits);
         let args = EditArgs {
             path: "link.txt".into(),
             ..edit_args("same", "changed")
