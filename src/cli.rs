@@ -42,7 +42,8 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Export a session's transcript, one JSON entry a line (as pen/getTranscript shows them).
+    /// Export a session's transcript, one JSON entry a line, in its stored form (every field pen
+    /// recorded; pen/getTranscript's entries are the editors' typed view of the same records).
     Transcript {
         /// The session id (from `pen sessions`).
         session_id: String,

@@ -1,4 +1,4 @@
-//! The prompt budget, policy version 3 (SPEC §6): from the durable transcript to the
+//! The prompt budget (SPEC §6; policy version 4 by default, 3 on request): from the durable transcript to the
 //! messages of one provider request that fit the model's input budget.
 //!
 //! **API boundary.** Plain Rust, no I/O, no clock. A session keeps a [`Planner`] (or the
