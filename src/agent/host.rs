@@ -219,14 +219,14 @@ impl ToolHost for LocalTools {
 }
 
 /// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
-pub struct WithMcp<L: ToolHost = LocalTools> {
-    pub local: L,
+pub struct WithMcp {
+    pub local: LocalTools,
     pub mcp: Arc<crate::mcp::McpTools>,
     /// The result cap MCP results are cut to (`max_tool_result_bytes`), as pen's own are.
     pub max_result_bytes: usize,
 }
 
-impl<L: ToolHost> ToolHost for WithMcp<L> {
+impl ToolHost for WithMcp {
     fn catalog(&self) -> Vec<tools::CatalogEntry> {
         let mut catalog = self.local.catalog();
         catalog.extend(self.mcp.catalog());
