@@ -369,6 +369,8 @@ fn run(
             limits,
             ledger: Arc::default(),
             editor: None,
+            search_editor: None,
+            watch: None,
             fitted: Default::default(),
         }),
         approver: Arc::new(Nobody),

@@ -448,6 +448,8 @@ fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools 
         limits: config.limits(),
         ledger: Arc::default(),
         editor: None,
+        search_editor: None,
+        watch: None,
         fitted: Default::default(),
     }
 }

@@ -1,21 +1,19 @@
-//! The tool host of an ACP turn: pen's [`LocalTools`] as they are, plus a record of each
-//! edit's whole old and new text, which ACP shows as a `diff` content block (the permission
-//! request of an edit, and its `tool_call_update`). The tools themselves run unchanged.
+//! What an ACP turn watches of its tools' writes: a record of each edit's whole old and new
+//! text, which ACP shows as a `diff` content block (the permission request of an edit, and its
+//! `tool_call_update`). The tools themselves run unchanged: [`Changes`] is the [`WriteWatch`]
+//! of the turn's [`crate::agent::LocalTools`], a wrapper of its write recorder.
 //!
 //! Invariant: a diff is the edit pen planned (the plan's base text and new bytes) or wrote (the
 //! bytes handed to the write recorder just before the write), never a read of the file, which a
 //! client that has not yet updated its buffer answers with the old text.
 
-use crate::agent::{LocalTools, ToolHost};
+use crate::agent::{WriteCall, WriteWatch};
 use crate::limits::MAX_ACP_DIFF_BYTES;
-use crate::tools::registry::{self, ToolKind, ToolSpec};
 use crate::tools::write::EditPlan;
 use crate::tools::{self, ToolError};
-use futures::future::BoxFuture;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
+use std::sync::Mutex;
 
 /// A file's text before and after an edit, for a `diff` block.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,15 +56,6 @@ fn keep(changes: &Mutex<Vec<FileChange>>, change: FileChange) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(change);
-}
-
-pub struct AcpTools {
-    pub inner: LocalTools,
-    /// The same tools for the tools that look through the workspace ([`ToolKind::Search`]),
-    /// whose editor (when the client serves files) asks the client only for the files already
-    /// read through it: a search never sends one `fs/read_text_file` per file of the workspace.
-    pub search: LocalTools,
-    pub changes: Arc<Changes>,
 }
 
 /// The write a call is about to make, seen on its way to the turn's recorder: the diff of an
@@ -128,90 +117,33 @@ fn file_change(
     })
 }
 
-fn edits_a_file(name: &str) -> bool {
-    registry::kind_of(name) == ToolKind::Edit
-}
-
-fn named_path(arguments: &Value) -> Option<&str> {
-    arguments.get("path").and_then(Value::as_str)
-}
-
-impl ToolHost for AcpTools {
-    fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        self.inner.catalog()
-    }
-
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn tools::WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        if registry::kind_of(name) == ToolKind::Search {
-            return ToolHost::call(&self.search, name, arguments, None);
-        }
-        let Some(named) = named_path(arguments).filter(|_| edits_a_file(name)) else {
-            return ToolHost::call(&self.inner, name, arguments, recorder);
-        };
-        let capture = Capture::new(recorder, named);
-        let result = ToolHost::call(&self.inner, name, arguments, Some(&capture));
-        if result.is_ok()
-            && let Some(change) = capture.written()
-        {
-            keep(&self.changes.written, change);
-        }
-        result
-    }
-
-    fn run_cancellable(
-        &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.run_cancellable(spec, arguments, cancel)
-    }
-
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        let plan = self.inner.plan_edit(arguments)?;
+/// The turn's writes, watched on their way to its recorder: each edit planned for approval,
+/// and each write a call made (kept only when the call succeeds).
+impl WriteWatch for Changes {
+    fn planned(&self, plan: &EditPlan) {
         if let Some(change) = file_change(
             plan.path(),
             plan.absolute(),
             Some(plan.before_bytes()),
             plan.new_bytes(),
         ) {
-            keep(&self.changes.planned, change);
+            keep(&self.planned, change);
         }
-        Ok(plan)
     }
 
-    fn apply_edit(
+    fn around(
         &self,
-        plan: EditPlan,
+        named: &str,
         recorder: Option<&dyn tools::WriteRecorder>,
+        write: WriteCall<'_>,
     ) -> Result<Value, ToolError> {
-        let named = plan.path().to_string();
-        let capture = Capture::new(recorder, &named);
-        let result = self.inner.apply_edit(plan, Some(&capture));
+        let capture = Capture::new(recorder, named);
+        let result = write(Some(&capture));
         if result.is_ok()
             && let Some(change) = capture.written()
         {
-            keep(&self.changes.written, change);
+            keep(&self.written, change);
         }
         result
-    }
-
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        self.inner.observation(result)
-    }
-
-    /// The session's instructions and environment come from the same workspace as under
-    /// `pen serve` (the engine reads and records them).
-    fn workspace(&self) -> Option<&crate::workspace::Workspace> {
-        ToolHost::workspace(&self.inner)
-    }
-
-    fn fit_pages(&self, room_tokens: u64) {
-        ToolHost::fit_pages(&self.inner, room_tokens);
     }
 }

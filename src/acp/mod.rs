@@ -29,7 +29,7 @@ use crate::mcp::McpManager;
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger};
 use crate::workspace::Workspace;
-use host::{AcpTools, Changes};
+use host::Changes;
 use rpc::{Connection, Incoming, METHOD_NOT_FOUND, RpcError};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -652,24 +652,21 @@ fn begin_error(err: BeginError) -> RpcError {
 }
 
 /// A turn's tools under ACP: the client's files as the editor, and its file changes told.
-fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> AcpTools {
+fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> LocalTools {
     type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
     let editor: Editor = session.files.clone().map(|files| files as _);
     let search_editor: Editor = session
         .files
         .clone()
         .map(|files| Arc::new(client_fs::KnownFiles(files)) as _);
-    let local = |editor| LocalTools {
+    LocalTools {
         workspace: session.workspace.clone(),
         limits: config.limits(),
         ledger: Arc::clone(&session.ledger),
         editor,
+        search_editor,
+        watch: Some(changes),
         fitted: Default::default(),
-    };
-    AcpTools {
-        inner: local(editor),
-        search: local(search_editor),
-        changes,
     }
 }
 

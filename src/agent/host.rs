@@ -3,7 +3,7 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
-use crate::tools::registry::{self, ToolSpec};
+use crate::tools::registry::{self, ToolKind, ToolSpec};
 use crate::tools::write::{self, EditPlan};
 use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError, WriteRecorder};
 use crate::workspace::Workspace;
@@ -18,10 +18,38 @@ pub struct LocalTools {
     pub limits: Limits,
     pub ledger: Arc<ReadLedger>,
     pub editor: Option<Arc<dyn Editor + Send + Sync>>,
+    /// The editor of the tools that look through the workspace ([`ToolKind::Search`]) when it
+    /// is not `editor`: under ACP, the client's files already read through it, so a search
+    /// never asks the client for every file of the workspace. `None`: `editor`.
+    pub search_editor: Option<Arc<dyn Editor + Send + Sync>>,
+    /// Sees each edit planned for approval and each file write on its way to the turn's
+    /// recorder (ACP shows an edit's whole old and new text); `None` for a front end that
+    /// does not.
+    pub watch: Option<Arc<dyn WriteWatch>>,
     /// `limits` with pages fitted to the turn's prompt budget, once the engine knows it
     /// ([`ToolHost::fit_pages`]); `Default::default()` when building one.
     pub fitted: FittedLimits,
 }
+
+/// A watcher of a turn's file writes: a wrapper of the turn's [`WriteRecorder`] (the
+/// checkpoints), so a front end sees the bytes pen planned and writes, never a later read of
+/// the file.
+pub trait WriteWatch: Send + Sync {
+    /// An edit planned for approval (its diff is what the owner is shown).
+    fn planned(&self, plan: &EditPlan);
+    /// Runs `write`, a call that writes the file it names `named`, with the recorder it is to
+    /// hand its writes to: `recorder`, the turn's, wrapped to watch them.
+    fn around(
+        &self,
+        named: &str,
+        recorder: Option<&dyn WriteRecorder>,
+        write: WriteCall<'_>,
+    ) -> Result<Value, ToolError>;
+}
+
+/// A call that writes, run by [`WriteWatch::around`] with the recorder it is to use.
+pub type WriteCall<'a> =
+    Box<dyn FnOnce(Option<&dyn WriteRecorder>) -> Result<Value, ToolError> + 'a>;
 
 /// The limits a turn's engine fitted to its prompt budget (SPEC §3): set once,
 /// at the start of the turn, before any tool runs or the model is sent the catalog (which
@@ -45,12 +73,45 @@ impl LocalTools {
     }
 
     fn context<'a>(&'a self, recorder: Option<&'a dyn WriteRecorder>) -> ToolContext<'a> {
+        self.context_with(self.editor.as_ref(), recorder)
+    }
+
+    fn context_with<'a>(
+        &'a self,
+        editor: Option<&'a Arc<dyn Editor + Send + Sync>>,
+        recorder: Option<&'a dyn WriteRecorder>,
+    ) -> ToolContext<'a> {
         ToolContext {
             workspace: &self.workspace,
             limits: self.limits(),
             ledger: Some(&self.ledger),
-            editor: self.editor.as_deref().map(|e| e as &dyn Editor),
+            editor: editor.map(|e| e.as_ref() as &dyn Editor),
             recorder,
+        }
+    }
+
+    /// Runs a blocking tool (called on a blocking thread); pen_create and pen_edit record
+    /// their writes with `recorder` (and the watch, if any) before making them.
+    pub fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        recorder: Option<&dyn WriteRecorder>,
+    ) -> Result<Value, ToolError> {
+        let kind = registry::kind_of(name);
+        if kind == ToolKind::Search
+            && let Some(editor) = &self.search_editor
+        {
+            return tools::call(name, arguments, &self.context_with(Some(editor), None));
+        }
+        let named = arguments.get("path").and_then(Value::as_str);
+        match (&self.watch, named) {
+            (Some(watch), Some(named)) if kind == ToolKind::Edit => watch.around(
+                named,
+                recorder,
+                Box::new(|recorder| tools::call(name, arguments, &self.context(recorder))),
+            ),
+            _ => tools::call(name, arguments, &self.context(recorder)),
         }
     }
 
@@ -63,7 +124,11 @@ impl LocalTools {
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
     pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
         write::check_write_size(arguments, self.limits())?;
-        write::plan(tools::parse_arguments(arguments)?, &self.context(None))
+        let plan = write::plan(tools::parse_arguments(arguments)?, &self.context(None))?;
+        if let Some(watch) = &self.watch {
+            watch.planned(&plan);
+        }
+        Ok(plan)
     }
 
     /// Writes an approved plan, if the file is still the text it was planned against; else
@@ -73,7 +138,15 @@ impl LocalTools {
         plan: EditPlan,
         recorder: Option<&dyn WriteRecorder>,
     ) -> Result<Value, ToolError> {
-        write::apply(plan, &self.context(recorder))
+        let Some(watch) = &self.watch else {
+            return write::apply(plan, &self.context(recorder));
+        };
+        let named = plan.path().to_string();
+        watch.around(
+            &named,
+            recorder,
+            Box::new(|recorder| write::apply(plan, &self.context(recorder))),
+        )
     }
 
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
@@ -104,7 +177,7 @@ impl ToolHost for LocalTools {
         arguments: &Value,
         recorder: Option<&dyn WriteRecorder>,
     ) -> Result<Value, ToolError> {
-        tools::call(name, arguments, &self.context(recorder))
+        LocalTools::call(self, name, arguments, recorder)
     }
 
     fn run_cancellable(
@@ -146,14 +219,14 @@ impl ToolHost for LocalTools {
 }
 
 /// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
-pub struct WithMcp<L: ToolHost = LocalTools> {
-    pub local: L,
+pub struct WithMcp {
+    pub local: LocalTools,
     pub mcp: Arc<crate::mcp::McpTools>,
     /// The result cap MCP results are cut to (`max_tool_result_bytes`), as pen's own are.
     pub max_result_bytes: usize,
 }
 
-impl<L: ToolHost> ToolHost for WithMcp<L> {
+impl ToolHost for WithMcp {
     fn catalog(&self) -> Vec<tools::CatalogEntry> {
         let mut catalog = self.local.catalog();
         catalog.extend(self.mcp.catalog());
@@ -298,6 +371,8 @@ mod tests {
             limits: Limits::default(),
             ledger: Arc::new(ReadLedger::default()),
             editor: None,
+            search_editor: None,
+            watch: None,
             fitted: Default::default(),
         }
     }

@@ -45,7 +45,7 @@ pub use events::{
 };
 pub use focus::{Focus, Lines, parse_file_arg, render_focus, withheld_client_text};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
-pub use host::{LocalTools, StartThroughApprover, WithMcp};
+pub use host::{LocalTools, StartThroughApprover, WithMcp, WriteCall, WriteWatch};
 pub use lease::TurnLease;
 pub use request::catalog_limits;
 pub use runner::{BeginError, Engine, PendingTurn, TurnSpec};

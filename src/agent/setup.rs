@@ -6,8 +6,8 @@
 //! before the turn's answer does.
 
 use super::{
-    AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, PendingTurn, StartThroughApprover,
-    ToolHost, TurnOutcome, TurnSpec, WithMcp,
+    AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools, PendingTurn,
+    StartThroughApprover, TurnOutcome, TurnSpec, WithMcp,
 };
 use crate::config::{Config, McpServerConfig};
 use crate::mcp::McpManager;
@@ -94,11 +94,11 @@ impl Approver for QueueApprover {
 }
 
 /// What a front end runs one turn with.
-pub struct TurnSetup<'a, L> {
+pub struct TurnSetup<'a> {
     /// The configuration the turn runs under; its `mcp_servers` start as the turn begins.
     pub config: Config,
     /// The front end's own tools (the native ones over its workspace).
-    pub tools: L,
+    pub tools: LocalTools,
     /// Where the turn's MCP servers run (started, or found running).
     pub mcp: &'a McpManager,
     /// MCP servers the client gives beside the configured ones (ACP's `mcpServers`).
@@ -112,10 +112,10 @@ impl PendingTurn {
     /// (or found running) as the turn begins, a project server asking the owner first through
     /// the turn's approver; its Stop ends the start too. Returns once every event of the turn
     /// has reached the front end.
-    pub async fn run_set_up<L: ToolHost + 'static>(
+    pub async fn run_set_up(
         self,
         prompt: &str,
-        setup: TurnSetup<'_, L>,
+        setup: TurnSetup<'_>,
         channel: Channel,
     ) -> TurnOutcome {
         let Channel {

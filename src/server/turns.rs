@@ -37,6 +37,8 @@ impl Backend {
             limits: config.limits(),
             ledger: Arc::clone(&self.state.ledger),
             editor: Some(editor),
+            search_editor: None,
+            watch: None,
             fitted: Default::default(),
         };
         let prompt = self.with_focus(&params, &local).await?;

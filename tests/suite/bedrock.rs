@@ -633,6 +633,8 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
             limits: pen::limits::Limits::default(),
             ledger: std::sync::Arc::default(),
             editor: None,
+            search_editor: None,
+            watch: None,
             fitted: Default::default(),
         }),
         approver: std::sync::Arc::new(NoOwner),
