@@ -143,15 +143,10 @@ fn per_step_at(
             budget_margin_tokens: 0,
             ..pen::config::Config::default()
         },
-        tools: Arc::new(LocalTools {
-            workspace: pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace"),
-            limits: pen::limits::Limits::default(),
-            ledger: Arc::default(),
-            editor: None,
-            search_editor: None,
-            watch: None,
-            fitted: Default::default(),
-        }),
+        tools: Arc::new(LocalTools::new(
+            pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace"),
+            pen::limits::Limits::default(),
+        )),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),
     };

@@ -443,15 +443,7 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
 fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
-    crate::agent::LocalTools {
-        workspace,
-        limits: config.limits(),
-        ledger: Arc::default(),
-        editor: None,
-        search_editor: None,
-        watch: None,
-        fitted: Default::default(),
-    }
+    crate::agent::LocalTools::new(workspace, config.limits())
 }
 
 /// Runs session store work on a blocking thread, as every store call of a turn is.

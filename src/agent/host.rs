@@ -31,6 +31,22 @@ pub struct LocalTools {
     pub fitted: FittedLimits,
 }
 
+impl LocalTools {
+    /// The tools of `workspace` under `limits` with nothing else: a fresh read ledger, no
+    /// editor, no watch, pages not yet fitted.
+    pub fn new(workspace: Workspace, limits: Limits) -> Self {
+        LocalTools {
+            workspace,
+            limits,
+            ledger: Arc::default(),
+            editor: None,
+            search_editor: None,
+            watch: None,
+            fitted: FittedLimits::default(),
+        }
+    }
+}
+
 /// A watcher of a turn's file writes: a wrapper of the turn's [`WriteRecorder`] (the
 /// checkpoints), so a front end sees the bytes pen planned and writes, never a later read of
 /// the file.
@@ -366,15 +382,10 @@ mod tests {
     use serde_json::json;
 
     fn host(root: &std::path::Path) -> LocalTools {
-        LocalTools {
-            workspace: Workspace::new(&[root.to_path_buf()]).unwrap(),
-            limits: Limits::default(),
-            ledger: Arc::new(ReadLedger::default()),
-            editor: None,
-            search_editor: None,
-            watch: None,
-            fitted: Default::default(),
-        }
+        LocalTools::new(
+            Workspace::new(&[root.to_path_buf()]).unwrap(),
+            Limits::default(),
+        )
     }
 
     /// Reads `f.txt` as the model would, so the ledger knows its text.

@@ -1449,15 +1449,10 @@ async fn the_history_catches_up_with_entries_another_pen_appended() {
     );
     let spec = |fx: &Fixture| TurnSpec {
         config: Config::default(),
-        tools: Arc::new(LocalTools {
-            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
-            limits: crate::limits::Limits::default(),
-            ledger: Arc::default(),
-            editor: None,
-            search_editor: None,
-            watch: None,
-            fitted: Default::default(),
-        }),
+        tools: Arc::new(LocalTools::new(
+            crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+            crate::limits::Limits::default(),
+        )),
         approver: owner(vec![]),
         on_event: Arc::new(|_| {}),
     };
@@ -1591,15 +1586,10 @@ impl ToolHost for Rendezvous {
 
 fn rendezvous(fx: &Fixture, expected: usize, stop: Option<CancellationToken>) -> Arc<Rendezvous> {
     Arc::new(Rendezvous {
-        inner: LocalTools {
-            workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
-            limits: crate::limits::Limits::default(),
-            ledger: Arc::default(),
-            editor: None,
-            search_editor: None,
-            watch: None,
-            fitted: Default::default(),
-        },
+        inner: LocalTools::new(
+            crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
+            crate::limits::Limits::default(),
+        ),
         expected,
         running: Arc::default(),
         stop,
