@@ -926,7 +926,12 @@ pub fn tree_walk(root: &Path) -> ignore::WalkBuilder {
         .git_global(false)
         .require_git(false)
         .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b));
+        // By file name, compared as the whole paths: the entries sorted are the listing of one
+        // folder, each path that folder's path joined with the name, so the paths compare as
+        // their names do. `sort_by_file_name` would take each name out of its path by parsing
+        // the path's components from the back, twice per comparison: on a whole-corpus search
+        // that was 7% of the instructions (callgrind).
+        .sort_by_file_path(|a, b| a.as_os_str().cmp(b.as_os_str()));
     walk
 }
 
@@ -1158,5 +1163,32 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("f.txt")]);
+    }
+
+    /// Each folder's entries come in byte order of their names, a folder's contents right after
+    /// it: `a/…` before `a-b` and `a.txt`, upper case before lower, a name before its extensions.
+    #[test]
+    fn tree_walk_yields_each_folders_entries_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["a.txt", "a-b", "B", "a/z", "a/y.rs", "a/y", "ab", "é", "e"] {
+            let path = dir.path().join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "x").unwrap();
+        }
+        let walked: Vec<String> = tree_walk(dir.path())
+            .build()
+            .map(|e| {
+                e.unwrap()
+                    .path()
+                    .strip_prefix(dir.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        let expected = [
+            "", "B", "a", "a/y", "a/y.rs", "a/z", "a-b", "a.txt", "ab", "e", "é",
+        ];
+        assert_eq!(walked, expected);
     }
 }
