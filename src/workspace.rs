@@ -679,9 +679,8 @@ impl RootDir {
     }
 
     fn open_no_links(&self, absolute: &Path, try_openat2: bool) -> io::Result<(File, Metadata)> {
-        let relative = absolute
-            .strip_prefix(&self.path)
-            .map_err(|_| io::Error::other("outside the search root"))?;
+        let relative = below(&self.path, absolute)
+            .ok_or_else(|| io::Error::other("outside the search root"))?;
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let fd = match try_openat2.then(|| {
@@ -721,6 +720,31 @@ impl RootDir {
         }
         let here = dir.as_ref().unwrap_or(&self.fd);
         Ok(rustix::fs::openat(here, name, flags, Mode::empty())?)
+    }
+}
+
+/// `path` relative to `root`, as `path.strip_prefix(root)` gives it. Most paths are `root`'s
+/// bytes, a `/` and a plain relative rest: those are cut by bytes, without parsing both paths'
+/// components (on a whole-corpus search, `strip_prefix` per file opened was 5% of the
+/// instructions). A rest that parsing would trim (leading or trailing `/` or `.`) goes the slow
+/// way, so the result is the same.
+fn below<'a>(root: &Path, path: &'a Path) -> Option<&'a Path> {
+    let rest = path
+        .as_os_str()
+        .as_bytes()
+        .strip_prefix(root.as_os_str().as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"/"))
+        .filter(|rest| {
+            !(rest.is_empty()
+                || rest == b"."
+                || rest.starts_with(b"/")
+                || rest.starts_with(b"./")
+                || rest.ends_with(b"/")
+                || rest.ends_with(b"/."))
+        });
+    match rest {
+        Some(rest) => Some(Path::new(OsStr::from_bytes(rest))),
+        None => path.strip_prefix(root).ok(),
     }
 }
 
@@ -1190,5 +1214,29 @@ mod tests {
             "", "B", "a", "a/y", "a/y.rs", "a/z", "a-b", "a.txt", "ab", "e", "é",
         ];
         assert_eq!(walked, expected);
+    }
+
+    /// The byte cut gives the bytes `strip_prefix` gives, in the cases it takes and those it
+    /// leaves.
+    #[test]
+    fn below_is_strip_prefix() {
+        let roots = ["/w", "/w/", "/w/.", "/", "/w//x", "w"];
+        let rests = [
+            "", "a", "a/b.rs", "/a", "//a", "./a", "a/", "a/.", ".", "..", "../a", "a/./b", "a//b",
+        ];
+        for root in roots {
+            for rest in rests {
+                for path in [format!("{root}/{rest}"), format!("{root}{rest}")] {
+                    let (root, path) = (Path::new(root), Path::new(&path));
+                    // Compared as bytes: `Path`'s own equality ignores a trailing `/`.
+                    assert_eq!(
+                        below(root, path).map(Path::as_os_str),
+                        path.strip_prefix(root).ok().map(Path::as_os_str),
+                        "{root:?} {path:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(below(Path::new("/w"), Path::new("/wx/a")), None);
     }
 }
