@@ -679,9 +679,8 @@ impl RootDir {
     }
 
     fn open_no_links(&self, absolute: &Path, try_openat2: bool) -> io::Result<(File, Metadata)> {
-        let relative = absolute
-            .strip_prefix(&self.path)
-            .map_err(|_| io::Error::other("outside the search root"))?;
+        let relative = below(&self.path, absolute)
+            .ok_or_else(|| io::Error::other("outside the search root"))?;
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let fd = match try_openat2.then(|| {
@@ -721,6 +720,31 @@ impl RootDir {
         }
         let here = dir.as_ref().unwrap_or(&self.fd);
         Ok(rustix::fs::openat(here, name, flags, Mode::empty())?)
+    }
+}
+
+/// `path` relative to `root`, as `path.strip_prefix(root)` gives it. Most paths are `root`'s
+/// bytes, a `/` and a plain relative rest: those are cut by bytes, without parsing both paths'
+/// components (on a whole-corpus search, `strip_prefix` per file opened was 5% of the
+/// instructions). A rest that parsing would trim (leading or trailing `/` or `.`) goes the slow
+/// way, so the result is the same.
+fn below<'a>(root: &Path, path: &'a Path) -> Option<&'a Path> {
+    let rest = path
+        .as_os_str()
+        .as_bytes()
+        .strip_prefix(root.as_os_str().as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"/"))
+        .filter(|rest| {
+            !(rest.is_empty()
+                || rest == b"."
+                || rest.starts_with(b"/")
+                || rest.starts_with(b"./")
+                || rest.ends_with(b"/")
+                || rest.ends_with(b"/."))
+        });
+    match rest {
+        Some(rest) => Some(Path::new(OsStr::from_bytes(rest))),
+        None => path.strip_prefix(root).ok(),
     }
 }
 
@@ -926,7 +950,12 @@ pub fn tree_walk(root: &Path) -> ignore::WalkBuilder {
         .git_global(false)
         .require_git(false)
         .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b));
+        // By file name, compared as the whole paths: the entries sorted are the listing of one
+        // folder, each path that folder's path joined with the name, so the paths compare as
+        // their names do. `sort_by_file_name` would take each name out of its path by parsing
+        // the path's components from the back, twice per comparison: on a whole-corpus search
+        // that was 7% of the instructions (callgrind).
+        .sort_by_file_path(|a, b| a.as_os_str().cmp(b.as_os_str()));
     walk
 }
 
@@ -1158,5 +1187,56 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("f.txt")]);
+    }
+
+    /// Each folder's entries come in byte order of their names, a folder's contents right after
+    /// it: `a/…` before `a-b` and `a.txt`, upper case before lower, a name before its extensions.
+    #[test]
+    fn tree_walk_yields_each_folders_entries_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["a.txt", "a-b", "B", "a/z", "a/y.rs", "a/y", "ab", "é", "e"] {
+            let path = dir.path().join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "x").unwrap();
+        }
+        let walked: Vec<String> = tree_walk(dir.path())
+            .build()
+            .map(|e| {
+                e.unwrap()
+                    .path()
+                    .strip_prefix(dir.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        let expected = [
+            "", "B", "a", "a/y", "a/y.rs", "a/z", "a-b", "a.txt", "ab", "e", "é",
+        ];
+        assert_eq!(walked, expected);
+    }
+
+    /// The byte cut gives the bytes `strip_prefix` gives, in the cases it takes and those it
+    /// leaves.
+    #[test]
+    fn below_is_strip_prefix() {
+        let roots = ["/w", "/w/", "/w/.", "/", "/w//x", "w"];
+        let rests = [
+            "", "a", "a/b.rs", "/a", "//a", "./a", "a/", "a/.", ".", "..", "../a", "a/./b", "a//b",
+        ];
+        for root in roots {
+            for rest in rests {
+                for path in [format!("{root}/{rest}"), format!("{root}{rest}")] {
+                    let (root, path) = (Path::new(root), Path::new(&path));
+                    // Compared as bytes: `Path`'s own equality ignores a trailing `/`.
+                    assert_eq!(
+                        below(root, path).map(Path::as_os_str),
+                        path.strip_prefix(root).ok().map(Path::as_os_str),
+                        "{root:?} {path:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(below(Path::new("/w"), Path::new("/wx/a")), None);
     }
 }

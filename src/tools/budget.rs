@@ -20,8 +20,17 @@ pub fn escaped_char_len(c: char) -> usize {
 
 /// Bytes `text` takes inside a JSON string, without the quotes.
 pub fn escaped_len(text: &str) -> usize {
-    // Most text is plain ASCII; count it a byte at a time and fall back per char otherwise.
-    text.chars().map(escaped_char_len).sum()
+    // A byte at a time, not a char at a time: every byte of a multi-byte char is written as it
+    // is (one byte each, together the char's `len_utf8`), and each char serde_json escapes is a
+    // single ASCII byte. The same sum as `escaped_char_len` over the chars, without decoding
+    // them (on a whole-corpus search the per-char sum was 2% of the instructions).
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// The length of the longest prefix of `text` whose escaped length is at most `budget`,
@@ -104,6 +113,15 @@ mod tests {
         for s in samples {
             let serialized = serde_json::to_string(s).unwrap();
             assert_eq!(escaped_len(s), serialized.len() - 2, "{s:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Counting bytes gives what summing each char's escaped length gives.
+        #[test]
+        fn escaped_len_is_the_sum_over_the_chars(text in "(?s).{0,40}") {
+            let per_char: usize = text.chars().map(escaped_char_len).sum();
+            proptest::prop_assert_eq!(escaped_len(&text), per_char);
         }
     }
 

@@ -19,7 +19,7 @@ use super::outcome::SkipReason;
 use crate::limits::SEARCH_VERDICT_CACHE_ENTRIES;
 use crate::tools::keys;
 use crate::tools::versions::VersionKey;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fs::File;
 use std::sync::{LazyLock, Mutex};
 use std::time::SystemTime;
@@ -62,8 +62,10 @@ impl Verdict {
     }
 }
 
-/// Verdicts by version and by the bytes sniffed for a NUL (a NUL further in is text).
-static VERDICTS: LazyLock<Mutex<HashMap<(VersionKey, usize), Verdict>>> =
+/// Verdicts by version and by the bytes sniffed for a NUL (a NUL further in is text). Hashed
+/// with Fx, not SipHash: one look-up per file searched, and SipHash over the key's eight words
+/// cost ~600 instructions of it; the keys are file metadata, and the map is bounded.
+static VERDICTS: LazyLock<Mutex<FxHashMap<(VersionKey, usize), Verdict>>> =
     LazyLock::new(Mutex::default);
 
 /// The verdict kept for a version judged sniffing `sniff` bytes, if any.
