@@ -570,6 +570,8 @@ pub enum EntryBody {
         tool: String,
         /// What the call works on, in a line, as `tool_call_started` has it.
         summary: String,
+        /// What the tool does, as `tool_call_started` has it.
+        tool_kind: ToolKind,
         /// The parsed arguments, or the model's raw text when it was not JSON.
         arguments: Value,
     },
@@ -784,6 +786,7 @@ impl From<transcript::Item> for EntryBody {
             },
             Item::ToolCall(c) => EntryBody::ToolCall {
                 summary: crate::tools::registry::subject_of(&c.name, Some(&c.arguments)).summary,
+                tool_kind: crate::tools::registry::kind_of(&c.name).into(),
                 call_id: c.call_id,
                 tool: c.name,
                 arguments: c.arguments,
@@ -1176,6 +1179,8 @@ pub enum EventBody {
         /// What the call works on, in a line (`a.txt lines 10–60`, `cargo test`), as its tool
         /// computes it: the editors show it as it is. Empty when the arguments name nothing.
         summary: String,
+        /// What the tool does (an MCP tool's is `other`): an editor's icon or grouping.
+        tool_kind: ToolKind,
         /// `null` when the model's arguments were not JSON.
         arguments: Option<Value>,
     },
@@ -1271,6 +1276,47 @@ impl ContextWindowData {
             max_output_tokens: window.max_output_tokens,
             trained_tokens: window.trained_tokens,
             tools_dropped: window.tools_dropped,
+        }
+    }
+}
+
+/// What a tool does, as people are shown it (`tools::registry::ToolKind` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reads a file.
+    Read,
+    /// Writes a file.
+    Edit,
+    /// Looks through the workspace (a search, a listing).
+    Search,
+    /// Runs a program.
+    Execute,
+    /// Anything else (an MCP tool).
+    #[default]
+    Other,
+}
+
+impl ToolKind {
+    pub const ALL: [ToolKind; 5] = [
+        ToolKind::Read,
+        ToolKind::Edit,
+        ToolKind::Search,
+        ToolKind::Execute,
+        ToolKind::Other,
+    ];
+}
+
+impl From<crate::tools::registry::ToolKind> for ToolKind {
+    fn from(kind: crate::tools::registry::ToolKind) -> ToolKind {
+        use crate::tools::registry::ToolKind as K;
+        match kind {
+            K::Read => ToolKind::Read,
+            K::Edit => ToolKind::Edit,
+            K::Search => ToolKind::Search,
+            K::Execute => ToolKind::Execute,
+            K::Other => ToolKind::Other,
         }
     }
 }
@@ -1391,6 +1437,7 @@ impl From<agent::TurnEvent> for EventBody {
                 arguments,
             } => EventBody::ToolCallStarted {
                 summary: crate::tools::registry::subject_of(&tool, arguments.as_ref()).summary,
+                tool_kind: crate::tools::registry::kind_of(&tool).into(),
                 call_id,
                 tool,
                 arguments,
@@ -1463,6 +1510,9 @@ pub enum ApprovalParams {
         /// as it is.
         #[serde(default)]
         summary: String,
+        /// What the tool does, as `tool_call_started` has it.
+        #[serde(default)]
+        tool_kind: ToolKind,
         arguments: Value,
         /// For pen_edit: the unified diff the edit would make.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1498,6 +1548,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
                 session_id: request.session_id,
                 turn_id: request.turn_id,
                 call_id: request.call_id,
+                tool_kind: crate::tools::registry::kind_of(&request.tool).into(),
                 tool: request.tool,
                 summary: request.summary,
                 arguments: request.arguments,

@@ -100,6 +100,7 @@ fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
             "window_source",
             wire_names(&WindowSource::ALL),
         ),
+        ("TOOL_KINDS", "tool_kind", wire_names(&ToolKind::ALL)),
     ]
 }
 
@@ -167,6 +168,7 @@ fn typescript() -> String {
     decl::<TrimmedData>(&cfg, &mut out);
     decl::<ContextWindowData>(&cfg, &mut out);
     decl::<WindowSource>(&cfg, &mut out);
+    decl::<ToolKind>(&cfg, &mut out);
     decl::<ApprovalParams>(&cfg, &mut out);
     decl::<ApprovalResponse>(&cfg, &mut out);
     out.push_str(

@@ -138,6 +138,8 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
         assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
         // The call says what it works on as its tool computes it; the editors show that.
         assert_eq!(events[4]["data"]["summary"], "a.txt", "{api}");
+        // And what its tool does, as the tool declares it.
+        assert_eq!(events[4]["data"]["toolKind"], "read", "{api}");
         // Each request's usage, and the totals of the turn and the session at the end.
         let one =
             json!({"inputTokens": usage().input_tokens, "outputTokens": usage().output_tokens});
@@ -202,6 +204,7 @@ fn a_tool_using_turn_streams_events_and_progress_for_each_api() {
             .collect();
         // A stored call has the summary its live event had.
         assert_eq!(transcript[3]["data"]["summary"], "a.txt", "{api}");
+        assert_eq!(transcript[3]["data"]["toolKind"], "read", "{api}");
         assert_eq!(
             kinds,
             [
@@ -258,6 +261,7 @@ fn approvals_go_to_the_editor_and_a_denial_is_recorded() {
         .unwrap()
         .clone();
     assert_eq!(approval["params"]["tool"], "pen_edit");
+    assert_eq!(approval["params"]["toolKind"], "edit");
     assert!(
         approval["params"]["diff"]
             .as_str()

@@ -284,6 +284,7 @@ fn an_mcp_tool_asks_for_approval_with_its_arguments_unless_auto_approved() {
     let asked = d.approvals_asked();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["tool"], "mcp__everything__get-sum");
+    assert_eq!(asked[0]["params"]["toolKind"], "other");
     assert_eq!(asked[0]["params"]["kind"], "tool_call");
     assert_eq!(asked[0]["params"]["arguments"], json!({"a": 2, "b": 3}));
     let results = results(&d.client.transcript(&session));

@@ -44,6 +44,8 @@ export const MCP_SERVER_STATES = ['idle', 'starting', 'running', 'failed', 'not_
 
 export const WINDOW_SOURCES = ['config', 'llama_cpp_props', 'ollama_show', 'vllm_models', 'lm_studio_models', 'hosted_table', 'default'] as const;
 
+export const TOOL_KINDS = ['read', 'edit', 'search', 'execute', 'other'] as const;
+
 /**
  * How a tool call ended: the `status` of its stored result, the `state` of its
  * `tool_call_finished` event.
@@ -259,6 +261,10 @@ estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { call
  */
 summary: string, 
 /**
+ * What the tool does, as `tool_call_started` has it.
+ */
+toolKind: ToolKind, 
+/**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
 arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, tool: string | null, 
@@ -283,6 +289,10 @@ estimatedInputTokens: number | null, } } | { "kind": "tool_call", "data": { call
  * What the call works on, in a line, as `tool_call_started` has it.
  */
 summary: string, 
+/**
+ * What the tool does, as `tool_call_started` has it.
+ */
+toolKind: ToolKind, 
 /**
  * The parsed arguments, or the model's raw text when it was not JSON.
  */
@@ -451,6 +461,10 @@ export type EventParams = { sessionId: string, turnId: string, seq: number, } & 
  */
 summary: string, 
 /**
+ * What the tool does (an MCP tool's is `other`): an editor's icon or grouping.
+ */
+toolKind: ToolKind, 
+/**
  * `null` when the model's arguments were not JSON.
  */
 arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
@@ -464,6 +478,10 @@ export type EventBody = { "kind": "text_delta", "data": { text: string, } } | { 
  * computes it: the editors show it as it is. Empty when the arguments name nothing.
  */
 summary: string, 
+/**
+ * What the tool does (an MCP tool's is `other`): an editor's icon or grouping.
+ */
+toolKind: ToolKind, 
 /**
  * `null` when the model's arguments were not JSON.
  */
@@ -507,6 +525,11 @@ toolsDropped: boolean, };
 export type WindowSource = "config" | "llama_cpp_props" | "ollama_show" | "vllm_models" | "lm_studio_models" | "hosted_table" | "default";
 
 /**
+ * What a tool does, as people are shown it (`tools::registry::ToolKind` on the wire).
+ */
+export type ToolKind = "read" | "edit" | "search" | "execute" | "other";
+
+/**
  * `pen/requestApproval` params: what the owner is asked to approve, tagged `kind`.
  */
 export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: string, callId: string, tool: string, 
@@ -514,7 +537,11 @@ export type ApprovalParams = { "kind": "tool_call", sessionId: string, turnId: s
  * What the call works on, in a line, as its tool computes it: the editors show it
  * as it is.
  */
-summary: string, arguments: JsonValue, 
+summary: string, 
+/**
+ * What the tool does, as `tool_call_started` has it.
+ */
+toolKind: ToolKind, arguments: JsonValue, 
 /**
  * For pen_edit: the unified diff the edit would make.
  */

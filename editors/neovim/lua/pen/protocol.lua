@@ -132,6 +132,14 @@ M.window_source = {
   DEFAULT = 'default',
 }
 
+M.tool_kind = {
+  READ = 'read',
+  EDIT = 'edit',
+  SEARCH = 'search',
+  EXECUTE = 'execute',
+  OTHER = 'other',
+}
+
 for name, values in pairs(M) do
   setmetatable(values, { __index = function(_, key)
     error(('pen.protocol.%s has no %s'):format(name, tostring(key)), 2)

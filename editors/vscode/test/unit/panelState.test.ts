@@ -106,7 +106,7 @@ describe('live events', () => {
     let m = promptSent(session(), 'edit');
     m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt', edits: [{}] } })]);
     assert.equal(m.status, 'running pen_edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', summary: 'a.txt', toolKind: 'edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
     m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
     assert.equal(m.status, 'waiting for approval');
@@ -118,7 +118,7 @@ describe('live events', () => {
 
   test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', summary: 'n.txt', toolKind: 'edit', arguments: { path: 'n.txt' } });
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
@@ -469,7 +469,7 @@ describe('helpers', () => {
     const m = promptSent(session(), 'x');
     const frozen = JSON.stringify(m);
     applyEvent(m, ev('text_delta', { text: 'y' }));
-    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', summary: '', arguments: {} });
+    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', summary: '', toolKind: 'other', arguments: {} });
     appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
   });
@@ -519,7 +519,7 @@ describe('checkpoints', () => {
   test('an approval says when the write will not be revertible', () => {
     let m = promptSent(session(), 'edit');
     m = approvalRequested(m, {
-      kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', summary: 'big.txt', arguments: { path: 'big.txt' },
+      kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', summary: 'big.txt', toolKind: 'edit', arguments: { path: 'big.txt' },
       diff: '-a\n+b\n', notRevertible: 'not revertible: too large (…)',
     });
     const card = m.items.find((i) => i.kind === 'tool');
