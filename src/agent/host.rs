@@ -1,11 +1,15 @@
-//! The tool host of a turn: the native tools over a workspace, its limits, the session's read
-//! ledger and, under the daemon, the editor's open documents.
+//! The tools of a turn ([`TurnTools`]): the native tools over a workspace, its limits, the
+//! session's read ledger and, under the daemon, the editor's open documents ([`LocalTools`]),
+//! then the turn's MCP servers' tools; each one a [`Tool`] the engine calls alike.
 
 use super::ToolHost;
 use crate::limits::Limits;
-use crate::tools::registry::{self, ToolKind, ToolSpec};
+use crate::tools::registry::{self, Execution, Preview, ToolKind, ToolSpec};
+use crate::tools::subject::Subject;
 use crate::tools::write::{self, EditPlan};
-use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError, WriteRecorder};
+use crate::tools::{
+    self, Editor, Prepared, ReadLedger, Recorder, Tool, ToolContext, ToolError, WriteRecorder,
+};
 use crate::workspace::Workspace;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -182,150 +186,164 @@ impl LocalTools {
     }
 }
 
-impl ToolHost for LocalTools {
-    fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        LocalTools::catalog(self)
+/// A native tool of a turn: its registry entry, run over the turn's [`LocalTools`].
+struct NativeTool {
+    spec: &'static ToolSpec,
+    local: Arc<LocalTools>,
+}
+
+impl Tool for NativeTool {
+    fn read_only(&self) -> bool {
+        self.spec.read_only()
     }
 
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        LocalTools::call(self, name, arguments, recorder)
+    fn needs_approval(&self, auto_approve: &[String]) -> bool {
+        self.spec.needs_approval() && !auto_approve.iter().any(|t| t == self.spec.name())
     }
 
-    fn run_cancellable(
+    fn subject(&self, arguments: &Value) -> Subject {
+        self.spec.subject(arguments)
+    }
+
+    fn prepare(&self, arguments: Value) -> BoxFuture<'static, Result<Prepared, ToolError>> {
+        if self.spec.preview() != Preview::Diff {
+            return Box::pin(async move { Ok(Prepared::arguments(arguments)) });
+        }
+        // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
+        let local = Arc::clone(&self.local);
+        Box::pin(tool_thread(move || {
+            let plan = local.plan_edit(&arguments)?;
+            Ok(Prepared::planned(arguments, plan))
+        }))
+    }
+
+    fn run(
         &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
+        call: Prepared,
+        recorder: Option<Recorder>,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        LocalTools::run_cancellable(self, spec, arguments, cancel)
+        let (arguments, plan) = call.into_parts();
+        if plan.is_none() && self.spec.execution() == Execution::Cancellable {
+            return self.local.run_cancellable(self.spec, arguments, cancel);
+        }
+        let (spec, local) = (self.spec, Arc::clone(&self.local));
+        Box::pin(tool_thread(move || {
+            let recorder = recorder.as_deref().map(|r| r as &dyn WriteRecorder);
+            match plan {
+                // The write is the plan whose diff the owner approved.
+                Some(plan) => local.apply_edit(plan, recorder),
+                None => local.call(spec.name(), &arguments, recorder),
+            }
+        }))
     }
 
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        LocalTools::plan_edit(self, arguments)
+    fn observe(&self, result: &Result<Value, ToolError>) -> String {
+        tools::observation(result, self.local.limits())
+    }
+}
+
+/// Runs a tool's blocking work (file reads and writes, hashing, diffs) on a blocking thread.
+async fn tool_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ToolError::new(
+            tools::ErrorCode::Io,
+            format!("the tool failed: {e}"),
+        ))
+    })
+}
+
+/// The tools of a turn: the native tools over `local`, then its MCP servers' tools, if any.
+pub struct TurnTools {
+    local: Arc<LocalTools>,
+    mcp: Option<TurnMcp>,
+}
+
+/// A turn's MCP servers, and the result cap their results are cut to (`max_tool_result_bytes`),
+/// as pen's own are.
+struct TurnMcp {
+    tools: Arc<crate::mcp::McpTools>,
+    max_result_bytes: usize,
+}
+
+impl TurnTools {
+    /// The native tools over `local` alone.
+    pub fn native(local: LocalTools) -> TurnTools {
+        TurnTools {
+            local: Arc::new(local),
+            mcp: None,
+        }
     }
 
-    fn apply_edit(
-        &self,
-        plan: EditPlan,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        LocalTools::apply_edit(self, plan, recorder)
+    /// The native tools over `local`, then the tools of `mcp`, whose results are cut to
+    /// `max_result_bytes`.
+    pub fn with_mcp(
+        local: LocalTools,
+        mcp: Arc<crate::mcp::McpTools>,
+        max_result_bytes: usize,
+    ) -> TurnTools {
+        TurnTools {
+            local: Arc::new(local),
+            mcp: Some(TurnMcp {
+                tools: mcp,
+                max_result_bytes,
+            }),
+        }
+    }
+}
+
+impl ToolHost for TurnTools {
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(spec) = registry::get(name) {
+            return Some(Arc::new(NativeTool {
+                spec,
+                local: Arc::clone(&self.local),
+            }));
+        }
+        let mcp = self.mcp.as_ref()?;
+        mcp.tools.get(name, mcp.max_result_bytes)
     }
 
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        tools::observation(result, self.limits())
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        let mut catalog = self.local.catalog();
+        if let Some(mcp) = &self.mcp {
+            catalog.extend(mcp.tools.catalog());
+        }
+        catalog
+    }
+
+    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
+        Box::pin(async move {
+            let Some(mcp) = &self.mcp else {
+                return Vec::new();
+            };
+            mcp.tools.refresh().await;
+            mcp.tools.take_notices()
+        })
+    }
+
+    fn budget_hint(&self) -> Option<String> {
+        let mcp = self.mcp.as_ref()?;
+        mcp.tools.largest_server().map(|(server, tokens)| {
+            format!(
+                "MCP tool schemas count toward it; the largest are server `{server}`'s (about {tokens} tokens): leave tools out with mcp_servers.{server}.exclude_tools (or include_tools)"
+            )
+        })
     }
 
     fn workspace(&self) -> Option<&Workspace> {
-        Some(&self.workspace)
+        Some(&self.local.workspace)
     }
 
     fn fit_pages(&self, room_tokens: u64) {
         // Set once: the first fit of the turn stands (the engine fits at the turn's start).
         let _ = self
+            .local
             .fitted
             .0
-            .set(self.limits.clone().fitted_to_room(room_tokens));
-    }
-}
-
-/// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
-pub struct WithMcp {
-    pub local: LocalTools,
-    pub mcp: Arc<crate::mcp::McpTools>,
-    /// The result cap MCP results are cut to (`max_tool_result_bytes`), as pen's own are.
-    pub max_result_bytes: usize,
-}
-
-impl ToolHost for WithMcp {
-    fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        let mut catalog = self.local.catalog();
-        catalog.extend(self.mcp.catalog());
-        catalog
-    }
-
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        self.local.call(name, arguments, recorder)
-    }
-
-    fn run_cancellable(
-        &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.local.run_cancellable(spec, arguments, cancel)
-    }
-
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        self.local.plan_edit(arguments)
-    }
-
-    fn apply_edit(
-        &self,
-        plan: EditPlan,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        self.local.apply_edit(plan, recorder)
-    }
-
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        self.local.observation(result)
-    }
-
-    fn added(&self, name: &str) -> Option<crate::mcp::ToolInfo> {
-        // A tool of a server that is down now is still an MCP tool: its call says so.
-        self.mcp.tool(name)
-    }
-
-    fn run_added(
-        &self,
-        name: &str,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.mcp.call(name, arguments, cancel)
-    }
-
-    fn observe(&self, tool: &str, result: &Result<Value, ToolError>) -> String {
-        if crate::mcp::McpTools::is_mcp_name(tool) {
-            crate::mcp::observation(result, self.max_result_bytes)
-        } else {
-            self.local.observation(result)
-        }
-    }
-
-    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
-        Box::pin(async move {
-            self.mcp.refresh().await;
-            self.mcp.take_notices()
-        })
-    }
-
-    fn workspace(&self) -> Option<&Workspace> {
-        self.local.workspace()
-    }
-
-    fn fit_pages(&self, room_tokens: u64) {
-        self.local.fit_pages(room_tokens);
-    }
-
-    fn budget_hint(&self) -> Option<String> {
-        self.mcp.largest_server().map(|(server, tokens)| {
-            format!(
-                "MCP tool schemas count toward it; the largest are server `{server}`'s (about {tokens} tokens): leave tools out with mcp_servers.{server}.exclude_tools (or include_tools)"
-            )
-        })
+            .set(self.local.limits.clone().fitted_to_room(room_tokens));
     }
 }
 

@@ -22,6 +22,7 @@ pub mod approvals;
 mod names;
 mod result;
 mod stdio;
+mod tool;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::limits::{

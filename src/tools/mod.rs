@@ -15,6 +15,7 @@ pub mod search;
 pub mod source;
 pub mod subject;
 pub mod tail;
+pub mod tool;
 pub mod versions;
 pub mod write;
 
@@ -26,6 +27,8 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
+
+pub use tool::{Prepared, Recorder, Tool};
 
 /// Why a tool failed. Serialized in snake_case as the `code` of an error result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
