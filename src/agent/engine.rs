@@ -7,7 +7,6 @@ use super::{
     OUTCOME_UNKNOWN_STOPPED, TurnEvent, checkpoint, context,
 };
 use crate::providers::ToolCall;
-use crate::tools::registry::ToolSpec;
 use crate::tools::{self, Prepared, Tool, ToolError};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
 use futures::future::BoxFuture;
@@ -101,8 +100,7 @@ impl Turn {
             }
         };
         let Some(tool) = self.tools.get(&call.name) else {
-            let names = tools::registry::native().iter().map(ToolSpec::name);
-            let unknown = Err(tools::registry::unknown_tool(&call.name, names));
+            let unknown = Err(tools::registry::unknown_tool(&call.name));
             let text = tools::observation(&unknown, &self.config.limits());
             return self
                 .record_result(call, &text, true, CallOutcome::Error)

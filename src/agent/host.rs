@@ -455,4 +455,55 @@ mod tests {
             ErrorCode::TooLarge
         );
     }
+
+    #[tokio::test]
+    async fn the_turn_s_tools_are_the_native_ones_then_its_mcp_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "fn a() {}\n").unwrap();
+        let cancel = CancellationToken::new();
+        let servers = crate::mcp::McpManager::new(None)
+            .prepare(&Default::default(), dir.path(), None, &cancel)
+            .await;
+        let tools = TurnTools::with_mcp(host(dir.path()), servers, 1_024);
+        assert_eq!(tools.catalog(), registry::catalog(&Limits::default()));
+        let tool = |name: &str| tools.get(name).unwrap();
+        assert!(tool("pen_read").read_only());
+        assert!(!tool("pen_read").needs_approval(&[]));
+        assert!(tool("pen_edit").needs_approval(&[]));
+        assert!(!tool("pen_edit").needs_approval(&["pen_edit".into()]));
+        assert!(tools.get("nope").is_none());
+        // A name of an MCP server's tool is an MCP tool even when no server has it now: it runs
+        // alone, asks unless its exact name is allowed, and its call says what became of it.
+        let mcp = tool("mcp__gone__t");
+        assert!(!mcp.read_only());
+        assert!(mcp.needs_approval(&["mcp__gone__*".into()]));
+        assert!(!mcp.needs_approval(&["mcp__gone__t".into()]));
+        let result = mcp.run(Prepared::arguments(json!({})), None, cancel).await;
+        assert_eq!(result.as_ref().unwrap_err().code, ErrorCode::UnknownTool);
+        assert!(
+            mcp.observe(&result)
+                .contains("its server no longer lists it")
+        );
+        let native = TurnTools::native(host(dir.path()));
+        assert!(native.get("mcp__gone__t").is_none());
+
+        // An edit prepared for the owner is the plan its run writes.
+        read_file(&native.local);
+        let edit = native.get("pen_edit").unwrap();
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "a()", "new_text": "b()"}]});
+        let prepared = edit.prepare(arguments.clone()).await.unwrap();
+        let shown = prepared.plan().unwrap().diff().to_string();
+        let result = edit
+            .run(prepared, None, CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(result["diff"], shown);
+        assert_eq!(
+            std::fs::read(dir.path().join("f.txt")).unwrap(),
+            b"fn b() {}\n"
+        );
+        let create = native.get("pen_create").unwrap();
+        let prepared = create.prepare(json!({"path": "g.txt"})).await.unwrap();
+        assert!(prepared.plan().is_none(), "only an edit shows a diff");
+    }
 }
