@@ -112,37 +112,36 @@ impl LocalTools {
 
     /// Runs a blocking tool (called on a blocking thread); pen_create and pen_edit record
     /// their writes with `recorder` (and the watch, if any) before making them.
-    pub fn call(
+    fn call(
         &self,
-        name: &str,
+        spec: &ToolSpec,
         arguments: &Value,
         recorder: Option<&dyn WriteRecorder>,
     ) -> Result<Value, ToolError> {
-        let kind = registry::kind_of(name);
-        if kind == ToolKind::Search
+        if spec.kind() == ToolKind::Search
             && let Some(editor) = &self.search_editor
         {
-            return tools::call(name, arguments, &self.context_with(Some(editor), None));
+            return spec.call(arguments, &self.context_with(Some(editor), None));
         }
         let named = arguments.get("path").and_then(Value::as_str);
         match (&self.watch, named) {
-            (Some(watch), Some(named)) if kind == ToolKind::Edit => watch.around(
+            (Some(watch), Some(named)) if spec.kind() == ToolKind::Edit => watch.around(
                 named,
                 recorder,
-                Box::new(|recorder| tools::call(name, arguments, &self.context(recorder))),
+                Box::new(|recorder| spec.call(arguments, &self.context(recorder))),
             ),
-            _ => tools::call(name, arguments, &self.context(recorder)),
+            _ => spec.call(arguments, &self.context(recorder)),
         }
     }
 
     /// The catalog the model is given: every tool, described for this host's limits.
-    pub fn catalog(&self) -> Vec<tools::CatalogEntry> {
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
         registry::catalog(self.limits())
     }
 
     /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
-    pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
         write::check_write_size(arguments, self.limits())?;
         let plan = write::plan(tools::parse_arguments(arguments)?, &self.context(None))?;
         if let Some(watch) = &self.watch {
@@ -153,7 +152,7 @@ impl LocalTools {
 
     /// Writes an approved plan, if the file is still the text it was planned against; else
     /// fails `stale` and writes nothing.
-    pub fn apply_edit(
+    fn apply_edit(
         &self,
         plan: EditPlan,
         recorder: Option<&dyn WriteRecorder>,
@@ -171,7 +170,7 @@ impl LocalTools {
 
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
     /// `cancel` fires. It gets no read ledger and no editor: a command sees the disk.
-    pub fn run_cancellable(
+    fn run_cancellable(
         &self,
         spec: &'static ToolSpec,
         arguments: Value,
@@ -233,7 +232,7 @@ impl Tool for NativeTool {
             match plan {
                 // The write is the plan whose diff the owner approved.
                 Some(plan) => local.apply_edit(plan, recorder),
-                None => local.call(spec.name(), &arguments, recorder),
+                None => local.call(spec, &arguments, recorder),
             }
         }))
     }
@@ -406,9 +405,13 @@ mod tests {
         )
     }
 
+    fn spec(name: &str) -> &'static ToolSpec {
+        registry::get(name).unwrap()
+    }
+
     /// Reads `f.txt` as the model would, so the ledger knows its text.
     fn read_file(host: &LocalTools) {
-        host.call("pen_read", &json!({"path": "f.txt"}), None)
+        host.call(spec("pen_read"), &json!({"path": "f.txt"}), None)
             .unwrap();
     }
 
@@ -451,7 +454,9 @@ mod tests {
         let err = host.plan_edit(&arguments).unwrap_err();
         assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
         assert_eq!(
-            host.call("pen_edit", &arguments, None).unwrap_err().code,
+            host.call(spec("pen_edit"), &arguments, None)
+                .unwrap_err()
+                .code,
             ErrorCode::TooLarge
         );
     }
