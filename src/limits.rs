@@ -236,6 +236,8 @@ pub struct Limits {
     pub min_page_bytes: usize,
     /// Entries in one pen_list page, and the default `limit`. Default 200.
     pub max_list_entries: usize,
+    /// Files in one pen_find page. Default 200.
+    pub max_find_results: usize,
     /// How far pen_read and pen_tail look back for a private-key armor line. Default 128 KiB,
     /// longer than any PEM private key (a FrodoKEM-1344 key is about 57 KB).
     pub key_lookback_bytes: usize,
@@ -262,6 +264,7 @@ impl Default for Limits {
             max_page_bytes: 32 * 1024,
             min_page_bytes: 320,
             max_list_entries: 200,
+            max_find_results: 200,
             key_lookback_bytes: 128 * 1024,
             max_write_argument_bytes: 64 * 1024,
             max_edit_file_bytes: 16 * 1024 * 1024,

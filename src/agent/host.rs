@@ -472,8 +472,10 @@ mod tests {
         let tools = TurnTools::with_mcp(host(dir.path()), servers, 1_024);
         assert_eq!(tools.catalog(), registry::catalog(&Limits::default()));
         let tool = |name: &str| tools.get(name).unwrap();
-        assert!(tool("pen_read").read_only());
-        assert!(!tool("pen_read").needs_approval(&[]));
+        for name in ["pen_read", "pen_find"] {
+            assert!(tool(name).read_only(), "{name}");
+            assert!(!tool(name).needs_approval(&[]), "{name}");
+        }
         assert!(tool("pen_edit").needs_approval(&[]));
         assert!(!tool("pen_edit").needs_approval(&["pen_edit".into()]));
         assert!(tools.get("nope").is_none());

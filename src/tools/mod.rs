@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod command;
+pub mod find;
 pub mod keys;
 pub mod list;
 pub mod read;

@@ -51,7 +51,7 @@ pub fn spec(limits: &Limits) -> ToolDoc {
                 "path": {"type": "string", "description": "File path relative to the workspace root."},
                 "start_line": {"type": "integer", "minimum": 1, "description": "1-based line to start at (default 1)."},
                 "line_count": {"type": "integer", "minimum": 1, "maximum": lines, "description": format!("Lines to read (default and maximum {lines}; larger values are lowered to {lines}).")},
-                "offset": {"type": "integer", "minimum": 0, "description": "The byte cursor `next_offset` from the previous page; pass it with `start_line` set to that page's `next_start_line`."}
+                "offset": {"type": "integer", "minimum": 0, "description": "The previous page's `next_offset`, with its `next_start_line` as `start_line`."}
             },
             "required": ["path"],
             "additionalProperties": false

@@ -15,8 +15,8 @@
 
 use super::subject::Subject;
 use super::{
-    CatalogEntry, ErrorCode, ToolContext, ToolDoc, ToolError, command, list, parse_arguments, read,
-    search, tail, write,
+    CatalogEntry, ErrorCode, ToolContext, ToolDoc, ToolError, command, find, list, parse_arguments,
+    read, search, tail, write,
 };
 use crate::limits::Limits;
 use futures::future::BoxFuture;
@@ -226,7 +226,7 @@ impl ToolSpec {
 }
 
 /// The native tools, in the order the model sees them.
-static NATIVE: [ToolSpec; 7] = [
+static NATIVE: [ToolSpec; 8] = [
     ToolSpec {
         name: Cow::Borrowed("pen_search"),
         kind: ToolKind::Search,
@@ -246,6 +246,16 @@ static NATIVE: [ToolSpec; 7] = [
         subject: list::subject,
         describe: list::spec,
         run: Run::Blocking(run_list),
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_find"),
+        kind: ToolKind::Search,
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: find::subject,
+        describe: find::spec,
+        run: Run::Blocking(run_find),
     },
     ToolSpec {
         name: Cow::Borrowed("pen_read"),
@@ -305,6 +315,10 @@ fn run_search(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> 
 
 fn run_list(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
     list::run(parse_arguments(arguments)?, ctx)
+}
+
+fn run_find(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    find::run(parse_arguments(arguments)?, ctx)
 }
 
 fn run_read(arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
@@ -397,9 +411,10 @@ mod tests {
     use crate::workspace::Workspace;
     use serde_json::json;
 
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 8] = [
         "pen_search",
         "pen_list",
+        "pen_find",
         "pen_read",
         "pen_tail",
         "pen_create",
@@ -435,7 +450,7 @@ mod tests {
             .collect();
         assert_eq!(
             read_only,
-            ["pen_search", "pen_list", "pen_read", "pen_tail"]
+            ["pen_search", "pen_list", "pen_find", "pen_read", "pen_tail"]
         );
         for spec in native() {
             // A read-only tool never needs approval, and every other native tool does.
@@ -466,6 +481,7 @@ mod tests {
             [
                 ("pen_search", ToolKind::Search),
                 ("pen_list", ToolKind::Search),
+                ("pen_find", ToolKind::Search),
                 ("pen_read", ToolKind::Read),
                 ("pen_tail", ToolKind::Read),
                 ("pen_create", ToolKind::Edit),

@@ -67,6 +67,7 @@ fn list_prints_the_catalog() {
         [
             "pen_search",
             "pen_list",
+            "pen_find",
             "pen_read",
             "pen_tail",
             "pen_create",

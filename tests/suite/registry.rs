@@ -44,7 +44,9 @@ fn description<'a>(catalog: &'a Value, name: &str) -> &'a str {
 
 #[test]
 fn the_default_catalog_is_the_one_pen_has_always_listed() {
-    // Written by `pen tool --list` before the registry existed: the same bytes with the window
+    // Written by `pen tool --list` before the registry existed, and rewritten only when a tool
+    // joins the catalog or a description is changed on purpose (pen_find joined; pen_search's
+    // argument descriptions stopped repeating its description): the same bytes with the window
     // unset (the default: a turn fits its pages to the window it finds), under budget policy
     // 3, and at a set window large enough that a page of
     // the cap's half and 200 lines fits three times in what the budget leaves

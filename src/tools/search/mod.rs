@@ -41,6 +41,8 @@ mod scan;
 mod verdicts;
 mod walk;
 
+pub(crate) use walk::{EntryFilter, Position, enclosing_ignores, position};
+
 use super::budget;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::{Limits, SearchLimits};
@@ -68,11 +70,12 @@ fn description(limits: &SearchLimits) -> String {
     format!(
         "Search the workspace for a literal string (not a regex; `.`, `*`, `(` … match \
          themselves) and return the matching lines in sorted path order. Each match has `path` \
-         (relative to the workspace root), `line` (1-based), `column` (1-based, counted in Unicode \
-         characters, i.e. scalar values, from the start of the line) and `excerpt` (the line cut \
+         (relative to the workspace root), `line` (1-based), `column` (1-based, in Unicode \
+         characters, i.e. scalar values) and `excerpt` (the line cut \
          to at most {excerpt} bytes around the match, `…` marking a cut). Only the first match on \
          a line is reported. Narrow with `path` (a folder or one file) and `glob` (a file-name \
-         glob such as `*.rs`, or a path glob such as `src/**/*.ts` when it contains `/`). \
+         glob such as `*.rs` or `*.{{ts,tsx}}`, or a path glob such as `src/**/*.ts` when it contains `/`; `*` does not \
+         cross `/`, `**` does). \
          Honours .gitignore; never follows symlinks; skips the folders {skipped} (and .NET \
          bin/obj) unless named as `path`. Binary and non-UTF-8 files are skipped and counted in `skipped`, as are \
          entries too deep to enter and files holding a private key, which are never searched \
@@ -105,15 +108,15 @@ pub fn spec(limits: &Limits) -> ToolDoc {
                 "query": {
                     "type": "string",
                     "minLength": 1,
-                    "description": "The literal text to find (not a regex). It may contain any character."
+                    "description": "The literal text to find."
                 },
                 "path": {
                     "type": "string",
-                    "description": "A folder or a single file to search, relative to the workspace root. Default: the whole workspace."
+                    "description": "A folder or one file, from the workspace root (default: all of it)."
                 },
                 "glob": {
                     "type": "string",
-                    "description": "Only search files matching this glob: a file-name glob such as `*.rs` or `*.{ts,tsx}`, or, when it contains `/`, a glob over the path from the workspace root such as `src/**/*.ts` (`*` does not cross `/`, `**` does)."
+                    "description": "Only files matching this glob (see above)."
                 },
                 "case_sensitive": {
                     "type": "boolean",
@@ -121,7 +124,7 @@ pub fn spec(limits: &Limits) -> ToolDoc {
                 },
                 "after": {
                     "type": "string",
-                    "description": "The `next_after` cursor of a previous truncated search with the same query, path, glob and case_sensitive; the search continues right after it."
+                    "description": "The `next_after` of the previous page."
                 }
             },
             "required": ["query"],
@@ -314,13 +317,7 @@ impl Request {
                 Some((relative.to_path_buf(), cursor.resume))
             }
         };
-        let workspace_root = ctx
-            .workspace
-            .roots()
-            .iter()
-            .filter(|r| resolved.absolute.starts_with(&r.path))
-            .max_by_key(|r| r.path.as_os_str().len())
-            .map_or_else(|| resolved.absolute.clone(), |r| r.path.clone());
+        let workspace_root = workspace_root_of(ctx, &resolved.absolute);
         Ok(Request {
             query: args.query,
             matcher,
@@ -372,15 +369,25 @@ impl Request {
     }
 }
 
-/// The `glob` argument: matched against the file name, or against the path from the workspace
-/// root when it contains `/`.
-enum FileGlob {
+/// The workspace root that holds `absolute` (the deepest, when roots nest).
+pub(crate) fn workspace_root_of(ctx: &ToolContext, absolute: &Path) -> PathBuf {
+    ctx.workspace
+        .roots()
+        .iter()
+        .filter(|r| absolute.starts_with(&r.path))
+        .max_by_key(|r| r.path.as_os_str().len())
+        .map_or_else(|| absolute.to_path_buf(), |r| r.path.clone())
+}
+
+/// The `glob` argument (pen_search's and pen_find's): matched against the file name, or against
+/// the path from the workspace root when it contains `/`.
+pub(crate) enum FileGlob {
     Name(GlobMatcher),
     Path(GlobMatcher),
 }
 
 impl FileGlob {
-    fn new(glob: &str) -> Result<FileGlob, ToolError> {
+    pub(crate) fn new(glob: &str) -> Result<FileGlob, ToolError> {
         let matcher = GlobBuilder::new(glob)
             .literal_separator(true)
             .build()
@@ -403,7 +410,7 @@ impl FileGlob {
 
     /// Whether the file at `path` is wanted; `display` gives its path from the workspace root,
     /// computed only for a path glob.
-    fn is_match(&self, path: &Path, display: impl FnOnce() -> String) -> bool {
+    pub(crate) fn is_match(&self, path: &Path, display: impl FnOnce() -> String) -> bool {
         match self {
             FileGlob::Name(matcher) => path.file_name().is_some_and(|n| matcher.is_match(n)),
             FileGlob::Path(matcher) => matcher.is_match(display()),

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where an entry lies relative to a cursor, both relative to the search root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Position {
+pub(crate) enum Position {
     /// Walked by an earlier page, with everything below it.
     Before,
     /// A folder on the way to the cursor: entered, but not walked again.
@@ -22,7 +22,7 @@ pub(super) enum Position {
     After,
 }
 
-pub(super) fn position(entry: &Path, cursor: &Path) -> Position {
+pub(crate) fn position(entry: &Path, cursor: &Path) -> Position {
     if entry == cursor {
         Position::At
     } else if cursor.starts_with(entry) {
@@ -35,20 +35,20 @@ pub(super) fn position(entry: &Path, cursor: &Path) -> Position {
 }
 
 /// Decides which entries the walk yields and which folders it enters.
-pub(super) struct EntryFilter {
-    pub(super) root: PathBuf,
-    pub(super) after: Option<PathBuf>,
-    pub(super) max_depth: usize,
+pub(crate) struct EntryFilter {
+    pub(crate) root: PathBuf,
+    pub(crate) after: Option<PathBuf>,
+    pub(crate) max_depth: usize,
     /// Counts the entries left out for their depth; the walk loop takes the count after each
     /// step, which places them in walk order.
-    pub(super) too_deep: Arc<AtomicU64>,
+    pub(crate) too_deep: Arc<AtomicU64>,
     /// Ignore files of the workspace folders above the search root, deepest first; the walk
     /// itself only reads those at and below the root.
-    pub(super) enclosing_ignores: Vec<Gitignore>,
+    pub(crate) enclosing_ignores: Vec<Gitignore>,
 }
 
 impl EntryFilter {
-    pub(super) fn keep(&self, entry: &DirEntry) -> bool {
+    pub(crate) fn keep(&self, entry: &DirEntry) -> bool {
         if let Some(after) = &self.after {
             let relative = entry
                 .path()
@@ -81,7 +81,7 @@ impl EntryFilter {
 
 /// The ignore files of the folders from the workspace root down to just above `root`, deepest
 /// first, so that searching a sub-folder skips what searching the whole workspace skips.
-pub(super) fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
+pub(crate) fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
     root.ancestors()
         .skip(1)
         .take_while(|dir| dir.starts_with(workspace_root))
