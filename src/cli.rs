@@ -405,12 +405,7 @@ async fn headless(
         .begin(&session_id, cancel)
         .await
         .map_err(RunError::Begin)?;
-    eprintln!("pen: session {session_id}");
-    // One line: the model, the window it is planned under and where that came from (found
-    // once here; the turn reuses the engine's answer).
-    if let Ok((target, window)) = engine.window(&config).await {
-        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
-    }
+    announce(&engine, &config, &session_id).await;
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
     let setup = TurnSetup {
         tools: run_tools(workspace, &config),
@@ -427,6 +422,16 @@ async fn headless(
         &stdout_closed,
         &session_id,
     ))
+}
+
+/// The lines `pen run` starts with on stderr: the session, then the model, the window it is
+/// planned under and where that came from (found once here; the turn reuses the engine's
+/// answer).
+async fn announce(engine: &crate::agent::Engine, config: &Config, session_id: &str) {
+    eprintln!("pen: session {session_id}");
+    if let Ok((target, window)) = engine.window(config).await {
+        eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
+    }
 }
 
 /// Why `pen run` could not claim its session: a turn running there elsewhere comes with what

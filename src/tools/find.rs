@@ -312,21 +312,10 @@ mod tests {
     use super::*;
     use crate::limits::SearchLimits;
     use crate::tools::call;
+    use crate::tools::search::tests::workspace;
     use crate::workspace::Workspace;
     use proptest::prelude::*;
     use std::fs;
-
-    /// A temporary workspace holding `files` (path, content); folders are created as needed.
-    fn workspace(files: &[(&str, &str)]) -> (tempfile::TempDir, Workspace) {
-        let dir = tempfile::tempdir().unwrap();
-        for (path, content) in files {
-            let path = dir.path().join(path);
-            fs::create_dir_all(path.parent().unwrap()).unwrap();
-            fs::write(path, content).unwrap();
-        }
-        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
-        (dir, workspace)
-    }
 
     fn find(workspace: &Workspace, limits: &Limits, args: Value) -> Result<Value, ToolError> {
         call("pen_find", &args, &ToolContext::plain(workspace, limits))
@@ -341,17 +330,17 @@ mod tests {
             .collect()
     }
 
-    const TREE: &[(&str, &str)] = &[
-        ("Cargo.toml", "[package]"),
-        ("src/main.rs", "fn main() {}"),
-        ("src/a/b.rs", "b"),
-        ("src/a.rs", "a"),
-        ("src/notes.txt", "n"),
-        ("tests/it.rs", "t"),
-        ("target/debug/x.rs", "built"),
-        ("node_modules/m/index.rs", "dep"),
-        (".gitignore", "target/\n*.log\n"),
-        ("debug.log", "log"),
+    const TREE: &[(&str, &[u8])] = &[
+        ("Cargo.toml", b"[package]"),
+        ("src/main.rs", b"fn main() {}"),
+        ("src/a/b.rs", b"b"),
+        ("src/a.rs", b"a"),
+        ("src/notes.txt", b"n"),
+        ("tests/it.rs", b"t"),
+        ("target/debug/x.rs", b"built"),
+        ("node_modules/m/index.rs", b"dep"),
+        (".gitignore", b"target/\n*.log\n"),
+        ("debug.log", b"log"),
     ];
 
     #[test]
@@ -433,7 +422,7 @@ mod tests {
 
     #[test]
     fn symlinks_are_not_followed_and_a_linked_folder_shows_nothing_from_outside() {
-        let (dir, ws) = workspace(&[("in/a.rs", "a")]);
+        let (dir, ws) = workspace(&[("in/a.rs", b"a")]);
         let outside = tempfile::tempdir().unwrap();
         fs::write(outside.path().join("secret.rs"), "s").unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("linked")).unwrap();
@@ -471,18 +460,10 @@ mod tests {
 
     #[test]
     fn the_result_cap_ends_a_page_and_the_next_starts_after_it() {
-        let names: Vec<(String, String)> = (0..40)
-            .map(|i| {
-                (
-                    format!("d/file-with-a-longish-name-{i:03}.rs"),
-                    String::new(),
-                )
-            })
+        let names: Vec<String> = (0..40)
+            .map(|i| format!("d/file-with-a-longish-name-{i:03}.rs"))
             .collect();
-        let files: Vec<(&str, &str)> = names
-            .iter()
-            .map(|(p, c)| (p.as_str(), c.as_str()))
-            .collect();
+        let files: Vec<(&str, &[u8])> = names.iter().map(|p| (p.as_str(), &b""[..])).collect();
         let (_dir, ws) = workspace(&files);
         let small = Limits {
             max_tool_result_bytes: 1_024,

@@ -380,7 +380,7 @@ fn native_ollama_errors_are_classified() {
 }
 
 /// A turn fits its tools' pages to the window it found (SPEC §3), under either policy: a server
-/// reporting 16,000 tokens leaves a budget of 11,500, of which about 8,700 are left after pen's
+/// reporting 16,000 tokens leaves a budget of 11,500, of which about 8,600 are left after pen's
 /// prompt and schemas: pages of a third of that, about 11.5 KB. A typical source file (200
 /// lines, 5.7 KB) comes back whole in one page; a 20 KB one as a first page of about 11.5 KB
 /// with a cursor; the catalog states the page.

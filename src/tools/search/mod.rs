@@ -419,7 +419,7 @@ impl FileGlob {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::tools::call;
     use crate::workspace::Workspace;
@@ -427,7 +427,7 @@ mod tests {
     use std::fs;
 
     /// A temporary workspace holding `files` (path, content); folders are created as needed.
-    fn workspace(files: &[(&str, &[u8])]) -> (tempfile::TempDir, Workspace) {
+    pub(crate) fn workspace(files: &[(&str, &[u8])]) -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
         for (path, content) in files {
             let path = dir.path().join(path);
