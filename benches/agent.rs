@@ -12,7 +12,9 @@
 //! `cargo bench --bench agent` (`-- series` runs only the series).
 
 use futures::future::BoxFuture;
-use pen::agent::{ApprovalAnswer, ApprovalRequest, Approver, Engine, LocalTools, TurnSpec};
+use pen::agent::{
+    ApprovalAnswer, ApprovalRequest, Approver, Engine, LocalTools, TurnSpec, TurnTools,
+};
 use pen::providers::{
     FinishReason, ModelRequest, ModelResponse, Provider, ProviderError, StreamEvent, ToolCall,
 };
@@ -143,10 +145,10 @@ fn per_step_at(
             budget_margin_tokens: 0,
             ..pen::config::Config::default()
         },
-        tools: Arc::new(LocalTools::new(
+        tools: Arc::new(TurnTools::native(LocalTools::new(
             pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace"),
             pen::limits::Limits::default(),
-        )),
+        ))),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),
     };
@@ -232,7 +234,7 @@ fn main() {
             max_turn_requests: STEPS,
             ..pen::config::Config::default()
         },
-        tools: Arc::new(LocalTools {
+        tools: Arc::new(TurnTools::native(LocalTools {
             workspace: pen::workspace::Workspace::new(&[root.path().to_path_buf()])
                 .expect("workspace"),
             limits: pen::limits::Limits::default(),
@@ -241,7 +243,7 @@ fn main() {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
-        }),
+        })),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),
     };

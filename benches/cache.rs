@@ -45,7 +45,7 @@ use cache_figures::Task;
 use futures::future::BoxFuture;
 use pen::agent::{
     AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, Engine, LocalTools, StopReason, Trim,
-    TurnEvent, TurnSpec,
+    TurnEvent, TurnSpec, TurnTools,
 };
 use pen::config::Config;
 use pen::session::SessionStore;
@@ -364,7 +364,7 @@ fn run(
     let counted = Arc::clone(&compactions);
     let spec = TurnSpec {
         config,
-        tools: Arc::new(LocalTools {
+        tools: Arc::new(TurnTools::native(LocalTools {
             workspace: pen::workspace::Workspace::new(&[root.to_path_buf()]).expect("workspace"),
             limits,
             ledger: Arc::default(),
@@ -372,7 +372,7 @@ fn run(
             search_editor: None,
             watch: None,
             fitted: Default::default(),
-        }),
+        })),
         approver: Arc::new(Nobody),
         on_event: Arc::new(move |event: AgentEvent| {
             if let TurnEvent::ContextTrimmed(Trim::Budget(_)) = event.event {

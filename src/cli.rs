@@ -254,8 +254,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         return usage("name a tool, or pass --list");
     };
     if tools::registry::get(&name).is_none() {
-        let names = tools::registry::native().iter().map(|t| t.name());
-        return usage(&tools::registry::unknown_tool(&name, names).message);
+        return usage(&tools::registry::unknown_tool(&name).message);
     }
     let arguments: serde_json::Value = match serde_json::from_str(&command.arguments) {
         Ok(value) => value,

@@ -7,37 +7,39 @@ use super::{
     OUTCOME_UNKNOWN_STOPPED, TurnEvent, checkpoint, context,
 };
 use crate::providers::ToolCall;
-use crate::tools::registry::{Execution, Preview, ToolSpec};
-use crate::tools::write::EditPlan;
-use crate::tools::{self, ToolError};
+use crate::tools::{self, Prepared, Tool, ToolError};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
+use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
 
 impl Turn {
     /// Runs read-only calls of one answer concurrently: each is recorded as started in call
-    /// order, all run at once on blocking threads, and their results are recorded in call order.
-    /// They need no approval and change nothing, so Stop lets them finish (as a single file tool
-    /// does) and they are recorded.
-    pub(super) async fn run_read_only(&self, calls: &[ToolCall]) -> Result<(), TurnError> {
+    /// order, all run at once (on blocking threads, as their tools run), and their results are
+    /// recorded in call order. They need no approval and change nothing, so Stop lets them
+    /// finish (as a single file tool does) and they are recorded.
+    pub(super) async fn run_read_only(
+        &self,
+        calls: &[(&ToolCall, Arc<dyn Tool>)],
+    ) -> Result<(), TurnError> {
         let mut runs = Vec::with_capacity(calls.len());
         let mut parsed = Vec::with_capacity(calls.len());
-        for call in calls {
+        for (call, tool) in calls {
             let arguments = self.start_call(call).await?;
             parsed.push(arguments.as_ref().ok().cloned());
-            let host = Arc::clone(&self.tools);
-            let name = call.name.clone();
-            runs.push(async move {
-                match arguments {
-                    Ok(arguments) => tool_thread(move || host.call(&name, &arguments, None)).await,
-                    Err(message) => {
-                        Err(ToolError::new(tools::ErrorCode::InvalidArguments, message))
-                    }
+            let run: BoxFuture<'static, Result<Value, ToolError>> = match arguments {
+                Ok(arguments) => {
+                    tool.run(Prepared::arguments(arguments), None, self.cancel.clone())
                 }
-            });
+                Err(message) => {
+                    let error = ToolError::new(tools::ErrorCode::InvalidArguments, message);
+                    Box::pin(async move { Err(error) })
+                }
+            };
+            runs.push(run);
         }
         let results = futures::future::join_all(runs).await;
-        for ((call, result), arguments) in calls.iter().zip(results).zip(parsed) {
+        for (((call, tool), result), arguments) in calls.iter().zip(results).zip(parsed) {
             let text = match &result {
                 Err(err)
                     if err.code == tools::ErrorCode::InvalidArguments
@@ -45,7 +47,7 @@ impl Turn {
                 {
                     err.to_value().to_string()
                 }
-                _ => self.tools.observation(&result),
+                _ => tool.observe(&result),
             };
             if result.is_ok() {
                 self.record_output(call, arguments.as_ref(), &text).await?;
@@ -97,7 +99,13 @@ impl Turn {
                     .await;
             }
         };
-        let spec = tools::registry::get(&call.name);
+        let Some(tool) = self.tools.get(&call.name) else {
+            let unknown = Err(tools::registry::unknown_tool(&call.name));
+            let text = tools::observation(&unknown, &self.config.limits());
+            return self
+                .record_result(call, &text, true, CallOutcome::Error)
+                .await;
+        };
         let recorder = checkpoint::TurnRecorder {
             store: Arc::clone(&self.store),
             session_id: self.session_id.clone(),
@@ -105,151 +113,108 @@ impl Turn {
             call_id: call.id.clone(),
             limit: self.config.checkpoint_store_bytes,
         };
-        let Some(plan) = self.authorize(call, &arguments, spec, &recorder).await? else {
+        let Some(prepared) = self
+            .authorize(call, arguments.clone(), tool.as_ref(), &recorder)
+            .await?
+        else {
             return Ok(());
         };
-        let approved_plan = plan.is_some();
-        let arguments_seen = arguments.clone();
-        let result = self.execute(call, arguments, plan, spec, recorder).await;
-        self.record(call, &arguments_seen, approved_plan, result)
+        let approved_plan = prepared.plan().is_some();
+        let result = tool
+            .run(prepared, Some(Arc::new(recorder)), self.cancel.clone())
+            .await;
+        self.record(call, tool.as_ref(), &arguments, approved_plan, result)
             .await
     }
 
-    /// Asks the owner where the call needs approval (an edit planned first, so the owner sees
-    /// its diff). `None` when the call is answered already (denied, stopped, stale, or an edit
-    /// that cannot apply); else the approved plan, if any, to run.
+    /// Asks the owner where the call needs approval (the call prepared first, so the owner
+    /// sees an edit's diff). `None` when the call is answered already (denied, stopped, stale,
+    /// or an edit that cannot apply); else the call to run.
     async fn authorize(
         &self,
         call: &ToolCall,
-        arguments: &Value,
-        spec: Option<&'static ToolSpec>,
-        recorder: &checkpoint::TurnRecorder,
-    ) -> Result<Option<Option<EditPlan>>, TurnError> {
-        let mut plan = None;
-        if self.needs_approval(&call.name) {
-            let diff = if spec.is_some_and(|spec| spec.preview() == Preview::Diff) {
-                // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
-                let host = Arc::clone(&self.tools);
-                let planned = {
-                    let arguments = arguments.clone();
-                    tool_thread(move || host.plan_edit(&arguments)).await
-                };
-                match planned {
-                    Ok(planned) => {
-                        let diff = planned.diff().to_string();
-                        plan = Some(planned);
-                        Some(diff)
-                    }
-                    // An edit that cannot apply fails as it would have; no need to ask.
-                    Err(err) => {
-                        let text = self.tools.observation(&Err(err));
-                        self.record_result(call, &text, true, CallOutcome::Error)
-                            .await?;
-                        return Ok(None);
-                    }
-                }
-            } else {
-                None
-            };
-            let request = ApprovalRequest {
-                session_id: self.session_id.clone(),
-                turn_id: self.turn_id.clone(),
-                call_id: call.id.clone(),
-                kind: ApprovalKind::ToolCall,
-                tool: call.name.clone(),
-                summary: tools::registry::subject_of(&call.name, Some(arguments)).summary,
-                arguments: arguments.clone(),
-                not_revertible: match &plan {
-                    Some(plan) => recorder.not_revertible(plan).await,
-                    None => None,
-                },
-                diff,
-            };
-            self.emit(TurnEvent::ApprovalRequested(request.clone()));
-            let answer = tokio::select! {
-                answer = self.approver.ask(request) => answer,
-                _ = self.cancel.cancelled() => {
-                    self.emit(TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
-                    self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
-                        .await?;
-                    return Ok(None);
-                }
-            };
-            match answer {
-                Ok((Decision::Allow, _)) => {}
-                Ok((Decision::AllowForSession, _)) => {
-                    // Stored, so the grant holds for the session's later turns, in this pen
-                    // after a restart and in any other pen that runs the session.
-                    if !self.lock_history().allows(&call.name) {
-                        self.append_item(Item::Event(Event::ToolAllowedForSession {
-                            tool: call.name.clone(),
-                        }))
-                        .await?;
-                    }
-                }
-                Ok((Decision::Deny, reason)) => {
-                    let text = match reason {
-                        Some(reason) if !reason.trim().is_empty() => {
-                            format!("{DENIED_BY_OWNER}. The owner said: {reason}")
-                        }
-                        _ => DENIED_BY_OWNER.to_string(),
-                    };
-                    self.record_result(call, &text, true, CallOutcome::Denied)
-                        .await?;
-                    return Ok(None);
-                }
-                Err(why) => {
-                    let text = format!(
-                        "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
-                         Ask again when the owner is back."
-                    );
-                    self.record_result(call, &text, true, CallOutcome::StaleAuthority)
-                        .await?;
-                    return Ok(None);
-                }
-            }
-        }
-        Ok(Some(plan))
-    }
-
-    /// Runs an authorized call: an approved plan is the write it makes.
-    async fn execute(
-        &self,
-        call: &ToolCall,
         arguments: Value,
-        plan: Option<EditPlan>,
-        spec: Option<&'static ToolSpec>,
-        recorder: checkpoint::TurnRecorder,
-    ) -> Result<Value, ToolError> {
-        let added = spec.is_none() && self.tools.added(&call.name).is_some();
-        match (plan, spec) {
-            (None, None) if added => {
-                self.tools
-                    .run_added(&call.name, arguments, self.cancel.clone())
-                    .await
+        tool: &dyn Tool,
+        recorder: &checkpoint::TurnRecorder,
+    ) -> Result<Option<Prepared>, TurnError> {
+        if !self.needs_approval(&call.name, tool) {
+            return Ok(Some(Prepared::arguments(arguments)));
+        }
+        let prepared = match tool.prepare(arguments.clone()).await {
+            Ok(prepared) => prepared,
+            // A call that cannot run fails as it would have; no need to ask.
+            Err(err) => {
+                let text = tool.observe(&Err(err));
+                self.record_result(call, &text, true, CallOutcome::Error)
+                    .await?;
+                return Ok(None);
             }
-            (None, Some(spec)) if spec.execution() == Execution::Cancellable => {
-                self.tools
-                    .run_cancellable(spec, arguments, self.cancel.clone())
-                    .await
+        };
+        let request = ApprovalRequest {
+            session_id: self.session_id.clone(),
+            turn_id: self.turn_id.clone(),
+            call_id: call.id.clone(),
+            kind: ApprovalKind::ToolCall,
+            tool: call.name.clone(),
+            summary: tool.subject(&arguments).summary,
+            arguments,
+            not_revertible: match prepared.plan() {
+                Some(plan) => recorder.not_revertible(plan).await,
+                None => None,
+            },
+            diff: prepared.plan().map(|plan| plan.diff().to_string()),
+        };
+        self.emit(TurnEvent::ApprovalRequested(request.clone()));
+        let answer = tokio::select! {
+            answer = self.approver.ask(request) => answer,
+            _ = self.cancel.cancelled() => {
+                self.emit(TurnEvent::ApprovalWithdrawn { call_id: call.id.clone() });
+                self.record_result(call, NOT_EXECUTED_STOPPED, true, CallOutcome::NotExecuted)
+                    .await?;
+                return Ok(None);
             }
-            (plan, _) => {
-                let host = Arc::clone(&self.tools);
-                let name = call.name.clone();
-                tool_thread(move || match plan {
-                    // The write is the plan whose diff the owner approved.
-                    Some(plan) => host.apply_edit(plan, Some(&recorder)),
-                    None => host.call(&name, &arguments, Some(&recorder)),
-                })
-                .await
+        };
+        match answer {
+            Ok((Decision::Allow, _)) => {}
+            Ok((Decision::AllowForSession, _)) => {
+                // Stored, so the grant holds for the session's later turns, in this pen
+                // after a restart and in any other pen that runs the session.
+                if !self.lock_history().allows(&call.name) {
+                    self.append_item(Item::Event(Event::ToolAllowedForSession {
+                        tool: call.name.clone(),
+                    }))
+                    .await?;
+                }
+            }
+            Ok((Decision::Deny, reason)) => {
+                let text = match reason {
+                    Some(reason) if !reason.trim().is_empty() => {
+                        format!("{DENIED_BY_OWNER}. The owner said: {reason}")
+                    }
+                    _ => DENIED_BY_OWNER.to_string(),
+                };
+                self.record_result(call, &text, true, CallOutcome::Denied)
+                    .await?;
+                return Ok(None);
+            }
+            Err(why) => {
+                let text = format!(
+                    "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
+                     Ask again when the owner is back."
+                );
+                self.record_result(call, &text, true, CallOutcome::StaleAuthority)
+                    .await?;
+                return Ok(None);
             }
         }
+        Ok(Some(prepared))
     }
 
     /// Records a call's result with the outcome it came to.
     async fn record(
         &self,
         call: &ToolCall,
+        tool: &dyn Tool,
         arguments: &Value,
         approved_plan: bool,
         result: Result<Value, ToolError>,
@@ -269,33 +234,19 @@ impl Turn {
                 true,
                 CallOutcome::StaleAuthority,
             ),
-            Err(_) => (
-                self.tools.observe(&call.name, &result),
-                true,
-                CallOutcome::Error,
-            ),
+            Err(_) => (tool.observe(&result), true, CallOutcome::Error),
             Ok(_) => {
-                let text = self.tools.observe(&call.name, &result);
+                let text = tool.observe(&result);
                 return self.record_output(call, Some(arguments), &text).await;
             }
         };
         self.record_result(call, &text, is_error, state).await
     }
 
-    pub(super) fn needs_approval(&self, tool: &str) -> bool {
-        // An MCP tool asks like pen_command unless `auto_approve` covers it (a server's
-        // `mcp__server__*` only for tools it says only read) or the session allowed it.
-        if tools::registry::get(tool).is_none()
-            && let Some(info) = self.tools.added(tool)
-        {
-            let allowed = crate::mcp::auto_approved(&self.config.auto_approve, tool, &info)
-                || self.lock_history().allows(tool);
-            return !allowed;
-        }
-        let asks = tools::registry::get(tool).is_some_and(ToolSpec::needs_approval);
-        let allowed =
-            self.config.auto_approve.iter().any(|t| t == tool) || self.lock_history().allows(tool);
-        asks && !allowed
+    /// Whether a call of `tool` (named `name`) asks the owner: the tool says, under
+    /// `auto_approve`, unless the session allowed it.
+    fn needs_approval(&self, name: &str, tool: &dyn Tool) -> bool {
+        tool.needs_approval(&self.config.auto_approve) && !self.lock_history().allows(name)
     }
 
     pub(super) async fn record_result(
@@ -386,16 +337,4 @@ impl Turn {
         }
         Some((context::delivery_text(&files), files))
     }
-}
-
-/// Runs a tool's blocking work (file reads and writes, hashing, diffs) on a blocking thread.
-async fn tool_thread<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
-        Err(ToolError::new(
-            tools::ErrorCode::Io,
-            format!("the tool failed: {e}"),
-        ))
-    })
 }

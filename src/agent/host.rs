@@ -1,11 +1,15 @@
-//! The tool host of a turn: the native tools over a workspace, its limits, the session's read
-//! ledger and, under the daemon, the editor's open documents.
+//! The tools of a turn ([`TurnTools`]): the native tools over a workspace, its limits, the
+//! session's read ledger and, under the daemon, the editor's open documents ([`LocalTools`]),
+//! then the turn's MCP servers' tools; each one a [`Tool`] the engine calls alike.
 
 use super::ToolHost;
 use crate::limits::Limits;
-use crate::tools::registry::{self, ToolKind, ToolSpec};
+use crate::tools::registry::{self, Execution, Preview, ToolKind, ToolSpec};
+use crate::tools::subject::Subject;
 use crate::tools::write::{self, EditPlan};
-use crate::tools::{self, Editor, ReadLedger, ToolContext, ToolError, WriteRecorder};
+use crate::tools::{
+    self, Editor, Prepared, ReadLedger, Recorder, Tool, ToolContext, ToolError, WriteRecorder,
+};
 use crate::workspace::Workspace;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -108,37 +112,36 @@ impl LocalTools {
 
     /// Runs a blocking tool (called on a blocking thread); pen_create and pen_edit record
     /// their writes with `recorder` (and the watch, if any) before making them.
-    pub fn call(
+    fn call(
         &self,
-        name: &str,
+        spec: &ToolSpec,
         arguments: &Value,
         recorder: Option<&dyn WriteRecorder>,
     ) -> Result<Value, ToolError> {
-        let kind = registry::kind_of(name);
-        if kind == ToolKind::Search
+        if spec.kind() == ToolKind::Search
             && let Some(editor) = &self.search_editor
         {
-            return tools::call(name, arguments, &self.context_with(Some(editor), None));
+            return spec.call(arguments, &self.context_with(Some(editor), None));
         }
         let named = arguments.get("path").and_then(Value::as_str);
         match (&self.watch, named) {
-            (Some(watch), Some(named)) if kind == ToolKind::Edit => watch.around(
+            (Some(watch), Some(named)) if spec.kind() == ToolKind::Edit => watch.around(
                 named,
                 recorder,
-                Box::new(|recorder| tools::call(name, arguments, &self.context(recorder))),
+                Box::new(|recorder| spec.call(arguments, &self.context(recorder))),
             ),
-            _ => tools::call(name, arguments, &self.context(recorder)),
+            _ => spec.call(arguments, &self.context(recorder)),
         }
     }
 
     /// The catalog the model is given: every tool, described for this host's limits.
-    pub fn catalog(&self) -> Vec<tools::CatalogEntry> {
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
         registry::catalog(self.limits())
     }
 
     /// Plans a pen_edit call for approval, computing it as the call would: the plan's diff is
     /// what the owner is shown, and [`LocalTools::apply_edit`] writes that same plan.
-    pub fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
+    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
         write::check_write_size(arguments, self.limits())?;
         let plan = write::plan(tools::parse_arguments(arguments)?, &self.context(None))?;
         if let Some(watch) = &self.watch {
@@ -149,7 +152,7 @@ impl LocalTools {
 
     /// Writes an approved plan, if the file is still the text it was planned against; else
     /// fails `stale` and writes nothing.
-    pub fn apply_edit(
+    fn apply_edit(
         &self,
         plan: EditPlan,
         recorder: Option<&dyn WriteRecorder>,
@@ -167,7 +170,7 @@ impl LocalTools {
 
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
     /// `cancel` fires. It gets no read ledger and no editor: a command sees the disk.
-    pub fn run_cancellable(
+    fn run_cancellable(
         &self,
         spec: &'static ToolSpec,
         arguments: Value,
@@ -182,150 +185,164 @@ impl LocalTools {
     }
 }
 
-impl ToolHost for LocalTools {
-    fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        LocalTools::catalog(self)
+/// A native tool of a turn: its registry entry, run over the turn's [`LocalTools`].
+struct NativeTool {
+    spec: &'static ToolSpec,
+    local: Arc<LocalTools>,
+}
+
+impl Tool for NativeTool {
+    fn read_only(&self) -> bool {
+        self.spec.read_only()
     }
 
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        LocalTools::call(self, name, arguments, recorder)
+    fn needs_approval(&self, auto_approve: &[String]) -> bool {
+        self.spec.needs_approval() && !auto_approve.iter().any(|t| t == self.spec.name())
     }
 
-    fn run_cancellable(
+    fn subject(&self, arguments: &Value) -> Subject {
+        self.spec.subject(arguments)
+    }
+
+    fn prepare(&self, arguments: Value) -> BoxFuture<'static, Result<Prepared, ToolError>> {
+        if self.spec.preview() != Preview::Diff {
+            return Box::pin(async move { Ok(Prepared::arguments(arguments)) });
+        }
+        // Planning reads the file (up to 16 MiB), hashes it and diffs it: a blocking thread.
+        let local = Arc::clone(&self.local);
+        Box::pin(tool_thread(move || {
+            let plan = local.plan_edit(&arguments)?;
+            Ok(Prepared::planned(arguments, plan))
+        }))
+    }
+
+    fn run(
         &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
+        call: Prepared,
+        recorder: Option<Recorder>,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        LocalTools::run_cancellable(self, spec, arguments, cancel)
+        let (arguments, plan) = call.into_parts();
+        if plan.is_none() && self.spec.execution() == Execution::Cancellable {
+            return self.local.run_cancellable(self.spec, arguments, cancel);
+        }
+        let (spec, local) = (self.spec, Arc::clone(&self.local));
+        Box::pin(tool_thread(move || {
+            let recorder = recorder.as_deref().map(|r| r as &dyn WriteRecorder);
+            match plan {
+                // The write is the plan whose diff the owner approved.
+                Some(plan) => local.apply_edit(plan, recorder),
+                None => local.call(spec, &arguments, recorder),
+            }
+        }))
     }
 
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        LocalTools::plan_edit(self, arguments)
+    fn observe(&self, result: &Result<Value, ToolError>) -> String {
+        tools::observation(result, self.local.limits())
+    }
+}
+
+/// Runs a tool's blocking work (file reads and writes, hashing, diffs) on a blocking thread.
+async fn tool_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ToolError::new(
+            tools::ErrorCode::Io,
+            format!("the tool failed: {e}"),
+        ))
+    })
+}
+
+/// The tools of a turn: the native tools over `local`, then its MCP servers' tools, if any.
+pub struct TurnTools {
+    local: Arc<LocalTools>,
+    mcp: Option<TurnMcp>,
+}
+
+/// A turn's MCP servers, and the result cap their results are cut to (`max_tool_result_bytes`),
+/// as pen's own are.
+struct TurnMcp {
+    tools: Arc<crate::mcp::McpTools>,
+    max_result_bytes: usize,
+}
+
+impl TurnTools {
+    /// The native tools over `local` alone.
+    pub fn native(local: LocalTools) -> TurnTools {
+        TurnTools {
+            local: Arc::new(local),
+            mcp: None,
+        }
     }
 
-    fn apply_edit(
-        &self,
-        plan: EditPlan,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        LocalTools::apply_edit(self, plan, recorder)
+    /// The native tools over `local`, then the tools of `mcp`, whose results are cut to
+    /// `max_result_bytes`.
+    pub fn with_mcp(
+        local: LocalTools,
+        mcp: Arc<crate::mcp::McpTools>,
+        max_result_bytes: usize,
+    ) -> TurnTools {
+        TurnTools {
+            local: Arc::new(local),
+            mcp: Some(TurnMcp {
+                tools: mcp,
+                max_result_bytes,
+            }),
+        }
+    }
+}
+
+impl ToolHost for TurnTools {
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(spec) = registry::get(name) {
+            return Some(Arc::new(NativeTool {
+                spec,
+                local: Arc::clone(&self.local),
+            }));
+        }
+        let mcp = self.mcp.as_ref()?;
+        mcp.tools.get(name, mcp.max_result_bytes)
     }
 
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        tools::observation(result, self.limits())
+    fn catalog(&self) -> Vec<tools::CatalogEntry> {
+        let mut catalog = self.local.catalog();
+        if let Some(mcp) = &self.mcp {
+            catalog.extend(mcp.tools.catalog());
+        }
+        catalog
+    }
+
+    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
+        Box::pin(async move {
+            let Some(mcp) = &self.mcp else {
+                return Vec::new();
+            };
+            mcp.tools.refresh().await;
+            mcp.tools.take_notices()
+        })
+    }
+
+    fn budget_hint(&self) -> Option<String> {
+        let mcp = self.mcp.as_ref()?;
+        mcp.tools.largest_server().map(|(server, tokens)| {
+            format!(
+                "MCP tool schemas count toward it; the largest are server `{server}`'s (about {tokens} tokens): leave tools out with mcp_servers.{server}.exclude_tools (or include_tools)"
+            )
+        })
     }
 
     fn workspace(&self) -> Option<&Workspace> {
-        Some(&self.workspace)
+        Some(&self.local.workspace)
     }
 
     fn fit_pages(&self, room_tokens: u64) {
         // Set once: the first fit of the turn stands (the engine fits at the turn's start).
         let _ = self
+            .local
             .fitted
             .0
-            .set(self.limits.clone().fitted_to_room(room_tokens));
-    }
-}
-
-/// A turn's tools with its MCP servers': the native tools of `local`, then the MCP tools.
-pub struct WithMcp {
-    pub local: LocalTools,
-    pub mcp: Arc<crate::mcp::McpTools>,
-    /// The result cap MCP results are cut to (`max_tool_result_bytes`), as pen's own are.
-    pub max_result_bytes: usize,
-}
-
-impl ToolHost for WithMcp {
-    fn catalog(&self) -> Vec<tools::CatalogEntry> {
-        let mut catalog = self.local.catalog();
-        catalog.extend(self.mcp.catalog());
-        catalog
-    }
-
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        self.local.call(name, arguments, recorder)
-    }
-
-    fn run_cancellable(
-        &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.local.run_cancellable(spec, arguments, cancel)
-    }
-
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError> {
-        self.local.plan_edit(arguments)
-    }
-
-    fn apply_edit(
-        &self,
-        plan: EditPlan,
-        recorder: Option<&dyn WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        self.local.apply_edit(plan, recorder)
-    }
-
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        self.local.observation(result)
-    }
-
-    fn added(&self, name: &str) -> Option<crate::mcp::ToolInfo> {
-        // A tool of a server that is down now is still an MCP tool: its call says so.
-        self.mcp.tool(name)
-    }
-
-    fn run_added(
-        &self,
-        name: &str,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.mcp.call(name, arguments, cancel)
-    }
-
-    fn observe(&self, tool: &str, result: &Result<Value, ToolError>) -> String {
-        if crate::mcp::McpTools::is_mcp_name(tool) {
-            crate::mcp::observation(result, self.max_result_bytes)
-        } else {
-            self.local.observation(result)
-        }
-    }
-
-    fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
-        Box::pin(async move {
-            self.mcp.refresh().await;
-            self.mcp.take_notices()
-        })
-    }
-
-    fn workspace(&self) -> Option<&Workspace> {
-        self.local.workspace()
-    }
-
-    fn fit_pages(&self, room_tokens: u64) {
-        self.local.fit_pages(room_tokens);
-    }
-
-    fn budget_hint(&self) -> Option<String> {
-        self.mcp.largest_server().map(|(server, tokens)| {
-            format!(
-                "MCP tool schemas count toward it; the largest are server `{server}`'s (about {tokens} tokens): leave tools out with mcp_servers.{server}.exclude_tools (or include_tools)"
-            )
-        })
+            .set(self.local.limits.clone().fitted_to_room(room_tokens));
     }
 }
 
@@ -388,9 +405,13 @@ mod tests {
         )
     }
 
+    fn spec(name: &str) -> &'static ToolSpec {
+        registry::get(name).unwrap()
+    }
+
     /// Reads `f.txt` as the model would, so the ledger knows its text.
     fn read_file(host: &LocalTools) {
-        host.call("pen_read", &json!({"path": "f.txt"}), None)
+        host.call(spec("pen_read"), &json!({"path": "f.txt"}), None)
             .unwrap();
     }
 
@@ -433,8 +454,63 @@ mod tests {
         let err = host.plan_edit(&arguments).unwrap_err();
         assert_eq!(err.code, ErrorCode::TooLarge, "{}", err.message);
         assert_eq!(
-            host.call("pen_edit", &arguments, None).unwrap_err().code,
+            host.call(spec("pen_edit"), &arguments, None)
+                .unwrap_err()
+                .code,
             ErrorCode::TooLarge
         );
+    }
+
+    #[tokio::test]
+    async fn the_turn_s_tools_are_the_native_ones_then_its_mcp_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "fn a() {}\n").unwrap();
+        let cancel = CancellationToken::new();
+        let servers = crate::mcp::McpManager::new(None)
+            .prepare(&Default::default(), dir.path(), None, &cancel)
+            .await;
+        let tools = TurnTools::with_mcp(host(dir.path()), servers, 1_024);
+        assert_eq!(tools.catalog(), registry::catalog(&Limits::default()));
+        let tool = |name: &str| tools.get(name).unwrap();
+        for name in ["pen_read", "pen_find"] {
+            assert!(tool(name).read_only(), "{name}");
+            assert!(!tool(name).needs_approval(&[]), "{name}");
+        }
+        assert!(tool("pen_edit").needs_approval(&[]));
+        assert!(!tool("pen_edit").needs_approval(&["pen_edit".into()]));
+        assert!(tools.get("nope").is_none());
+        // A name of an MCP server's tool is an MCP tool even when no server has it now: it runs
+        // alone, asks unless its exact name is allowed, and its call says what became of it.
+        let mcp = tool("mcp__gone__t");
+        assert!(!mcp.read_only());
+        assert!(mcp.needs_approval(&["mcp__gone__*".into()]));
+        assert!(!mcp.needs_approval(&["mcp__gone__t".into()]));
+        let result = mcp.run(Prepared::arguments(json!({})), None, cancel).await;
+        assert_eq!(result.as_ref().unwrap_err().code, ErrorCode::UnknownTool);
+        assert!(
+            mcp.observe(&result)
+                .contains("its server no longer lists it")
+        );
+        let native = TurnTools::native(host(dir.path()));
+        assert!(native.get("mcp__gone__t").is_none());
+
+        // An edit prepared for the owner is the plan its run writes.
+        read_file(&native.local);
+        let edit = native.get("pen_edit").unwrap();
+        let arguments = json!({"path": "f.txt", "edits": [{"old_text": "a()", "new_text": "b()"}]});
+        let prepared = edit.prepare(arguments.clone()).await.unwrap();
+        let shown = prepared.plan().unwrap().diff().to_string();
+        let result = edit
+            .run(prepared, None, CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(result["diff"], shown);
+        assert_eq!(
+            std::fs::read(dir.path().join("f.txt")).unwrap(),
+            b"fn b() {}\n"
+        );
+        let create = native.get("pen_create").unwrap();
+        let prepared = create.prepare(json!({"path": "g.txt"})).await.unwrap();
+        assert!(prepared.plan().is_none(), "only an edit shows a diff");
     }
 }

@@ -45,7 +45,7 @@ pub use events::{
 };
 pub use focus::{Focus, Lines, parse_file_arg, render_focus, withheld_client_text};
 pub use history::{CONTEXT_TRIMMED, CONTEXT_WINDOW_REJECTED, SHRUNK_HEAD_BYTES};
-pub use host::{LocalTools, StartThroughApprover, WithMcp, WriteCall, WriteWatch};
+pub use host::{LocalTools, StartThroughApprover, TurnTools, WriteCall, WriteWatch};
 pub use lease::TurnLease;
 pub use request::catalog_limits;
 pub use runner::{BeginError, Engine, PendingTurn, TurnSpec};
@@ -54,12 +54,10 @@ pub use system_prompt::SYSTEM_PROMPT;
 pub use turn::provider_error_kind;
 
 use crate::providers::Usage;
-use crate::tools::registry::ToolSpec;
-use crate::tools::write::EditPlan;
-use crate::tools::{self, ToolError};
+use crate::tools::{self, Tool};
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
+use std::sync::Arc;
 
 /// Result texts the model reads for calls that did not run normally. Each is distinct, so the
 /// model (and the owner reading the transcript) can tell them apart.
@@ -142,54 +140,15 @@ pub trait Approver: Send + Sync {
     fn ask(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer>;
 }
 
-/// Where the loop's tools run: the daemon's workspace, editor documents, read ledger and limits.
+/// The tools of a turn and what the loop needs of their context: the workspace they run in,
+/// their pages fitted to the turn's budget, and their MCP servers brought up to date.
 pub trait ToolHost: Send + Sync {
-    /// The catalog the model is given.
+    /// The tool the model calls `name`: a native one, else an MCP server's as the latest
+    /// [`ToolHost::before_request`] left them. `None`: no tool has the name.
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>>;
+    /// The catalog the model is given: the native tools, then the MCP tools.
     fn catalog(&self) -> Vec<tools::CatalogEntry>;
-    /// Runs a blocking tool (called on a blocking thread); pen_create and pen_edit record
-    /// their writes with `recorder` before making them (checkpoints).
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn crate::tools::WriteRecorder>,
-    ) -> Result<Value, ToolError>;
-    /// Runs a cancellable tool (pen_command), killed when `cancel` fires.
-    fn run_cancellable(
-        &self,
-        spec: &'static ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>>;
-    /// Plans pen_edit for approval: the plan's diff is what the owner is shown.
-    fn plan_edit(&self, arguments: &Value) -> Result<EditPlan, ToolError>;
-    /// Writes an approved plan, or fails `stale` when the file is no longer the planned text.
-    fn apply_edit(
-        &self,
-        plan: EditPlan,
-        recorder: Option<&dyn crate::tools::WriteRecorder>,
-    ) -> Result<Value, ToolError>;
-    /// Caps an observation as it is stored.
-    fn observation(&self, result: &Result<Value, ToolError>) -> String;
-    /// A tool this host adds beyond the native ones (an MCP server's), and how it is approved.
-    fn added(&self, _name: &str) -> Option<crate::mcp::ToolInfo> {
-        None
-    }
-    /// Runs an added tool until it ends or `cancel` fires (then it fails `stopped`).
-    fn run_added(
-        &self,
-        name: &str,
-        _arguments: Value,
-        _cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let error = tools::registry::unknown_tool(name, std::iter::empty());
-        Box::pin(async move { Err(error) })
-    }
-    /// The observation of a call of `tool`: an added tool's is capped with its own note.
-    fn observe(&self, _tool: &str, result: &Result<Value, ToolError>) -> String {
-        self.observation(result)
-    }
-    /// Brings the added tools up to date before a request; the server changes to report.
+    /// Brings the MCP tools up to date before a request; the server changes to report.
     fn before_request(&self) -> BoxFuture<'_, Vec<crate::mcp::ServerNotice>> {
         Box::pin(async { Vec::new() })
     }

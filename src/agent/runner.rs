@@ -32,7 +32,7 @@ use super::AgentEvent;
 pub struct TurnSpec {
     /// The configuration the turn runs under (budget, limits, approvals, provider).
     pub config: Config,
-    /// Where the turn's tools run.
+    /// The turn's tools ([`super::TurnTools`]: the native ones, then its MCP servers').
     pub tools: Arc<dyn ToolHost>,
     /// Who approves calls that need the owner.
     pub approver: Arc<dyn Approver>,

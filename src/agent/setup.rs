@@ -7,7 +7,7 @@
 
 use super::{
     AgentEvent, ApprovalAnswer, ApprovalRequest, Approver, LocalTools, PendingTurn,
-    StartThroughApprover, TurnOutcome, TurnSpec, WithMcp,
+    StartThroughApprover, TurnOutcome, TurnSpec, TurnTools,
 };
 use crate::config::{Config, McpServerConfig};
 use crate::mcp::McpManager;
@@ -137,11 +137,11 @@ impl PendingTurn {
         // It holds the turn's approver, whose queue must close when the turn ends.
         drop(start);
         let spec = TurnSpec {
-            tools: Arc::new(WithMcp {
-                max_result_bytes: setup.config.limits().max_tool_result_bytes,
-                local: setup.tools,
+            tools: Arc::new(TurnTools::with_mcp(
+                setup.tools,
                 mcp,
-            }),
+                setup.config.limits().max_tool_result_bytes,
+            )),
             config: setup.config,
             approver,
             on_event,

@@ -11,12 +11,14 @@ use crate::providers::{
 };
 use crate::session::{Entry, EntryKind};
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
+use crate::tools::ToolError;
 use crate::transcript::{AssistantMessage, Event, Item};
 use request::tool_definitions;
 use serde_json::json;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 /// One scripted provider step.
 enum Step {
@@ -199,7 +201,7 @@ impl Fixture {
             engine: Engine::with_provider(Arc::clone(&self.store), provider, "test-model"),
             session_id: self.session.clone(),
             cancel: self.cancel.clone(),
-            tools: Arc::new(LocalTools {
+            tools: Arc::new(TurnTools::native(LocalTools {
                 workspace: crate::workspace::Workspace::new(&[self.root.path().to_path_buf()])
                     .unwrap(),
                 limits: crate::limits::Limits::default(),
@@ -208,7 +210,7 @@ impl Fixture {
                 search_editor: None,
                 watch: None,
                 fitted: Default::default(),
-            }),
+            })),
             config,
             approver,
             on_event: Arc::new(move |event| events.lock().unwrap().push(event)),
@@ -1012,7 +1014,7 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
             ..budget_config(bare + 4_500)
         },
     );
-    turn.tools = Arc::new(LocalTools {
+    turn.tools = Arc::new(TurnTools::native(LocalTools {
         workspace: crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
         limits: crate::limits::Limits::default(),
         ledger: Arc::default(),
@@ -1020,7 +1022,7 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
         search_editor: None,
         watch: None,
         fitted: host::FittedLimits::unfitted(crate::limits::Limits::default()),
-    });
+    }));
     let outcome = turn.run("read it twice").await;
     let error = outcome.last_error.unwrap();
     assert!(
@@ -1449,10 +1451,10 @@ async fn the_history_catches_up_with_entries_another_pen_appended() {
     );
     let spec = |fx: &Fixture| TurnSpec {
         config: Config::default(),
-        tools: Arc::new(LocalTools::new(
+        tools: Arc::new(TurnTools::native(LocalTools::new(
             crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
             crate::limits::Limits::default(),
-        )),
+        ))),
         approver: owner(vec![]),
         on_event: Arc::new(|_| {}),
     };
@@ -1524,20 +1526,21 @@ async fn the_engine_runs_one_turn_per_session() {
 /// result says whether the calls ran side by side; with `stop`, each fires Stop while it runs,
 /// then finishes normally.
 struct Rendezvous {
-    inner: LocalTools,
+    inner: TurnTools,
+    meeting: Arc<Meeting>,
+}
+
+/// Where the calls of a [`Rendezvous`] wait for each other.
+struct Meeting {
     expected: usize,
-    running: Arc<(Mutex<usize>, std::sync::Condvar)>,
+    running: (Mutex<usize>, std::sync::Condvar),
     stop: Option<CancellationToken>,
 }
 
-impl ToolHost for Rendezvous {
-    fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        recorder: Option<&dyn crate::tools::WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        let (count, arrived) = &*self.running;
+impl Meeting {
+    /// Waits (bounded) until `expected` calls are here, then fires Stop if asked to.
+    fn wait(&self) -> Result<(), ToolError> {
+        let (count, arrived) = &self.running;
         let mut running = count.lock().unwrap();
         *running += 1;
         arrived.notify_all();
@@ -1556,43 +1559,70 @@ impl ToolHost for Rendezvous {
         if let Some(stop) = &self.stop {
             stop.cancel();
         }
-        self.inner.call(name, arguments, recorder)
+        Ok(())
+    }
+}
+
+/// A tool of a [`Rendezvous`]: its calls meet, then run as `inner`'s.
+struct Meets {
+    inner: Arc<dyn Tool>,
+    meeting: Arc<Meeting>,
+}
+
+impl Tool for Meets {
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    fn needs_approval(&self, auto_approve: &[String]) -> bool {
+        self.inner.needs_approval(auto_approve)
+    }
+    fn subject(&self, arguments: &Value) -> crate::tools::subject::Subject {
+        self.inner.subject(arguments)
+    }
+    fn run(
+        &self,
+        call: crate::tools::Prepared,
+        recorder: Option<crate::tools::Recorder>,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let (inner, meeting) = (Arc::clone(&self.inner), Arc::clone(&self.meeting));
+        Box::pin(async move {
+            // The wait blocks its thread, as the file tools do.
+            tokio::task::spawn_blocking(move || meeting.wait())
+                .await
+                .unwrap()?;
+            inner.run(call, recorder, cancel).await
+        })
+    }
+    fn observe(&self, result: &Result<Value, ToolError>) -> String {
+        self.inner.observe(result)
+    }
+}
+
+impl ToolHost for Rendezvous {
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        let inner = self.inner.get(name)?;
+        Some(Arc::new(Meets {
+            inner,
+            meeting: Arc::clone(&self.meeting),
+        }))
     }
     fn catalog(&self) -> Vec<crate::tools::CatalogEntry> {
         self.inner.catalog()
-    }
-    fn run_cancellable(
-        &self,
-        spec: &'static crate::tools::registry::ToolSpec,
-        arguments: Value,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.run_cancellable(spec, arguments, cancel)
-    }
-    fn plan_edit(&self, arguments: &Value) -> Result<crate::tools::write::EditPlan, ToolError> {
-        self.inner.plan_edit(arguments)
-    }
-    fn apply_edit(
-        &self,
-        plan: crate::tools::write::EditPlan,
-        recorder: Option<&dyn crate::tools::WriteRecorder>,
-    ) -> Result<Value, ToolError> {
-        self.inner.apply_edit(plan, recorder)
-    }
-    fn observation(&self, result: &Result<Value, ToolError>) -> String {
-        self.inner.observation(result)
     }
 }
 
 fn rendezvous(fx: &Fixture, expected: usize, stop: Option<CancellationToken>) -> Arc<Rendezvous> {
     Arc::new(Rendezvous {
-        inner: LocalTools::new(
+        inner: TurnTools::native(LocalTools::new(
             crate::workspace::Workspace::new(&[fx.root.path().to_path_buf()]).unwrap(),
             crate::limits::Limits::default(),
-        ),
-        expected,
-        running: Arc::default(),
-        stop,
+        )),
+        meeting: Arc::new(Meeting {
+            expected,
+            running: Default::default(),
+            stop,
+        }),
     })
 }
 

@@ -11,7 +11,6 @@ use crate::config::Config;
 use crate::providers::window::ModelWindow;
 use crate::providers::{Provider, ProviderError, Usage};
 use crate::session::{LeaseOwner, NewEntry, SessionError, SessionStore};
-use crate::tools;
 use crate::transcript::{AssistantMessage, CallOutcome, Event, Item, Record};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -245,15 +244,16 @@ impl Turn {
                     return Ok(StopReason::Cancelled);
                 }
                 // Consecutive read-only calls run side by side; any other call runs alone.
-                let batch = calls[index..]
+                let batch: Vec<_> = calls[index..]
                     .iter()
-                    .take_while(|call| {
-                        tools::registry::get(&call.name).is_some_and(|s| s.read_only())
+                    .map_while(|call| {
+                        let tool = self.tools.get(&call.name).filter(|t| t.read_only())?;
+                        Some((call, tool))
                     })
-                    .count();
-                if batch > 1 {
-                    self.run_read_only(&calls[index..index + batch]).await?;
-                    index += batch;
+                    .collect();
+                if batch.len() > 1 {
+                    self.run_read_only(&batch).await?;
+                    index += batch.len();
                 } else {
                     self.run_call(&calls[index]).await?;
                     index += 1;

@@ -22,6 +22,7 @@ pub mod approvals;
 mod names;
 mod result;
 mod stdio;
+mod tool;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::limits::{
@@ -133,7 +134,7 @@ struct McpTool {
     read_only_hint: bool,
 }
 
-/// What an added tool needs of the turn engine: how it is approved.
+/// What decides whether a call of an MCP tool asks the owner ([`auto_approved`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolInfo {
     /// The configured name of the server the tool belongs to (`None` when no server offers
@@ -1019,7 +1020,7 @@ impl McpTools {
 
     /// The MCP tool named `name`: its server, and whether it only reads. A name no server has
     /// now (its server went down) has no server and does not only read.
-    pub fn tool(&self, name: &str) -> Option<ToolInfo> {
+    fn tool(&self, name: &str) -> Option<ToolInfo> {
         if let Some(found) = self.find(name) {
             return Some(ToolInfo {
                 server: Some(found.server.name.clone()),

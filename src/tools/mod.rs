@@ -16,6 +16,7 @@ pub mod search;
 pub mod source;
 pub mod subject;
 pub mod tail;
+pub mod tool;
 pub mod versions;
 pub mod write;
 
@@ -27,6 +28,8 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
+
+pub use tool::{Prepared, Recorder, Tool};
 
 /// Why a tool failed. Serialized in snake_case as the `code` of an error result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -247,10 +250,13 @@ pub fn catalog() -> Vec<CatalogEntry> {
     registry::catalog(&Limits::default())
 }
 
-/// Calls one native tool by name (see [`registry::Registry::call`]). Unknown names and bad
-/// arguments are errors the model can act on.
+/// Runs one native tool by name to completion ([`registry::ToolSpec::call`]). Unknown names
+/// (listing the tools there are) and bad arguments are errors the model can act on.
 pub fn call(name: &str, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-    registry::Registry::native().call(name, arguments, ctx)
+    match registry::get(name) {
+        Some(spec) => spec.call(arguments, ctx),
+        None => Err(registry::unknown_tool(name)),
+    }
 }
 
 /// A byte size as the catalog states it: in MiB or KiB when it is a whole number of them,

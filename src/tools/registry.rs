@@ -10,9 +10,8 @@
 //! which answer for a tool pen does not know too). A read-only tool never needs approval, by
 //! construction ([`Effect`]).
 //!
-//! The native tools are a static table ([`native`], [`get`]); a [`Registry`] value holds them
-//! plus tools added at run time (MCP tools will join this way), refusing a second tool of a
-//! name.
+//! The native tools are a static table ([`native`], [`get`]). A turn's tools are these, then
+//! its MCP servers' tools, each called through the one [`super::Tool`] seam.
 
 use super::subject::Subject;
 use super::{
@@ -23,7 +22,6 @@ use crate::limits::Limits;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::borrow::Cow;
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// What a call of a tool may do to the world, which decides its approval and parallel safety.
@@ -69,10 +67,10 @@ pub enum Writes {
 /// How a tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Execution {
-    /// A synchronous call to completion; the turn engine runs it on a blocking thread.
+    /// A synchronous call to completion; a turn runs it on a blocking thread.
     Blocking,
     /// An async call that may run for a long time and stops when its cancel token fires
-    /// (pen_command): the turn engine awaits [`ToolSpec::run`] with the turn's token.
+    /// (pen_command): a turn awaits [`ToolSpec::run`] with its token.
     Cancellable,
 }
 
@@ -132,30 +130,6 @@ impl std::fmt::Debug for ToolSpec {
 }
 
 impl ToolSpec {
-    /// A blocking tool of kind [`ToolKind::Other`], whose subject is read from its arguments
-    /// alone ([`Subject::of_arguments`]) and whose writes, unless it only reads, are unrecorded.
-    pub fn blocking(
-        name: impl Into<Cow<'static, str>>,
-        effect: Effect,
-        preview: Preview,
-        describe: fn(&Limits) -> ToolDoc,
-        run: fn(&Value, &ToolContext) -> Result<Value, ToolError>,
-    ) -> ToolSpec {
-        ToolSpec {
-            name: name.into(),
-            kind: ToolKind::Other,
-            effect,
-            writes: match effect {
-                Effect::ReadOnly => Writes::Nothing,
-                Effect::NeedsApproval => Writes::Unrecorded,
-            },
-            preview,
-            subject: Subject::of_arguments,
-            describe,
-            run: Run::Blocking(run),
-        }
-    }
-
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -215,7 +189,7 @@ impl ToolSpec {
 
     /// Runs the tool to completion on this thread. A cancellable tool runs uncancelled, on the
     /// current runtime or on one of its own: this is for synchronous callers (`pen tool`,
-    /// `pen/callTool` on a blocking thread); the turn engine awaits [`ToolSpec::run`] instead.
+    /// `pen/callTool` on a blocking thread); a turn awaits [`ToolSpec::run`] instead.
     pub fn call(&self, arguments: &Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         match self.run {
             Run::Blocking(run) => run(arguments, ctx),
@@ -419,9 +393,9 @@ pub fn revertible(name: &str) -> bool {
     get(name).is_some_and(ToolSpec::revertible)
 }
 
-/// The error the model gets for a name no tool has, listing the names there are.
-pub fn unknown_tool<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> ToolError {
-    let names: Vec<&str> = names.collect();
+/// The error the model gets for a name no tool has, listing the native tools' names.
+pub fn unknown_tool(name: &str) -> ToolError {
+    let names: Vec<&str> = NATIVE.iter().map(ToolSpec::name).collect();
     ToolError::new(
         ErrorCode::UnknownTool,
         format!(
@@ -429,68 +403,6 @@ pub fn unknown_tool<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Too
             names.join(", ")
         ),
     )
-}
-
-/// Why a tool could not be added to a [`Registry`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegistryError {
-    #[error("a tool named `{0}` is already registered")]
-    Duplicate(String),
-}
-
-/// The tools of one configuration: the native ones and those added at run time, in catalog
-/// order (native first, then in the order they were added).
-#[derive(Debug, Clone, Default)]
-pub struct Registry {
-    added: Vec<Arc<ToolSpec>>,
-}
-
-impl Registry {
-    /// The native tools alone.
-    pub fn native() -> Registry {
-        Registry::default()
-    }
-
-    /// Adds a tool; a name already taken, native or added, is refused and nothing changes.
-    pub fn add(&mut self, spec: ToolSpec) -> Result<(), RegistryError> {
-        if self.get(spec.name()).is_some() {
-            return Err(RegistryError::Duplicate(spec.name().to_string()));
-        }
-        self.added.push(Arc::new(spec));
-        Ok(())
-    }
-
-    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
-        get(name).or_else(|| {
-            self.added
-                .iter()
-                .map(Arc::as_ref)
-                .find(|spec| spec.name == name)
-        })
-    }
-
-    /// Every tool, in catalog order.
-    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
-        NATIVE.iter().chain(self.added.iter().map(Arc::as_ref))
-    }
-
-    pub fn catalog(&self, limits: &Limits) -> Vec<CatalogEntry> {
-        self.tools().map(|spec| spec.describe(limits)).collect()
-    }
-
-    /// Runs the tool `name` to completion ([`ToolSpec::call`]); an unknown name is an
-    /// `unknown_tool` error listing the tools there are.
-    pub fn call(
-        &self,
-        name: &str,
-        arguments: &Value,
-        ctx: &ToolContext,
-    ) -> Result<Value, ToolError> {
-        match self.get(name) {
-            Some(spec) => spec.call(arguments, ctx),
-            None => Err(unknown_tool(name, self.tools().map(ToolSpec::name))),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -690,9 +602,7 @@ mod tests {
         let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
         let limits = Limits::default();
         let ctx = ToolContext::plain(&workspace, &limits);
-        let err = Registry::native()
-            .call("pen_write", &json!({}), &ctx)
-            .unwrap_err();
+        let err = super::super::call("pen_write", &json!({}), &ctx).unwrap_err();
         assert_eq!(err.code, ErrorCode::UnknownTool);
         assert_eq!(
             err.message,
@@ -700,65 +610,6 @@ mod tests {
                 "there is no tool named `pen_write`; the tools are {}",
                 NAMES.join(", ")
             )
-        );
-    }
-
-    fn describe_echo(_: &Limits) -> ToolDoc {
-        ToolDoc {
-            description: "Echo the arguments.".into(),
-            input_schema: json!({"type": "object", "additionalProperties": false}),
-        }
-    }
-
-    fn echo(arguments: &Value, _: &ToolContext) -> Result<Value, ToolError> {
-        Ok(arguments.clone())
-    }
-
-    #[test]
-    fn a_tool_added_at_run_time_joins_the_catalog_and_dispatch() {
-        let mut registry = Registry::native();
-        let echo_spec = || {
-            ToolSpec::blocking(
-                String::from("mcp_echo"),
-                Effect::ReadOnly,
-                Preview::Arguments,
-                describe_echo,
-                echo,
-            )
-        };
-        registry.add(echo_spec()).unwrap();
-        assert_eq!(
-            registry.add(echo_spec()),
-            Err(RegistryError::Duplicate("mcp_echo".into()))
-        );
-        let native_clash = ToolSpec::blocking(
-            "pen_read",
-            Effect::ReadOnly,
-            Preview::Arguments,
-            describe_echo,
-            echo,
-        );
-        assert!(registry.add(native_clash).is_err());
-        assert_eq!(
-            registry.get("pen_read").map(ToolSpec::name),
-            Some("pen_read")
-        );
-        let catalog = registry.catalog(&Limits::default());
-        assert_eq!(catalog.len(), 9);
-        assert_eq!(catalog[8].name, "mcp_echo");
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
-        let limits = Limits::default();
-        let ctx = ToolContext::plain(&workspace, &limits);
-        assert_eq!(
-            registry.call("mcp_echo", &json!({"a": 1}), &ctx).unwrap(),
-            json!({"a": 1})
-        );
-        let err = registry.call("nope", &json!({}), &ctx).unwrap_err();
-        assert!(
-            err.message.ends_with("pen_command, mcp_echo"),
-            "{}",
-            err.message
         );
     }
 }

@@ -628,7 +628,7 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
     );
     let spec = pen::agent::TurnSpec {
         config: pen::config::Config::default(),
-        tools: std::sync::Arc::new(pen::agent::LocalTools {
+        tools: std::sync::Arc::new(pen::agent::TurnTools::native(pen::agent::LocalTools {
             workspace: pen::workspace::Workspace::new(&[root.path().to_path_buf()]).unwrap(),
             limits: pen::limits::Limits::default(),
             ledger: std::sync::Arc::default(),
@@ -636,7 +636,7 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
-        }),
+        })),
         approver: std::sync::Arc::new(NoOwner),
         on_event: std::sync::Arc::new(|_| {}),
     };
