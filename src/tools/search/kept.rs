@@ -23,7 +23,8 @@
 //! The cache is process-wide: `pen serve`, `pen mcp serve` and `pen acp` keep walks between the
 //! calls of a session; each `pen tool` process starts afresh.
 
-use super::walk::{EntryFilter, Position, enclosing_ignores, position};
+use super::ignores::WalkIgnores;
+use super::walk::{EntryFilter, Position, enclosing_ignores, position, search_walk};
 use super::{Cursor, Request};
 use crate::limits::{SEARCH_KEPT_WALK_TTL, SEARCH_KEPT_WALKS};
 use crate::tools::versions::VersionKey;
@@ -63,10 +64,9 @@ impl Source {
             max_depth,
             too_deep: Arc::clone(&too_deep),
             enclosing_ignores: enclosing_ignores(&request.workspace_root, &request.root),
+            walk_ignores: Mutex::new(WalkIgnores::new(&request.root)),
         };
-        let walk = crate::workspace::tree_walk(&request.root)
-            .filter_entry(move |entry| filter.keep(entry))
-            .build();
+        let walk = search_walk(&request.root, filter);
         Source {
             walk,
             too_deep,

@@ -25,14 +25,16 @@
 //! result must not depend on who runs it).
 //!
 //! The tool is split by what each part does: `walk` decides which entries a page walks and turns
-//! files into jobs, `kept` keeps walks between pages, `pipeline` runs the walk and the reader
+//! files into jobs, `ignores` keeps the ignore files it applies compiled per version, `kept`
+//! keeps walks between pages, `pipeline` runs the walk and the reader
 //! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
 //! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
 //! the cap. `outcome` holds the plain data they hand on (jobs, outcomes, the walk's counts), so
-//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `outcome`, and `pipeline` →
-//! `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry, its arguments and
-//! cursors.
+//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `ignores` and `outcome`,
+//! and `pipeline` → `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry,
+//! its arguments and cursors.
 
+mod ignores;
 mod kept;
 mod outcome;
 mod page;
@@ -805,6 +807,29 @@ mod tests {
         // Naming a skipped folder searches it.
         let named = run(&ws, json!({"query": "x", "path": "node_modules"}));
         assert_eq!(places(&named), vec![("node_modules/m/i.js".into(), 1)]);
+    }
+
+    #[test]
+    fn an_edited_ignore_file_is_seen_by_the_next_search() {
+        let (dir, ws) = workspace(&[
+            (".gitignore", b"a.txt\n"),
+            ("sub/.gitignore", b"!a.txt\n"),
+            ("a.txt", b"hit"),
+            ("b.txt", b"hit"),
+            ("sub/a.txt", b"hit"),
+            ("sub/b.txt", b"hit"),
+        ]);
+        let found = |ws: &Workspace| places(&run(ws, json!({"query": "hit"})));
+        let names = |names: &[&str]| -> Vec<(String, u64)> {
+            names.iter().map(|n| (n.to_string(), 1)).collect()
+        };
+        assert_eq!(found(&ws), names(&["b.txt", "sub/a.txt", "sub/b.txt"]));
+        fs::write(dir.path().join(".gitignore"), "b.txt\n").unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "sub/a.txt"]));
+        fs::write(dir.path().join("sub/.gitignore"), "!b.txt\na.txt\n").unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "sub/b.txt"]));
+        fs::remove_file(dir.path().join(".gitignore")).unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "b.txt", "sub/b.txt"]));
     }
 
     #[test]

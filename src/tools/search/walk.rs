@@ -2,14 +2,15 @@
 //! folders and the ignore files above the search root; and the walker that counts entries and
 //! turns each wanted file into a job for the readers.
 
+use super::ignores::WalkIgnores;
 use super::outcome::{Done, Job, Outcome, SkipReason, Walked};
 use super::{Request, Resume};
 use crate::workspace::{Workspace, is_skipped_folder};
 use ignore::DirEntry;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Where an entry lies relative to a cursor, both relative to the search root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +46,9 @@ pub(super) struct EntryFilter {
     /// Ignore files of the workspace folders above the search root, deepest first; the walk
     /// itself only reads those at and below the root.
     pub(super) enclosing_ignores: Vec<Gitignore>,
+    /// The ignore files at and below the root, which the walk itself does not read: they are
+    /// compiled once per version ([`super::ignores`]).
+    pub(super) walk_ignores: Mutex<WalkIgnores>,
 }
 
 impl EntryFilter {
@@ -58,11 +62,18 @@ impl EntryFilter {
                 return false;
             }
         }
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        // Decided before the depth, as the walk decided it: an ignored entry is not counted as
+        // too deep.
+        let mut walk_ignores = self.walk_ignores.lock().unwrap_or_else(|e| e.into_inner());
+        if walk_ignores.ignored(entry.path(), entry.depth(), is_dir) {
+            return false;
+        }
+        drop(walk_ignores);
         if entry.depth() > self.max_depth {
             self.too_deep.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
         if is_dir && is_skipped_folder(entry.path()) {
             return false;
         }
@@ -77,6 +88,18 @@ impl EntryFilter {
         }
         true
     }
+}
+
+/// The walk of a search below `root`, in [`crate::workspace::tree_walk`]'s order, yielding
+/// what `filter` keeps. The ignore files at and below the root are `filter`'s to apply (as
+/// tree_walk applies them), so that they are compiled once per version, not once per walk.
+pub(super) fn search_walk(root: &Path, filter: EntryFilter) -> ignore::Walk {
+    crate::workspace::tree_walk(root)
+        .ignore(false)
+        .git_ignore(false)
+        .git_exclude(false)
+        .filter_entry(move |entry| filter.keep(entry))
+        .build()
 }
 
 /// The ignore files of the folders from the workspace root down to just above `root`, deepest
