@@ -22,6 +22,8 @@ use crate::tools::versions::VersionKey;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustc_hash::FxHashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
@@ -61,13 +63,10 @@ impl WalkIgnores {
     /// Whether the ignore files of the folders from the root down to `path`'s parent ignore
     /// `path`, an entry `depth` levels below the root.
     pub(super) fn ignored(&mut self, path: &Path, depth: usize, is_dir: bool) -> bool {
-        let Some(parent) = path.parent() else {
-            return false;
-        };
         if depth == 0 {
             return false;
         }
-        self.enter(parent, depth - 1);
+        self.enter(path, depth - 1);
         // Per kind: `Some(true)` ignored, `Some(false)` whitelisted, by the deepest folder
         // whose file of that kind has a matching rule.
         let mut decided: [Option<bool>; 3] = [None; 3];
@@ -88,18 +87,30 @@ impl WalkIgnores {
         decided[0].or(decided[1]).or(decided[2]) == Some(true)
     }
 
-    /// Makes `levels` the folders from the root down to `dir`, which lies `depth` levels below
-    /// the root, keeping the levels already there that are on its way.
-    fn enter(&mut self, dir: &Path, depth: usize) {
-        // The usual case: the walk is in `dir` already (an earlier sibling), or entering it.
-        if self
-            .levels
-            .get(depth)
-            .is_some_and(|level| level.dir.as_os_str() == dir.as_os_str())
-        {
-            self.levels.truncate(depth + 1);
-            return;
+    /// Makes `levels` the folders from the root down to the parent of `path`, which lies
+    /// `depth` levels below the root, keeping the levels already there that are on its way.
+    fn enter(&mut self, path: &Path, depth: usize) {
+        // The usual cases, told by bytes (the walk names an entry by its folder's path, a `/`
+        // and its name; parsing paths into components cost a tenth of the walk): the walk is in
+        // the parent already (an earlier sibling), or entering it from its own parent.
+        if let Some(parent) = parent_bytes(path) {
+            if self.is_level(depth, parent) {
+                self.levels.truncate(depth + 1);
+                return;
+            }
+            if depth > 0
+                && parent_bytes(Path::new(OsStr::from_bytes(parent)))
+                    .is_some_and(|grandparent| self.is_level(depth - 1, grandparent))
+            {
+                self.levels.truncate(depth);
+                self.levels
+                    .push(Level::load(Path::new(OsStr::from_bytes(parent))));
+                return;
+            }
         }
+        let Some(dir) = path.parent() else {
+            return;
+        };
         // `on_way[d]`: the folder at depth `d` on the way to `dir`.
         let mut on_way: Vec<&Path> = dir.ancestors().take(depth + 1).collect();
         on_way.reverse();
@@ -113,6 +124,21 @@ impl WalkIgnores {
         self.levels
             .extend(on_way[kept..].iter().map(|dir| Level::load(dir)));
     }
+
+    /// Whether the level at `depth` is the folder whose path has the bytes `dir`.
+    fn is_level(&self, depth: usize, dir: &[u8]) -> bool {
+        self.levels
+            .get(depth)
+            .is_some_and(|level| level.dir.as_os_str().as_bytes() == dir)
+    }
+}
+
+/// The bytes of `path` before its last `/`, when what follows is a plain name.
+fn parent_bytes(path: &Path) -> Option<&[u8]> {
+    let bytes = path.as_os_str().as_bytes();
+    let cut = memchr::memrchr(b'/', bytes)?;
+    let name = &bytes[cut + 1..];
+    (!name.is_empty() && name != b"." && name != b"..").then_some(&bytes[..cut])
 }
 
 /// Compiled ignore files by path, with the version compiled.
