@@ -7,8 +7,8 @@ use super::scan::Found;
 use crate::tools::budget;
 use serde_json::Value;
 use std::ops::Range;
-use std::path::PathBuf;
-use std::sync::LazyLock;
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
 
 /// Why a file was not searched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +47,11 @@ pub(super) struct Job {
     pub(super) index: usize,
     /// The index of the file's entry among those the page took from the walk.
     pub(super) taken: usize,
-    pub(super) path: PathBuf,
+    /// Shared with the walker's last entry and the next job's `previous`: one copy per file.
+    pub(super) path: Arc<Path>,
     /// The entry walked before this file: a limit that stops the search at this file resumes
     /// after it.
-    pub(super) previous: Option<PathBuf>,
+    pub(super) previous: Option<Arc<Path>>,
     /// The walk up to the entry before this file, and up to and including this file.
     pub(super) before: Walked,
     pub(super) walked: Walked,

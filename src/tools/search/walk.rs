@@ -145,7 +145,7 @@ pub(super) struct Walker<'a> {
     pub(super) walked: Walked,
     pub(super) index: usize,
     /// The last entry walked: the entry limit's cursor names it.
-    pub(super) last: Option<PathBuf>,
+    pub(super) last: Option<Arc<Path>>,
 }
 
 impl Walker<'_> {
@@ -162,7 +162,7 @@ impl Walker<'_> {
             Ok(entry) => entry,
             Err(_) => {
                 self.walked.too_deep += too_deep;
-                let job = self.job(taken, PathBuf::new(), self.walked, 0);
+                let job = self.job(taken, Arc::from(Path::new("")), self.walked, 0);
                 return Step::Unlisted(Done {
                     job,
                     display: String::new(),
@@ -204,19 +204,19 @@ impl Walker<'_> {
             && self.request.glob.as_ref().is_none_or(|glob| {
                 glob.is_match(entry.path(), || self.workspace.display(entry.path()))
             });
-        let path = entry.path().to_path_buf();
+        let path: Arc<Path> = Arc::from(entry.path());
         if !wanted {
             self.last = Some(path);
             return Step::Pass;
         }
-        let previous = self.last.replace(path.clone());
+        let previous = self.last.replace(Arc::clone(&path));
         let mut job = self.job(taken, path, before, after_line);
         job.previous = previous;
         Step::Read(job)
     }
 
     /// The next item in walk order.
-    fn job(&mut self, taken: usize, path: PathBuf, before: Walked, after_line: u64) -> Job {
+    fn job(&mut self, taken: usize, path: Arc<Path>, before: Walked, after_line: u64) -> Job {
         self.index += 1;
         Job {
             index: self.index - 1,
