@@ -15,9 +15,13 @@
 //!   links as reading does) only when the version had settled before it was read and is the
 //!   same after: a later write gets a later change time, so a kept matcher is never used for
 //!   other bytes.
-//! - Bounded: at most [`SEARCH_IGNORE_CACHE_FILES`]; a full cache is emptied.
+//! - A folder whose listing holds none of `.ignore`, `.gitignore` and `.git` is kept as bare
+//!   under its version, with the same settling rule; while it is that version (an entry added,
+//!   removed or renamed changes a folder's times), its three ignore files are not looked up.
+//! - Bounded: at most [`SEARCH_IGNORE_CACHE_FILES`] files and [`SEARCH_IGNORE_CACHE_FOLDERS`]
+//!   bare folders; a full cache is emptied.
 
-use crate::limits::SEARCH_IGNORE_CACHE_FILES;
+use crate::limits::{SEARCH_IGNORE_CACHE_FILES, SEARCH_IGNORE_CACHE_FOLDERS};
 use crate::tools::versions::VersionKey;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -39,11 +43,64 @@ struct Level {
 
 impl Level {
     fn load(dir: &Path) -> Level {
+        let started = SystemTime::now();
+        let version = folder_version(dir);
+        let bare = {
+            let bare = BARE.lock().unwrap_or_else(|e| e.into_inner());
+            version.is_some_and(|version| bare.get(dir) == Some(&version))
+        };
+        let files = if bare {
+            [None, None, None]
+        } else {
+            KINDS.map(|name| compiled(dir, &dir.join(name)))
+        };
+        if !bare && let Some(version) = version {
+            learn_bare(dir, version, &files, started);
+        }
         Level {
             dir: dir.to_path_buf(),
-            files: KINDS.map(|name| compiled(dir, &dir.join(name))),
+            files,
         }
     }
+}
+
+/// The version of the folder at `dir` itself (a link is not followed, as the walk follows none).
+fn folder_version(dir: &Path) -> Option<VersionKey> {
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .map(|metadata| VersionKey::of(&metadata))
+}
+
+/// Folders whose listing holds none of `.ignore`, `.gitignore` and `.git`, by the version seen:
+/// while a folder is that version (an entry added, removed or renamed in it changes its
+/// modification and change times), it holds no ignore file, and its three are not looked up.
+static BARE: LazyLock<Mutex<FxHashMap<PathBuf, VersionKey>>> = LazyLock::new(Mutex::default);
+
+/// Keeps `dir` as bare at `version` when it is: none of its ignore files compiled to rules,
+/// none of the three names is there, and its version had settled before `started` and is still
+/// the folder's.
+fn learn_bare(
+    dir: &Path,
+    version: VersionKey,
+    files: &[Option<Arc<Gitignore>>; 3],
+    started: SystemTime,
+) {
+    let absent = |name: &str| {
+        std::fs::symlink_metadata(dir.join(name))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    };
+    if files.iter().any(Option::is_some)
+        || !version.settled(settle_point(started))
+        || ![".ignore", ".gitignore", ".git"].into_iter().all(absent)
+        || folder_version(dir) != Some(version)
+    {
+        return;
+    }
+    let mut bare = BARE.lock().unwrap_or_else(|e| e.into_inner());
+    if bare.len() >= SEARCH_IGNORE_CACHE_FOLDERS {
+        bare.clear();
+    }
+    bare.insert(dir.to_path_buf(), version);
 }
 
 /// The ignore files of the folders from the search root down to the folder of the entry being
@@ -350,6 +407,47 @@ mod tests {
         // Removed: nothing is ignored.
         fs::remove_file(root.join(".gitignore")).unwrap();
         assert!(!WalkIgnores::new(root).ignored(&root.join("bb"), 1, false));
+    }
+
+    #[test]
+    fn a_bare_folder_is_looked_up_again_when_its_listing_changes() {
+        SETTLED.with(|s| s.set(true));
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir(root.join("sub")).unwrap();
+        // As if listed long ago: an entry added now gives the folder later times.
+        let hour_ago = SystemTime::now() - std::time::Duration::from_secs(3_600);
+        fs::File::open(root)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let bare = |root: &Path| {
+            let bare = BARE.lock().unwrap();
+            bare.get(root)
+                .is_some_and(|v| Some(*v) == folder_version(root))
+        };
+        let mut ignores = WalkIgnores::new(root);
+        assert!(bare(root));
+        assert!(!ignores.ignored(&root.join("a"), 1, false));
+        fs::write(root.join(".gitignore"), "a\n").unwrap();
+        assert!(!bare(root));
+        assert!(WalkIgnores::new(root).ignored(&root.join("a"), 1, false));
+        // A folder holding `.git` (an exclude file may appear in it) is never bare.
+        let repo = root.join("sub");
+        fs::create_dir(repo.join(".git")).unwrap();
+        fs::File::open(&repo)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let mut ignores = WalkIgnores::new(&repo);
+        assert!(!bare(&repo));
+        fs::create_dir_all(repo.join(".git/info")).unwrap();
+        fs::write(repo.join(".git/info/exclude"), "b\n").unwrap();
+        assert!(
+            !ignores.ignored(&repo.join("b"), 1, false),
+            "levels are loaded once a walk"
+        );
+        assert!(WalkIgnores::new(&repo).ignored(&repo.join("b"), 1, false));
     }
 
     #[test]
