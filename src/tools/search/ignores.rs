@@ -237,19 +237,19 @@ fn compiled(dir: &Path, file: &Path) -> Option<Arc<Gitignore>> {
     (gitignore.num_ignores() + gitignore.num_whitelists() > 0).then_some(gitignore)
 }
 
-/// The moment an ignore file must have settled before to be kept: when it began to be read.
-/// Tests that write a file and mean it to be kept at once move it a day on, as if the file had
-/// been written long before.
-fn settle_point(started: SystemTime) -> SystemTime {
+/// The moment what search keeps of a version (an ignore file, a bare folder, a kept walk's
+/// listings) must have settled before: when it began to be read. Tests that write a tree and
+/// mean it to be kept at once move it a day on, as if the tree had been written long before.
+pub(super) fn settle_point(started: SystemTime) -> SystemTime {
     #[cfg(test)]
-    if tests::SETTLED.with(std::cell::Cell::get) {
+    if tests::TREES_SETTLED.with(std::cell::Cell::get) {
         return started + std::time::Duration::from_secs(86_400);
     }
     started
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::workspace::{is_skipped_folder, tree_walk};
     use proptest::prelude::*;
@@ -257,8 +257,9 @@ mod tests {
     use std::fs;
 
     thread_local! {
-        /// Set by a test whose ignore files are kept compiled as soon as read.
-        pub(super) static SETTLED: Cell<bool> = const { Cell::new(false) };
+        /// Set by a test whose tree nobody writes while it searches: what is read of it is
+        /// kept at once (on this thread: the walk's own thread is not set).
+        pub(in crate::tools::search) static TREES_SETTLED: Cell<bool> = const { Cell::new(false) };
     }
 
     fn write(root: &Path, files: &[(String, String)]) {
@@ -387,7 +388,7 @@ mod tests {
 
     #[test]
     fn a_kept_ignore_file_is_compiled_once_and_again_when_it_changes() {
-        SETTLED.with(|s| s.set(true));
+        TREES_SETTLED.with(|s| s.set(true));
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         fs::write(root.join(".gitignore"), "a\n").unwrap();
@@ -411,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_bare_folder_is_looked_up_again_when_its_listing_changes() {
-        SETTLED.with(|s| s.set(true));
+        TREES_SETTLED.with(|s| s.set(true));
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         fs::create_dir(root.join("sub")).unwrap();

@@ -23,7 +23,7 @@
 //! The cache is process-wide: `pen serve`, `pen mcp serve` and `pen acp` keep walks between the
 //! calls of a session; each `pen tool` process starts afresh.
 
-use super::ignores::WalkIgnores;
+use super::ignores::{WalkIgnores, settle_point};
 use super::walk::{EntryFilter, Position, enclosing_ignores, position, search_walk};
 use super::{Cursor, Request};
 use crate::limits::{SEARCH_KEPT_WALK_TTL, SEARCH_KEPT_WALKS};
@@ -339,24 +339,11 @@ fn held_folders(
     Some(folders)
 }
 
-/// The moment the folders a page listed must have settled before: the page's start. Tests that
-/// build a tree and page through it at once move it a day on, as if the tree had been written
-/// long before.
-fn settle_point(began: SystemTime) -> SystemTime {
-    #[cfg(test)]
-    if tests::TREES_SETTLED.with(std::cell::Cell::get) {
-        return began + std::time::Duration::from_secs(86_400);
-    }
-    began
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use std::cell::Cell;
 
     thread_local! {
-        /// Set by a test whose tree nobody writes while it pages: walks are kept at once.
-        pub(in crate::tools::search) static TREES_SETTLED: Cell<bool> = const { Cell::new(false) };
         /// Pages of this thread that resumed a kept walk.
         pub(in crate::tools::search) static RESUMED: Cell<usize> = const { Cell::new(0) };
     }

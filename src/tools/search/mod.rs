@@ -982,7 +982,7 @@ mod tests {
 
     #[test]
     fn pages_of_a_settled_tree_continue_the_kept_walk() {
-        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        ignores::tests::TREES_SETTLED.with(|s| s.set(true));
         let (_dir, ws, limits) = paged_tree();
         let (shown, resumed) = pages_from(&ws, &limits, None);
         assert_eq!(shown.len(), 8);
@@ -1003,7 +1003,7 @@ mod tests {
 
     #[test]
     fn a_tree_changed_between_pages_gives_what_a_fresh_search_gives() {
-        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        ignores::tests::TREES_SETTLED.with(|s| s.set(true));
         let (dir, ws, limits) = paged_tree();
         let root = dir.path();
         let page = |after: &str| {
@@ -1099,7 +1099,7 @@ mod tests {
         ) {
             // A settled tree lets each page keep its walk for the next: then every page is also
             // asked again, from a fresh walk, and must be the same.
-            kept::tests::TREES_SETTLED.with(|s| s.set(settled));
+            ignores::tests::TREES_SETTLED.with(|s| s.set(settled));
             let dir = tempfile::tempdir().unwrap();
             let mut largest = 0;
             for (path, text) in &files {
