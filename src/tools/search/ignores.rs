@@ -77,8 +77,9 @@ fn folder_version(dir: &Path) -> Option<VersionKey> {
 static BARE: LazyLock<Mutex<FxHashMap<PathBuf, VersionKey>>> = LazyLock::new(Mutex::default);
 
 /// Keeps `dir` as bare at `version` when it is: none of its ignore files compiled to rules,
-/// none of the three names is there, and its version had settled before `started` and is still
-/// the folder's.
+/// none of the three names is there, and its version had settled before `started`. (A name
+/// added or removed while they are looked up gives the folder a later version, which is then
+/// not found bare: the folder is not stat'ed again to check.)
 fn learn_bare(
     dir: &Path,
     version: VersionKey,
@@ -92,7 +93,6 @@ fn learn_bare(
     if files.iter().any(Option::is_some)
         || !version.settled(settle_point(started))
         || ![".ignore", ".gitignore", ".git"].into_iter().all(absent)
-        || folder_version(dir) != Some(version)
     {
         return;
     }
