@@ -564,6 +564,16 @@ pub const SEARCH_KEPT_WALK_TTL: Duration = Duration::from_secs(600);
 /// again. When full, the verdicts are forgotten and learnt anew.
 pub const SEARCH_VERDICT_CACHE_ENTRIES: usize = 65_536;
 
+/// Ignore files (`.gitignore`, `.ignore`, `.git/info/exclude`) pen_search keeps compiled, by
+/// path and version, 4,096: more than a large monorepo holds (the cargo registry's 13,000 files
+/// hold 124). When full, they are forgotten and compiled anew.
+pub const SEARCH_IGNORE_CACHE_FILES: usize = 4_096;
+
+/// Folders pen_search knows to hold no ignore file and no `.git`, by version, 32,768 (about
+/// 5 MiB at most): a later search of an unchanged folder looks its three ignore files up with
+/// one `stat` of the folder instead of three. When full, they are forgotten and learnt anew.
+pub const SEARCH_IGNORE_CACHE_FOLDERS: usize = 32_768;
+
 // End of the issue 13, item 7 block.
 
 // Bounds of `pen acp` (issue 17).

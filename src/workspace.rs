@@ -388,6 +388,36 @@ impl Workspace {
     }
 
     fn display_in(&self, root: &Root, absolute: &Path) -> String {
+        // The usual path, cut by bytes: a plain UTF-8 rest below the root without an empty or
+        // `.` component inside, which is what joining its components gives (on a search with
+        // many matches, a String per component was 2% of the instructions).
+        if let Some(rest) = absolute
+            .as_os_str()
+            .as_bytes()
+            .strip_prefix(root.path.as_os_str().as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"/"))
+            .and_then(|rest| std::str::from_utf8(rest).ok())
+            .filter(|rest| {
+                !(rest.is_empty()
+                    || rest == &"."
+                    || rest.starts_with('/')
+                    || rest.starts_with("./")
+                    || rest.ends_with('/')
+                    || rest.ends_with("/.")
+                    || rest.contains("//")
+                    || rest.contains("/./"))
+            })
+        {
+            return if self.roots.len() > 1 {
+                format!("{}/{rest}", root.name)
+            } else {
+                rest.to_string()
+            };
+        }
+        self.display_by_components(root, absolute)
+    }
+
+    fn display_by_components(&self, root: &Root, absolute: &Path) -> String {
         let relative = absolute.strip_prefix(&root.path).unwrap_or(absolute);
         let mut parts: Vec<String> = Vec::new();
         if self.roots.len() > 1 {
@@ -1214,6 +1244,51 @@ mod tests {
             "", "B", "a", "a/y", "a/y.rs", "a/z", "a-b", "a.txt", "ab", "e", "é",
         ];
         assert_eq!(walked, expected);
+    }
+
+    /// A path is shown as its components joined, whether cut by bytes or not.
+    #[test]
+    fn display_by_bytes_is_display_by_components() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        let rests = [
+            "",
+            "x",
+            "x/y.rs",
+            "/x",
+            "//x",
+            "./x",
+            "x/",
+            "x/.",
+            ".",
+            "..",
+            "../x",
+            "x/./y",
+            "x//y",
+            "x/../y",
+            "é/ü",
+            ".hidden/x",
+        ];
+        for roots in [vec![a.clone()], vec![a.clone(), b]] {
+            let ws = Workspace::new(&roots).unwrap();
+            for root in &ws.roots {
+                for rest in rests {
+                    let path = PathBuf::from(format!("{}/{rest}", root.path.display()));
+                    assert_eq!(
+                        ws.display_in(root, &path),
+                        ws.display_by_components(root, &path),
+                        "{path:?}"
+                    );
+                }
+                let latin1 = root.path.join(OsStr::from_bytes(b"caf\xe9"));
+                assert_eq!(
+                    ws.display_in(root, &latin1),
+                    ws.display_by_components(root, &latin1)
+                );
+            }
+        }
     }
 
     /// The byte cut gives the bytes `strip_prefix` gives, in the cases it takes and those it

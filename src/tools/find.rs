@@ -2,7 +2,7 @@
 //! order, paged with an exclusive path cursor.
 //!
 //! It walks exactly what pen_search walks (the same ignore files, skipped folders, depth and
-//! entry limits, no symlink followed: `search::EntryFilter` over `workspace::tree_walk`) and
+//! entry limits, no symlink followed: `search::page_walk`) and
 //! matches the same `glob`, so a file pen_find names is a file pen_search looks through. Each
 //! file it names is opened once beneath the workspace root with no symlink on the way (as
 //! pen_search opens the files it reads, read-only and non-blocking), so a folder swapped for a
@@ -17,7 +17,7 @@
 //! lists again only the folders that enclose the cursor.
 
 use super::budget;
-use super::search::{self, EntryFilter, FileGlob, Position, position};
+use super::search::{self, FileGlob, Position, position};
 use super::subject::{self, Subject};
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
 use crate::limits::Limits;
@@ -25,8 +25,7 @@ use crate::workspace::Target;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -205,17 +204,12 @@ fn walk(
     let limits = ctx.limits;
     let workspace_root = search::workspace_root_of(ctx, root);
     let root_dir = ctx.workspace.root_dir(&workspace_root)?;
-    let too_deep = Arc::new(AtomicU64::new(0));
-    let filter = EntryFilter {
-        root: root.to_path_buf(),
-        after: after.clone(),
-        max_depth: limits.search.max_depth,
-        too_deep: Arc::clone(&too_deep),
-        enclosing_ignores: search::enclosing_ignores(&workspace_root, root),
-    };
-    let entries = crate::workspace::tree_walk(root)
-        .filter_entry(move |entry| filter.keep(entry))
-        .build();
+    let (entries, too_deep) = search::page_walk(
+        root,
+        after.clone(),
+        limits.search.max_depth,
+        &workspace_root,
+    );
     let mut page = Page::default();
     let mut unreadable = 0;
     // The last entry walked, and the page as it stood after its last file: where a page that

@@ -23,7 +23,8 @@
 //! The cache is process-wide: `pen serve`, `pen mcp serve` and `pen acp` keep walks between the
 //! calls of a session; each `pen tool` process starts afresh.
 
-use super::walk::{EntryFilter, Position, enclosing_ignores, position};
+use super::ignores::settle_point;
+use super::walk::{Position, page_walk, position};
 use super::{Cursor, Request};
 use crate::limits::{SEARCH_KEPT_WALK_TTL, SEARCH_KEPT_WALKS};
 use crate::tools::versions::VersionKey;
@@ -56,17 +57,12 @@ impl Source {
     /// A walk of the search root from its start, or from the request's cursor (pruning what lies
     /// before it).
     pub(super) fn fresh(request: &Request, max_depth: usize) -> Source {
-        let too_deep = Arc::new(AtomicU64::new(0));
-        let filter = EntryFilter {
-            root: request.root.clone(),
-            after: request.after.as_ref().map(|(path, _)| path.clone()),
+        let (walk, too_deep) = page_walk(
+            &request.root,
+            request.after.as_ref().map(|(path, _)| path.clone()),
             max_depth,
-            too_deep: Arc::clone(&too_deep),
-            enclosing_ignores: enclosing_ignores(&request.workspace_root, &request.root),
-        };
-        let walk = crate::workspace::tree_walk(&request.root)
-            .filter_entry(move |entry| filter.keep(entry))
-            .build();
+            &request.workspace_root,
+        );
         Source {
             walk,
             too_deep,
@@ -339,24 +335,11 @@ fn held_folders(
     Some(folders)
 }
 
-/// The moment the folders a page listed must have settled before: the page's start. Tests that
-/// build a tree and page through it at once move it a day on, as if the tree had been written
-/// long before.
-fn settle_point(began: SystemTime) -> SystemTime {
-    #[cfg(test)]
-    if tests::TREES_SETTLED.with(std::cell::Cell::get) {
-        return began + std::time::Duration::from_secs(86_400);
-    }
-    began
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use std::cell::Cell;
 
     thread_local! {
-        /// Set by a test whose tree nobody writes while it pages: walks are kept at once.
-        pub(in crate::tools::search) static TREES_SETTLED: Cell<bool> = const { Cell::new(false) };
         /// Pages of this thread that resumed a kept walk.
         pub(in crate::tools::search) static RESUMED: Cell<usize> = const { Cell::new(0) };
     }

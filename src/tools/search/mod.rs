@@ -25,14 +25,16 @@
 //! result must not depend on who runs it).
 //!
 //! The tool is split by what each part does: `walk` decides which entries a page walks and turns
-//! files into jobs, `kept` keeps walks between pages, `pipeline` runs the walk and the reader
+//! files into jobs, `ignores` keeps the ignore files it applies compiled per version, `kept`
+//! keeps walks between pages, `pipeline` runs the walk and the reader
 //! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
 //! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
 //! the cap. `outcome` holds the plain data they hand on (jobs, outcomes, the walk's counts), so
-//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `outcome`, and `pipeline` →
-//! `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry, its arguments and
-//! cursors.
+//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `ignores` and `outcome`,
+//! and `pipeline` → `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry,
+//! its arguments and cursors.
 
+mod ignores;
 mod kept;
 mod outcome;
 mod page;
@@ -41,7 +43,7 @@ mod scan;
 mod verdicts;
 mod walk;
 
-pub(crate) use walk::{EntryFilter, Position, enclosing_ignores, position};
+pub(crate) use walk::{Position, page_walk, position};
 
 use super::budget;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
@@ -815,6 +817,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_edited_ignore_file_is_seen_by_the_next_search() {
+        let (dir, ws) = workspace(&[
+            (".gitignore", b"a.txt\n"),
+            ("sub/.gitignore", b"!a.txt\n"),
+            ("a.txt", b"hit"),
+            ("b.txt", b"hit"),
+            ("sub/a.txt", b"hit"),
+            ("sub/b.txt", b"hit"),
+        ]);
+        let found = |ws: &Workspace| places(&run(ws, json!({"query": "hit"})));
+        let names = |names: &[&str]| -> Vec<(String, u64)> {
+            names.iter().map(|n| (n.to_string(), 1)).collect()
+        };
+        assert_eq!(found(&ws), names(&["b.txt", "sub/a.txt", "sub/b.txt"]));
+        fs::write(dir.path().join(".gitignore"), "b.txt\n").unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "sub/a.txt"]));
+        fs::write(dir.path().join("sub/.gitignore"), "!b.txt\na.txt\n").unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "sub/b.txt"]));
+        fs::remove_file(dir.path().join(".gitignore")).unwrap();
+        assert_eq!(found(&ws), names(&["a.txt", "b.txt", "sub/b.txt"]));
+    }
+
+    #[test]
     fn symlinks_are_not_followed() {
         let outside = tempfile::tempdir().unwrap();
         fs::write(outside.path().join("secret.txt"), "x").unwrap();
@@ -964,7 +989,7 @@ pub(crate) mod tests {
 
     #[test]
     fn pages_of_a_settled_tree_continue_the_kept_walk() {
-        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        ignores::tests::TREES_SETTLED.with(|s| s.set(true));
         let (_dir, ws, limits) = paged_tree();
         let (shown, resumed) = pages_from(&ws, &limits, None);
         assert_eq!(shown.len(), 8);
@@ -985,7 +1010,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_tree_changed_between_pages_gives_what_a_fresh_search_gives() {
-        kept::tests::TREES_SETTLED.with(|s| s.set(true));
+        ignores::tests::TREES_SETTLED.with(|s| s.set(true));
         let (dir, ws, limits) = paged_tree();
         let root = dir.path();
         let page = |after: &str| {
@@ -1081,7 +1106,7 @@ pub(crate) mod tests {
         ) {
             // A settled tree lets each page keep its walk for the next: then every page is also
             // asked again, from a fresh walk, and must be the same.
-            kept::tests::TREES_SETTLED.with(|s| s.set(settled));
+            ignores::tests::TREES_SETTLED.with(|s| s.set(settled));
             let dir = tempfile::tempdir().unwrap();
             let mut largest = 0;
             for (path, text) in &files {

@@ -17,7 +17,7 @@ use crate::limits::{
 use crate::tools::versions::VersionKey;
 use crate::tools::{ToolContext, ToolError};
 use crate::workspace::{RootDir, Workspace};
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -231,7 +231,7 @@ pub(super) fn search(
         envelope_len,
         page: Page::default(),
         charged: 0,
-        waiting: BTreeMap::new(),
+        waiting: VecDeque::new(),
         next: 0,
         stop_readers: &stop_readers,
         stopped: false,

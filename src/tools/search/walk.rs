@@ -2,14 +2,15 @@
 //! folders and the ignore files above the search root; and the walker that counts entries and
 //! turns each wanted file into a job for the readers.
 
+use super::ignores::WalkIgnores;
 use super::outcome::{Done, Job, Outcome, SkipReason, Walked};
 use super::{Request, Resume};
 use crate::workspace::{Workspace, is_skipped_folder};
 use ignore::DirEntry;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Where an entry lies relative to a cursor, both relative to the search root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,20 +36,23 @@ pub(crate) fn position(entry: &Path, cursor: &Path) -> Position {
 }
 
 /// Decides which entries the walk yields and which folders it enters.
-pub(crate) struct EntryFilter {
-    pub(crate) root: PathBuf,
-    pub(crate) after: Option<PathBuf>,
-    pub(crate) max_depth: usize,
+pub(super) struct EntryFilter {
+    pub(super) root: PathBuf,
+    pub(super) after: Option<PathBuf>,
+    pub(super) max_depth: usize,
     /// Counts the entries left out for their depth; the walk loop takes the count after each
     /// step, which places them in walk order.
-    pub(crate) too_deep: Arc<AtomicU64>,
+    pub(super) too_deep: Arc<AtomicU64>,
     /// Ignore files of the workspace folders above the search root, deepest first; the walk
     /// itself only reads those at and below the root.
-    pub(crate) enclosing_ignores: Vec<Gitignore>,
+    pub(super) enclosing_ignores: Vec<Gitignore>,
+    /// The ignore files at and below the root, which the walk itself does not read: they are
+    /// compiled once per version ([`super::ignores`]).
+    pub(super) walk_ignores: Mutex<WalkIgnores>,
 }
 
 impl EntryFilter {
-    pub(crate) fn keep(&self, entry: &DirEntry) -> bool {
+    pub(super) fn keep(&self, entry: &DirEntry) -> bool {
         if let Some(after) = &self.after {
             let relative = entry
                 .path()
@@ -58,11 +62,18 @@ impl EntryFilter {
                 return false;
             }
         }
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        // Decided before the depth, as the walk decided it: an ignored entry is not counted as
+        // too deep.
+        let mut walk_ignores = self.walk_ignores.lock().unwrap_or_else(|e| e.into_inner());
+        if walk_ignores.ignored(entry.path(), entry.depth(), is_dir) {
+            return false;
+        }
+        drop(walk_ignores);
         if entry.depth() > self.max_depth {
             self.too_deep.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
         if is_dir && is_skipped_folder(entry.path()) {
             return false;
         }
@@ -79,9 +90,42 @@ impl EntryFilter {
     }
 }
 
+/// The walk of a page below `root` from the cursor `after` (relative to `root`), as pen_search
+/// and pen_find walk: [`EntryFilter`]'s entries under the ignore files of `workspace_root` down
+/// to `root` and below it; with the count of the entries left out for their depth so far.
+pub(crate) fn page_walk(
+    root: &Path,
+    after: Option<PathBuf>,
+    max_depth: usize,
+    workspace_root: &Path,
+) -> (ignore::Walk, Arc<AtomicU64>) {
+    let too_deep = Arc::new(AtomicU64::new(0));
+    let filter = EntryFilter {
+        root: root.to_path_buf(),
+        after,
+        max_depth,
+        too_deep: Arc::clone(&too_deep),
+        enclosing_ignores: enclosing_ignores(workspace_root, root),
+        walk_ignores: Mutex::new(WalkIgnores::new(root)),
+    };
+    (search_walk(root, filter), too_deep)
+}
+
+/// The walk of a search below `root`, in [`crate::workspace::tree_walk`]'s order, yielding
+/// what `filter` keeps. The ignore files at and below the root are `filter`'s to apply (as
+/// tree_walk applies them), so that they are compiled once per version, not once per walk.
+pub(super) fn search_walk(root: &Path, filter: EntryFilter) -> ignore::Walk {
+    crate::workspace::tree_walk(root)
+        .ignore(false)
+        .git_ignore(false)
+        .git_exclude(false)
+        .filter_entry(move |entry| filter.keep(entry))
+        .build()
+}
+
 /// The ignore files of the folders from the workspace root down to just above `root`, deepest
 /// first, so that searching a sub-folder skips what searching the whole workspace skips.
-pub(crate) fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
+pub(super) fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitignore> {
     root.ancestors()
         .skip(1)
         .take_while(|dir| dir.starts_with(workspace_root))
@@ -122,7 +166,7 @@ pub(super) struct Walker<'a> {
     pub(super) walked: Walked,
     pub(super) index: usize,
     /// The last entry walked: the entry limit's cursor names it.
-    pub(super) last: Option<PathBuf>,
+    pub(super) last: Option<Arc<Path>>,
 }
 
 impl Walker<'_> {
@@ -139,7 +183,7 @@ impl Walker<'_> {
             Ok(entry) => entry,
             Err(_) => {
                 self.walked.too_deep += too_deep;
-                let job = self.job(taken, PathBuf::new(), self.walked, 0);
+                let job = self.job(taken, Arc::from(Path::new("")), self.walked, 0);
                 return Step::Unlisted(Done {
                     job,
                     display: String::new(),
@@ -181,19 +225,19 @@ impl Walker<'_> {
             && self.request.glob.as_ref().is_none_or(|glob| {
                 glob.is_match(entry.path(), || self.workspace.display(entry.path()))
             });
-        let path = entry.path().to_path_buf();
+        let path: Arc<Path> = Arc::from(entry.path());
         if !wanted {
             self.last = Some(path);
             return Step::Pass;
         }
-        let previous = self.last.replace(path.clone());
+        let previous = self.last.replace(Arc::clone(&path));
         let mut job = self.job(taken, path, before, after_line);
         job.previous = previous;
         Step::Read(job)
     }
 
     /// The next item in walk order.
-    fn job(&mut self, taken: usize, path: PathBuf, before: Walked, after_line: u64) -> Job {
+    fn job(&mut self, taken: usize, path: Arc<Path>, before: Walked, after_line: u64) -> Job {
         self.index += 1;
         Job {
             index: self.index - 1,

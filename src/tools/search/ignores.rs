@@ -1,0 +1,463 @@
+//! The ignore files of the folders a search walks (`.ignore`, `.gitignore`,
+//! `.git/info/exclude`), compiled once per file version and kept between searches: `ignore`'s
+//! walker compiles every one of them again on every walk, and on a whole-corpus search that was
+//! an eighth of the instructions.
+//!
+//! Architecture invariants:
+//! - A search decides exactly what [`crate::workspace::tree_walk`] decides: for each kind of
+//!   ignore file, the deepest folder (from the entry's parent up to the search root) whose file
+//!   has a rule matching the entry decides for that kind, and the kinds take precedence in the
+//!   order `.ignore`, `.gitignore`, `.git/info/exclude`, as in `ignore`'s `Ignore::matched` with
+//!   tree_walk's options (no global excludes, no parents, git repositories not required). A file
+//!   is compiled as `ignore` compiles it (`GitignoreBuilder::add`, and nothing when it fails to
+//!   build).
+//! - A compiled file is kept under its path and version ([`VersionKey`] by `stat`, following
+//!   links as reading does) only when the version had settled before it was read and is the
+//!   same after: a later write gets a later change time, so a kept matcher is never used for
+//!   other bytes.
+//! - A folder whose listing holds none of `.ignore`, `.gitignore` and `.git` is kept as bare
+//!   under its version, with the same settling rule; while it is that version (an entry added,
+//!   removed or renamed changes a folder's times), its three ignore files are not looked up.
+//! - Bounded: at most [`SEARCH_IGNORE_CACHE_FILES`] files and [`SEARCH_IGNORE_CACHE_FOLDERS`]
+//!   bare folders; a full cache is emptied.
+
+use crate::limits::{SEARCH_IGNORE_CACHE_FILES, SEARCH_IGNORE_CACHE_FOLDERS};
+use crate::tools::versions::VersionKey;
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rustc_hash::FxHashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::SystemTime;
+
+/// The ignore files a folder may hold, in order of precedence.
+const KINDS: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
+
+/// A folder's compiled ignore files, by kind; `None`: absent or without rules.
+struct Level {
+    dir: PathBuf,
+    files: [Option<Arc<Gitignore>>; 3],
+}
+
+impl Level {
+    fn load(dir: &Path) -> Level {
+        let started = SystemTime::now();
+        let version = folder_version(dir);
+        let bare = {
+            let bare = BARE.lock().unwrap_or_else(|e| e.into_inner());
+            version.is_some_and(|version| bare.get(dir) == Some(&version))
+        };
+        let files = if bare {
+            [None, None, None]
+        } else {
+            KINDS.map(|name| compiled(dir, &dir.join(name)))
+        };
+        if !bare && let Some(version) = version {
+            learn_bare(dir, version, &files, started);
+        }
+        Level {
+            dir: dir.to_path_buf(),
+            files,
+        }
+    }
+}
+
+/// The version of the folder at `dir` itself (a link is not followed, as the walk follows none).
+fn folder_version(dir: &Path) -> Option<VersionKey> {
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .map(|metadata| VersionKey::of(&metadata))
+}
+
+/// Folders whose listing holds none of `.ignore`, `.gitignore` and `.git`, by the version seen:
+/// while a folder is that version (an entry added, removed or renamed in it changes its
+/// modification and change times), it holds no ignore file, and its three are not looked up.
+static BARE: LazyLock<Mutex<FxHashMap<PathBuf, VersionKey>>> = LazyLock::new(Mutex::default);
+
+/// Keeps `dir` as bare at `version` when it is: none of its ignore files compiled to rules,
+/// none of the three names is there, and its version had settled before `started`. (A name
+/// added or removed while they are looked up gives the folder a later version, which is then
+/// not found bare: the folder is not stat'ed again to check.)
+fn learn_bare(
+    dir: &Path,
+    version: VersionKey,
+    files: &[Option<Arc<Gitignore>>; 3],
+    started: SystemTime,
+) {
+    let absent = |name: &str| {
+        std::fs::symlink_metadata(dir.join(name))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    };
+    if files.iter().any(Option::is_some)
+        || !version.settled(settle_point(started))
+        || ![".ignore", ".gitignore", ".git"].into_iter().all(absent)
+    {
+        return;
+    }
+    let mut bare = BARE.lock().unwrap_or_else(|e| e.into_inner());
+    if bare.len() >= SEARCH_IGNORE_CACHE_FOLDERS {
+        bare.clear();
+    }
+    bare.insert(dir.to_path_buf(), version);
+}
+
+/// The ignore files of the folders from the search root down to the folder of the entry being
+/// decided, loaded as the walk enters folders (depth first, so one stack holds them).
+pub(super) struct WalkIgnores {
+    /// `levels[d]`: the folder at depth `d` on the way to the current entry (0: the root).
+    levels: Vec<Level>,
+}
+
+impl WalkIgnores {
+    pub(super) fn new(root: &Path) -> WalkIgnores {
+        WalkIgnores {
+            levels: vec![Level::load(root)],
+        }
+    }
+
+    /// Whether the ignore files of the folders from the root down to `path`'s parent ignore
+    /// `path`, an entry `depth` levels below the root.
+    pub(super) fn ignored(&mut self, path: &Path, depth: usize, is_dir: bool) -> bool {
+        if depth == 0 {
+            return false;
+        }
+        self.enter(path, depth - 1);
+        // Per kind: `Some(true)` ignored, `Some(false)` whitelisted, by the deepest folder
+        // whose file of that kind has a matching rule.
+        let mut decided: [Option<bool>; 3] = [None; 3];
+        for level in self.levels[..depth].iter().rev() {
+            for (kind, file) in level.files.iter().enumerate() {
+                if let (None, Some(file)) = (decided[kind], file) {
+                    decided[kind] = match file.matched(path, is_dir) {
+                        Match::None => None,
+                        Match::Ignore(_) => Some(true),
+                        Match::Whitelist(_) => Some(false),
+                    };
+                }
+            }
+            if decided[0].is_some() {
+                break;
+            }
+        }
+        decided[0].or(decided[1]).or(decided[2]) == Some(true)
+    }
+
+    /// Makes `levels` the folders from the root down to the parent of `path`, which lies
+    /// `depth` levels below the root, keeping the levels already there that are on its way.
+    fn enter(&mut self, path: &Path, depth: usize) {
+        // The usual cases, told by bytes (the walk names an entry by its folder's path, a `/`
+        // and its name; parsing paths into components cost a tenth of the walk): the walk is in
+        // the parent already (an earlier sibling), or entering it from its own parent.
+        if let Some(parent) = parent_bytes(path) {
+            if self.is_level(depth, parent) {
+                self.levels.truncate(depth + 1);
+                return;
+            }
+            if depth > 0
+                && parent_bytes(Path::new(OsStr::from_bytes(parent)))
+                    .is_some_and(|grandparent| self.is_level(depth - 1, grandparent))
+            {
+                self.levels.truncate(depth);
+                self.levels
+                    .push(Level::load(Path::new(OsStr::from_bytes(parent))));
+                return;
+            }
+        }
+        let Some(dir) = path.parent() else {
+            return;
+        };
+        // `on_way[d]`: the folder at depth `d` on the way to `dir`.
+        let mut on_way: Vec<&Path> = dir.ancestors().take(depth + 1).collect();
+        on_way.reverse();
+        let kept = self
+            .levels
+            .iter()
+            .zip(&on_way)
+            .take_while(|(level, dir)| level.dir.as_os_str() == dir.as_os_str())
+            .count();
+        self.levels.truncate(kept);
+        self.levels
+            .extend(on_way[kept..].iter().map(|dir| Level::load(dir)));
+    }
+
+    /// Whether the level at `depth` is the folder whose path has the bytes `dir`.
+    fn is_level(&self, depth: usize, dir: &[u8]) -> bool {
+        self.levels
+            .get(depth)
+            .is_some_and(|level| level.dir.as_os_str().as_bytes() == dir)
+    }
+}
+
+/// The bytes of `path` before its last `/`, when what follows is a plain name.
+fn parent_bytes(path: &Path) -> Option<&[u8]> {
+    let bytes = path.as_os_str().as_bytes();
+    let cut = memchr::memrchr(b'/', bytes)?;
+    let name = &bytes[cut + 1..];
+    (!name.is_empty() && name != b"." && name != b"..").then_some(&bytes[..cut])
+}
+
+/// Compiled ignore files by path, with the version compiled.
+type Compiled = FxHashMap<PathBuf, (VersionKey, Arc<Gitignore>)>;
+
+static COMPILED: LazyLock<Mutex<Compiled>> = LazyLock::new(Mutex::default);
+
+/// The ignore file at `file`, its rules relative to `dir`, compiled; `None` when it is absent or
+/// has no rules.
+fn compiled(dir: &Path, file: &Path) -> Option<Arc<Gitignore>> {
+    let started = SystemTime::now();
+    let key = VersionKey::of(&std::fs::metadata(file).ok()?);
+    let known = {
+        let compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        compiled
+            .get(file)
+            .filter(|(version, _)| *version == key)
+            .map(|(_, gitignore)| Arc::clone(gitignore))
+    };
+    let gitignore = match known {
+        Some(gitignore) => gitignore,
+        None => {
+            let mut builder = GitignoreBuilder::new(dir);
+            // As `ignore` builds them: a line it cannot parse is left out, a file it cannot
+            // build has no rules.
+            let _ = builder.add(file);
+            let gitignore = Arc::new(builder.build().unwrap_or_else(|_| Gitignore::empty()));
+            let unchanged = std::fs::metadata(file).is_ok_and(|m| VersionKey::of(&m) == key);
+            if unchanged && key.settled(settle_point(started)) {
+                let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+                if compiled.len() >= SEARCH_IGNORE_CACHE_FILES {
+                    compiled.clear();
+                }
+                compiled.insert(file.to_path_buf(), (key, Arc::clone(&gitignore)));
+            }
+            gitignore
+        }
+    };
+    (gitignore.num_ignores() + gitignore.num_whitelists() > 0).then_some(gitignore)
+}
+
+/// The moment what search keeps of a version (an ignore file, a bare folder, a kept walk's
+/// listings) must have settled before: when it began to be read. Tests that write a tree and
+/// mean it to be kept at once move it a day on, as if the tree had been written long before.
+pub(super) fn settle_point(started: SystemTime) -> SystemTime {
+    #[cfg(test)]
+    if tests::TREES_SETTLED.with(std::cell::Cell::get) {
+        return started + std::time::Duration::from_secs(86_400);
+    }
+    started
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::workspace::{is_skipped_folder, tree_walk};
+    use proptest::prelude::*;
+    use std::cell::Cell;
+    use std::fs;
+
+    thread_local! {
+        /// Set by a test whose tree nobody writes while it searches: what is read of it is
+        /// kept at once (on this thread: the walk's own thread is not set).
+        pub(in crate::tools::search) static TREES_SETTLED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    fn write(root: &Path, files: &[(String, String)]) {
+        for (path, content) in files {
+            let path = root.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+    }
+
+    /// The entries below `root` the walk keeps, deciding ignore files with [`WalkIgnores`], and
+    /// those [`tree_walk`] keeps, both without the folders search skips.
+    fn both_walks(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let not_skipped = |entry: &ignore::DirEntry| {
+            !(entry.file_type().is_some_and(|t| t.is_dir()) && is_skipped_folder(entry.path()))
+        };
+        let walk_ignores = Mutex::new(WalkIgnores::new(root));
+        let ours = tree_walk(root)
+            .ignore(false)
+            .git_ignore(false)
+            .git_exclude(false)
+            .filter_entry(move |entry| {
+                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+                let mut ignores = walk_ignores.lock().unwrap();
+                !ignores.ignored(entry.path(), entry.depth(), is_dir) && not_skipped(entry)
+            })
+            .build();
+        let theirs = tree_walk(root).filter_entry(not_skipped).build();
+        let paths = |walk: ignore::Walk| walk.map(|e| e.unwrap().into_path()).collect();
+        (paths(ours), paths(theirs))
+    }
+
+    #[test]
+    fn ignore_files_take_precedence_as_the_walk_gives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<(String, String)> = [
+            // A deeper file decides before a shallower one of its kind...
+            (".gitignore", "*.log\nbuild/\n/rootonly\n*.bak\n"),
+            ("a/.gitignore", "!keep.log\n!*.md\n"),
+            ("a/keep.log", ""),
+            ("a/other.log", ""),
+            // ...but `.ignore` decides before `.gitignore`, however deep, and `.gitignore`
+            // before `.git/info/exclude`.
+            (".ignore", "*.md\n!b/x.log\n"),
+            ("a/c.md", ""),
+            ("b/x.log", ""),
+            ("b/y.log", ""),
+            (".git/info/exclude", "*.tmp\n!*.bak\n"),
+            ("a/.git/info/exclude", "!t.tmp\n"),
+            ("a/t.tmp", ""),
+            ("u.tmp", ""),
+            ("v.bak", ""),
+            // A folder pattern leaves a file of that name; an anchored one its folder's entry.
+            ("c/build", ""),
+            ("d/build/f", ""),
+            ("rootonly", ""),
+            ("a/rootonly", ""),
+            ("a/b/deep/.gitignore", "*\n!.gitignore\n!keep\n"),
+            ("a/b/deep/keep", ""),
+            ("a/b/deep/gone", ""),
+            ("a/b/deep/keep.log", ""),
+        ]
+        .iter()
+        .map(|(p, c)| (p.to_string(), c.to_string()))
+        .collect();
+        write(dir.path(), &files);
+        let (ours, theirs) = both_walks(dir.path());
+        assert_eq!(ours, theirs);
+        let kept = |p: &str| ours.contains(&dir.path().join(p));
+        assert!(kept("a/keep.log") && !kept("a/other.log"));
+        assert!(!kept("a/c.md") && kept("b/x.log") && !kept("b/y.log"));
+        assert!(kept("a/t.tmp") && !kept("u.tmp") && !kept("v.bak"));
+        assert!(kept("c/build") && !kept("d/build") && !kept("rootonly") && kept("a/rootonly"));
+        assert!(kept("a/b/deep/keep") && !kept("a/b/deep/gone"));
+    }
+
+    /// A random tree with ignore files of every kind at a few depths.
+    fn tree() -> impl Strategy<Value = Vec<(String, String)>> {
+        let folder = prop_oneof![Just(""), Just("a/"), Just("a/b/"), Just("b/")];
+        let name = prop_oneof!["a", "b", "x.log", "keep.log", "c.md", "a.b"];
+        let file = (folder.clone(), proptest::collection::vec(name, 1..3))
+            .prop_map(|(folder, parts)| (format!("{folder}{}", parts.join("/")), String::new()));
+        let rule = prop_oneof![
+            Just("*.log"),
+            Just("!keep.log"),
+            Just("b/"),
+            Just("/a"),
+            Just("!*.md"),
+            Just("*.md"),
+            Just("x.log"),
+            Just("!x.log"),
+            Just("a"),
+            Just("!b"),
+            Just("**/b/a"),
+            Just("!a.b"),
+        ];
+        let kind = prop_oneof![Just(KINDS[0]), Just(KINDS[1]), Just(KINDS[2])];
+        let ignore_file = (folder, kind, proptest::collection::vec(rule, 1..4))
+            .prop_map(|(folder, kind, rules)| (format!("{folder}{kind}"), rules.join("\n")));
+        (
+            proptest::collection::vec(file, 1..12),
+            proptest::collection::vec(ignore_file, 1..6),
+        )
+            .prop_map(|(mut files, ignores)| {
+                files.extend(ignores);
+                files
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn the_walk_keeps_what_tree_walk_keeps(files in tree()) {
+            let dir = tempfile::tempdir().unwrap();
+            // A path that is a file in one entry and a folder in another: the first one wins.
+            for (path, content) in &files {
+                let path = dir.path().join(path);
+                let _ = fs::create_dir_all(path.parent().unwrap());
+                let _ = fs::write(path, content);
+            }
+            let (ours, theirs) = both_walks(dir.path());
+            prop_assert_eq!(ours, theirs);
+        }
+    }
+
+    #[test]
+    fn a_kept_ignore_file_is_compiled_once_and_again_when_it_changes() {
+        TREES_SETTLED.with(|s| s.set(true));
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join(".gitignore"), "a\n").unwrap();
+        let first = compiled(root, &root.join(".gitignore")).unwrap();
+        let again = compiled(root, &root.join(".gitignore")).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an unchanged file is not compiled again"
+        );
+        assert!(WalkIgnores::new(root).ignored(&root.join("a"), 1, false));
+        // Another version (here another size: a write within the same timestamp tick keeps
+        // the times, which is why only settled versions are kept outside tests).
+        fs::write(root.join(".gitignore"), "bb\n").unwrap();
+        let mut ignores = WalkIgnores::new(root);
+        assert!(!ignores.ignored(&root.join("a"), 1, false));
+        assert!(ignores.ignored(&root.join("bb"), 1, false));
+        // Removed: nothing is ignored.
+        fs::remove_file(root.join(".gitignore")).unwrap();
+        assert!(!WalkIgnores::new(root).ignored(&root.join("bb"), 1, false));
+    }
+
+    #[test]
+    fn a_bare_folder_is_looked_up_again_when_its_listing_changes() {
+        TREES_SETTLED.with(|s| s.set(true));
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir(root.join("sub")).unwrap();
+        // As if listed long ago: an entry added now gives the folder later times.
+        let hour_ago = SystemTime::now() - std::time::Duration::from_secs(3_600);
+        fs::File::open(root)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let bare = |root: &Path| {
+            let bare = BARE.lock().unwrap();
+            bare.get(root)
+                .is_some_and(|v| Some(*v) == folder_version(root))
+        };
+        let mut ignores = WalkIgnores::new(root);
+        assert!(bare(root));
+        assert!(!ignores.ignored(&root.join("a"), 1, false));
+        fs::write(root.join(".gitignore"), "a\n").unwrap();
+        assert!(!bare(root));
+        assert!(WalkIgnores::new(root).ignored(&root.join("a"), 1, false));
+        // A folder holding `.git` (an exclude file may appear in it) is never bare.
+        let repo = root.join("sub");
+        fs::create_dir(repo.join(".git")).unwrap();
+        fs::File::open(&repo)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let mut ignores = WalkIgnores::new(&repo);
+        assert!(!bare(&repo));
+        fs::create_dir_all(repo.join(".git/info")).unwrap();
+        fs::write(repo.join(".git/info/exclude"), "b\n").unwrap();
+        assert!(
+            !ignores.ignored(&repo.join("b"), 1, false),
+            "levels are loaded once a walk"
+        );
+        assert!(WalkIgnores::new(&repo).ignored(&repo.join("b"), 1, false));
+    }
+
+    #[test]
+    fn a_version_written_within_the_settle_time_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join(".gitignore"), "a\n").unwrap();
+        let first = compiled(root, &root.join(".gitignore")).unwrap();
+        let again = compiled(root, &root.join(".gitignore")).unwrap();
+        assert!(!Arc::ptr_eq(&first, &again));
+    }
+}
