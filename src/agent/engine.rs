@@ -100,7 +100,9 @@ impl Turn {
             }
         };
         let Some(tool) = self.tools.get(&call.name) else {
-            let unknown = Err(tools::registry::unknown_tool(&call.name));
+            let catalog = self.tools.catalog();
+            let names = catalog.iter().map(|tool| tool.name.as_str());
+            let unknown = Err(tools::registry::unknown_among(&call.name, names));
             let text = tools::observation(&unknown, &self.config.limits());
             return self
                 .record_result(call, &text, true, CallOutcome::Error)

@@ -395,7 +395,13 @@ pub fn revertible(name: &str) -> bool {
 
 /// The error the model gets for a name no tool has, listing the native tools' names.
 pub fn unknown_tool(name: &str) -> ToolError {
-    let names: Vec<&str> = NATIVE.iter().map(ToolSpec::name).collect();
+    unknown_among(name, NATIVE.iter().map(ToolSpec::name))
+}
+
+/// The error for a call of `name` where the tools are `tools` (a turn's: the native ones, then
+/// its MCP servers'), so that a misspelt MCP tool is answered with the right name too.
+pub fn unknown_among<'a>(name: &str, tools: impl IntoIterator<Item = &'a str>) -> ToolError {
+    let names: Vec<&str> = tools.into_iter().collect();
     ToolError::new(
         ErrorCode::UnknownTool,
         format!(

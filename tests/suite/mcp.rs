@@ -203,11 +203,14 @@ fn a_stdio_server_s_tools_reach_the_model_and_an_over_cap_result_is_cut_with_the
     let fake = FakeProvider::start();
     let big = "z".repeat(200_000);
     fake.push([
-        calls(&[call(
-            "c1",
-            "mcp__everything__echo",
-            json!({"message": "hello from pen"}),
-        )]),
+        calls(&[
+            call(
+                "c1",
+                "mcp__everything__echo",
+                json!({"message": "hello from pen"}),
+            ),
+            call("c1x", "everything_echo", json!({"message": "x"})),
+        ]),
         calls(&[call("c2", "mcp__everything__echo", json!({"message": big}))]),
         text("done"),
     ]);
@@ -243,6 +246,15 @@ fn a_stdio_server_s_tools_reach_the_model_and_an_over_cap_result_is_cut_with_the
     assert_eq!(
         tool_message(&requests[1].body, "c1"),
         "Echo: hello from pen"
+    );
+    // An MCP tool called without its `mcp__server__` prefix is answered with the turn's tools,
+    // its servers' included, so the model finds the right name.
+    let misspelt = tool_message(&requests[1].body, "c1x");
+    assert!(
+        misspelt.contains("no tool named `everything_echo`")
+            && misspelt.contains("pen_search, ")
+            && misspelt.contains("mcp__everything__echo"),
+        "{misspelt}"
     );
     // Over the cap (64 KiB by default): cut, with the note that this tool cannot page.
     let cut = tool_message(&requests[2].body, "c2");
