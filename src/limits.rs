@@ -569,6 +569,10 @@ pub const SEARCH_VERDICT_CACHE_ENTRIES: usize = 65_536;
 /// hold 124). When full, they are forgotten and compiled anew.
 pub const SEARCH_IGNORE_CACHE_FILES: usize = 4_096;
 
+/// The most of one ignore file (`.gitignore`, `.ignore`, `.git/info/exclude`) pen_search reads;
+/// the lines after it, and a line it cuts, are left out. Far above any real one.
+pub const SEARCH_IGNORE_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Folders pen_search knows to hold no ignore file and no `.git`, by version, 32,768 (about
 /// 5 MiB at most): a later search of an unchanged folder looks its three ignore files up with
 /// one `stat` of the folder instead of three. When full, they are forgotten and learnt anew.

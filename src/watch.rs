@@ -7,25 +7,24 @@
 //! Directories created later are added as their events arrive. Events are debounced.
 
 use crate::limits::{MAX_WATCHED_DIRS, WATCH_DEBOUNCE};
-use crate::workspace::{is_skipped_folder, tree_walk};
+use crate::workspace::is_skipped_folder;
 use notify::RecursiveMode;
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
-/// The directories to watch under `roots`: the walk search uses, directories only, in sorted
+/// The directories to watch under `roots`: the walk search uses (its ignore files read as search
+/// reads them, so a FIFO named `.gitignore` cannot hold the watch), directories only, in sorted
 /// order, at most `max`. The flag says whether some were left out.
 pub fn watched_dirs(roots: &[PathBuf], max: usize) -> (Vec<PathBuf>, bool) {
     let mut dirs = Vec::new();
     for root in roots {
-        let walk = tree_walk(root)
-            .filter_entry(|entry| {
-                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                is_dir && !is_skipped_folder(entry.path())
-            })
-            .build();
-        for entry in walk.flatten() {
+        let (walk, _) = crate::tools::search::page_walk(root, None, usize::MAX, root);
+        let folders = walk
+            .flatten()
+            .filter(|entry| entry.file_type().is_some_and(|t| t.is_dir()));
+        for entry in folders {
             if dirs.len() == max {
                 return (dirs, true);
             }

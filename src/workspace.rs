@@ -965,11 +965,14 @@ pub fn is_skipped_folder(path: &Path) -> bool {
         })
 }
 
-/// The walk of a tree as pen_search and the disk watcher both see it: sorted by file name,
+/// The walk of a tree as pen_search, pen_find and the disk watcher see it: sorted by file name,
 /// hidden files included, symlinks not followed, `.gitignore`, `.ignore` and `.git/info/exclude`
 /// honoured without a `.git`, and neither the user's global git configuration nor ignore files
 /// above `root` read (a result must not depend on who runs it or where the workspace sits).
-/// Callers add their own `filter_entry`, each calling [`is_skipped_folder`].
+/// Callers add their own `filter_entry`, each calling [`is_skipped_folder`]. The tools and the
+/// watcher walk through `tools::search::page_walk`, which turns the ignore files off here and
+/// applies them itself, compiled once per version and read without blocking (a FIFO named
+/// `.gitignore` would hold this walk's own reading forever).
 pub fn tree_walk(root: &Path) -> ignore::WalkBuilder {
     let mut walk = ignore::WalkBuilder::new(root);
     walk.hidden(false)

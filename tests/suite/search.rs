@@ -491,3 +491,44 @@ fn the_catalog_describes_the_arguments() {
     assert!(description.contains("Unicode characters"), "{description}");
     assert!(description.contains("next_after"), "{description}");
 }
+
+/// A hostile repository's `.gitignore` that is a FIFO (in the searched folder, below it and above
+/// it) holds neither pen_search nor pen_find: ignore files are opened non-blocking and read only
+/// when they are regular files. Before, both waited forever for a writer.
+#[test]
+fn a_fifo_named_gitignore_holds_no_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("a/b/c")).unwrap();
+    fs::write(root.join("a/b/c/x.txt"), "needle\n").unwrap();
+    for fifo in ["a/.gitignore", "a/b/.ignore", "a/b/c/.gitignore"] {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join(fifo),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+    let runs = [
+        ("pen_search", json!({"query": "needle"})),
+        ("pen_search", json!({"query": "needle", "path": "a/b"})),
+        ("pen_find", json!({"glob": "*.txt"})),
+        ("pen_find", json!({"glob": "*.txt", "path": "a/b/c"})),
+    ];
+    for (tool, args) in runs {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pen"))
+            .args(["tool", tool, &args.to_string(), "--root"])
+            .arg(root)
+            .env("PEN_CONFIG", "/nonexistent/pen-config.json")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert_eq!(code, 0, "{tool} {args}: {out}");
+        assert!(out.contains("a/b/c/x.txt"), "{tool} {args}: {out}");
+    }
+}

@@ -785,3 +785,37 @@ fn a_client_that_stops_reading_cannot_hold_pen_open_at_exit() {
         out.len()
     );
 }
+
+/// A hostile repository's `.gitignore` that is a FIFO does not hold the disk watcher: it starts,
+/// watches the folders and sees a change (before, its walk waited forever for a writer).
+#[test]
+fn a_fifo_named_gitignore_does_not_hold_the_disk_watcher() {
+    let (_data, root, mut client) = daemon(&[("PEN_TEST_HOOKS", "1")]);
+    fs::create_dir_all(root.path().join("src")).unwrap();
+    fs::write(root.path().join("src/lib.rs"), "let x = 1;\n").unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.path().join("src/.gitignore"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    client.initialize(root.path(), &["utf-16"]);
+    client.request(
+        "pen/callTool",
+        json!({"name": "pen_read", "arguments": {"path": "src/lib.rs"}}),
+    );
+    let status = client.request("pen/test/watchStatus", json!(null));
+    assert_eq!(status["watching"], true, "{status}");
+    assert_eq!(status["watched"], 2, "{status}");
+    fs::write(root.path().join("src/lib.rs"), "let x = 2;\n").unwrap();
+    let path = root
+        .path()
+        .join("src/lib.rs")
+        .to_string_lossy()
+        .into_owned();
+    let seen = client.request("pen/test/awaitDiskChange", json!({"path": path}));
+    assert_eq!(seen["changed"], true);
+    assert_eq!(client.close(), Some(0));
+}

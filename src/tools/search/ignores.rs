@@ -21,12 +21,15 @@
 //! - Bounded: at most [`SEARCH_IGNORE_CACHE_FILES`] files and [`SEARCH_IGNORE_CACHE_FOLDERS`]
 //!   bare folders; a full cache is emptied.
 
-use crate::limits::{SEARCH_IGNORE_CACHE_FILES, SEARCH_IGNORE_CACHE_FOLDERS};
+use crate::limits::{
+    SEARCH_IGNORE_CACHE_FILES, SEARCH_IGNORE_CACHE_FOLDERS, SEARCH_IGNORE_FILE_BYTES,
+};
 use crate::tools::versions::VersionKey;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustc_hash::FxHashMap;
 use std::ffi::OsStr;
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -221,9 +224,10 @@ fn compiled(dir: &Path, file: &Path) -> Option<Arc<Gitignore>> {
             let mut builder = GitignoreBuilder::new(dir);
             // As `ignore` builds them: a line it cannot parse is left out, a file it cannot
             // build has no rules.
-            let _ = builder.add(file);
+            let read = add_file(&mut builder, file);
             let gitignore = Arc::new(builder.build().unwrap_or_else(|_| Gitignore::empty()));
-            let unchanged = std::fs::metadata(file).is_ok_and(|m| VersionKey::of(&m) == key);
+            let unchanged = read == Some(key)
+                && std::fs::metadata(file).is_ok_and(|m| VersionKey::of(&m) == key);
             if unchanged && key.settled(settle_point(started)) {
                 let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
                 if compiled.len() >= SEARCH_IGNORE_CACHE_FILES {
@@ -235,6 +239,47 @@ fn compiled(dir: &Path, file: &Path) -> Option<Arc<Gitignore>> {
         }
     };
     (gitignore.num_ignores() + gitignore.num_whitelists() > 0).then_some(gitignore)
+}
+
+/// Reads the ignore file at `file` into `builder` as `GitignoreBuilder::add` does (lines, a
+/// leading BOM dropped, reading stops at a line that is not UTF-8), but never blocks: the file is
+/// opened non-blocking and read only when it is a regular file, so a FIFO named `.gitignore` in
+/// a hostile repository cannot hold a search (or pen_find) forever. At most
+/// [`SEARCH_IGNORE_FILE_BYTES`] are read. Returns the version read, if a file was.
+pub(super) fn add_file(builder: &mut GitignoreBuilder, file: &Path) -> Option<VersionKey> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(file)
+        .ok()?;
+    let metadata = opened.metadata().ok()?;
+    if !metadata.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    opened
+        .take(SEARCH_IGNORE_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    if metadata.len() > SEARCH_IGNORE_FILE_BYTES {
+        // The last line read may be cut: leave it out.
+        lines.pop();
+    }
+    for (index, line) in lines.into_iter().enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Ok(line) = std::str::from_utf8(line) else {
+            break;
+        };
+        let line = if index == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        let _ = builder.add_line(Some(file.to_path_buf()), line);
+    }
+    Some(VersionKey::of(&metadata))
 }
 
 /// The moment what search keeps of a version (an ignore file, a bare folder, a kept walk's

@@ -2,7 +2,7 @@
 //! folders and the ignore files above the search root; and the walker that counts entries and
 //! turns each wanted file into a job for the readers.
 
-use super::ignores::WalkIgnores;
+use super::ignores::{WalkIgnores, add_file};
 use super::outcome::{Done, Job, Outcome, SkipReason, Walked};
 use super::{Request, Resume};
 use crate::workspace::{Workspace, is_skipped_folder};
@@ -134,7 +134,7 @@ pub(super) fn enclosing_ignores(workspace_root: &Path, root: &Path) -> Vec<Gitig
             // Later files take precedence, as in the walk: .ignore over .gitignore over exclude.
             // A missing file is no error here.
             for file in [".git/info/exclude", ".gitignore", ".ignore"] {
-                let _ = builder.add(dir.join(file));
+                add_file(&mut builder, &dir.join(file));
             }
             builder
                 .build()
