@@ -85,3 +85,15 @@ pub fn wait_bounded(child: &mut std::process::Child, limit: std::time::Duration)
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Makes a FIFO at `path` (what a hostile repository can hold where pen expects a file).
+pub fn make_fifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}

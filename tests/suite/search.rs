@@ -502,14 +502,7 @@ fn a_fifo_named_gitignore_holds_no_search() {
     fs::create_dir_all(root.join("a/b/c")).unwrap();
     fs::write(root.join("a/b/c/x.txt"), "needle\n").unwrap();
     for fifo in ["a/.gitignore", "a/b/.ignore", "a/b/c/.gitignore"] {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            root.join(fifo),
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            0,
-        )
-        .unwrap();
+        super::common::make_fifo(&root.join(fifo));
     }
     let runs = [
         ("pen_search", json!({"query": "needle"})),

@@ -224,25 +224,8 @@ fn a_file_changed_on_disk_after_a_read_is_seen_and_its_edit_refused() {
     fs::create_dir_all(root.path().join("src")).unwrap();
     fs::create_dir_all(root.path().join("node_modules/dep")).unwrap();
     fs::write(root.path().join("src/lib.rs"), "let x = 1;\n").unwrap();
-    client.initialize(root.path(), &["utf-16"]);
-    client.request(
-        "pen/callTool",
-        json!({"name": "pen_read", "arguments": {"path": "src/lib.rs"}}),
-    );
-    // The watcher starts after `initialized`; the hook answers once it runs.
-    let status = client.request("pen/test/watchStatus", json!(null));
-    assert_eq!(status["watching"], true, "{status}");
     // root and src; node_modules is not entered.
-    assert_eq!(status["watched"], 2, "{status}");
-
-    fs::write(root.path().join("src/lib.rs"), "let x = 2;\n").unwrap();
-    let path = root
-        .path()
-        .join("src/lib.rs")
-        .to_string_lossy()
-        .into_owned();
-    let seen = client.request("pen/test/awaitDiskChange", json!({"path": path}));
-    assert_eq!(seen["changed"], true);
+    read_then_see_a_disk_change(&mut client, root.path());
     let edit = client.request(
         "pen/callTool",
         json!({"name": "pen_edit", "arguments": {"path": "src/lib.rs", "edits": [{"old_text": "2", "new_text": "3"}]}}),
@@ -793,29 +776,26 @@ fn a_fifo_named_gitignore_does_not_hold_the_disk_watcher() {
     let (_data, root, mut client) = daemon(&[("PEN_TEST_HOOKS", "1")]);
     fs::create_dir_all(root.path().join("src")).unwrap();
     fs::write(root.path().join("src/lib.rs"), "let x = 1;\n").unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        root.path().join("src/.gitignore"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
-    client.initialize(root.path(), &["utf-16"]);
+    super::common::make_fifo(&root.path().join("src/.gitignore"));
+    read_then_see_a_disk_change(&mut client, root.path());
+    assert_eq!(client.close(), Some(0));
+}
+
+/// Initializes the daemon over `root`, reads `src/lib.rs` ("let x = 1;"), checks that the
+/// watcher watches two folders (the root and `src`), changes the file on disk and waits until
+/// the watcher has reported it.
+fn read_then_see_a_disk_change(client: &mut LspClient, root: &std::path::Path) {
+    client.initialize(root, &["utf-16"]);
     client.request(
         "pen/callTool",
         json!({"name": "pen_read", "arguments": {"path": "src/lib.rs"}}),
     );
+    // The watcher starts after `initialized`; the hook answers once it runs.
     let status = client.request("pen/test/watchStatus", json!(null));
     assert_eq!(status["watching"], true, "{status}");
     assert_eq!(status["watched"], 2, "{status}");
-    fs::write(root.path().join("src/lib.rs"), "let x = 2;\n").unwrap();
-    let path = root
-        .path()
-        .join("src/lib.rs")
-        .to_string_lossy()
-        .into_owned();
+    fs::write(root.join("src/lib.rs"), "let x = 2;\n").unwrap();
+    let path = root.join("src/lib.rs").to_string_lossy().into_owned();
     let seen = client.request("pen/test/awaitDiskChange", json!({"path": path}));
     assert_eq!(seen["changed"], true);
-    assert_eq!(client.close(), Some(0));
 }
