@@ -111,6 +111,9 @@ pub struct RunCommand {
     /// Attach a file (or lines L1-L2 of it) to the prompt: `--file src/a.rs:10-40`. Repeatable.
     #[arg(long = "file", value_name = "PATH[:L1-L2]")]
     pub files: Vec<String>,
+    /// The permission mode (the `mode` config key): plan, ask, edit or auto.
+    #[arg(long)]
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -294,6 +297,7 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
         ("provider", &command.provider),
         ("model", &command.model),
         ("base_url", &command.base_url),
+        ("mode", &command.mode),
     ] {
         if let Some(value) = value
             && let Err(e) = config.set(key, &serde_json::Value::String(value.clone()))
@@ -429,6 +433,7 @@ async fn headless(
 /// answer).
 async fn announce(engine: &crate::agent::Engine, config: &Config, session_id: &str) {
     eprintln!("pen: session {session_id}");
+    eprintln!("pen: mode {} ({})", config.mode, config.mode.description());
     if let Ok((target, window)) = engine.window(config).await {
         eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
     }
@@ -635,9 +640,13 @@ pub fn usage_line(usage: &crate::providers::Usage) -> String {
     line
 }
 
-/// Approvals for `pen run`: asks on the terminal when there is one; otherwise denies, since
-/// nobody is there to approve (allow tools ahead with the `auto_approve` config key).
+/// Approvals for `pen run`: asks on the terminal when there is one; otherwise nobody can be
+/// asked, and the call does not run ("approval no longer applies", which names the mode or
+/// key that would have run it).
 struct TerminalApprover;
+
+/// The answers of `pen run`'s approval prompt.
+const APPROVAL_CHOICES: &str = "[y]es / [a]lways this session / [n]o / [r] no, and tell pen why";
 
 impl crate::agent::Approver for TerminalApprover {
     fn ask(
@@ -648,10 +657,12 @@ impl crate::agent::Approver for TerminalApprover {
         use std::io::IsTerminal;
         Box::pin(async move {
             if !std::io::stdin().is_terminal() {
-                return Ok((
-                    Decision::Deny,
-                    Some("pen run has no terminal to ask on; allow the tool with the auto_approve config key".into()),
-                ));
+                let why = "pen run has no terminal to ask on";
+                match &request.would_allow {
+                    Some(hint) => eprintln!("pen: {} was not asked: {why}; {hint}", request.tool),
+                    None => eprintln!("pen: {} was not asked: {why}", request.tool),
+                }
+                return Err(why.into());
             }
             if let Some(diff) = &request.diff {
                 eprintln!("{diff}");
@@ -660,24 +671,39 @@ impl crate::agent::Approver for TerminalApprover {
                 eprintln!("pen: {note}");
             }
             eprint!(
-                "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
-                request.tool, request.arguments
+                "pen [mode {}]: allow {} {}? {APPROVAL_CHOICES}: ",
+                request.mode, request.tool, request.arguments
             );
-            let answer = tokio::task::spawn_blocking(|| {
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line).map(|_| line)
-            })
-            .await;
-            match answer {
-                Ok(Ok(line)) => Ok(match line.trim() {
-                    "y" | "yes" => (Decision::Allow, None),
-                    "a" | "always" => (Decision::AllowForSession, None),
-                    _ => (Decision::Deny, None),
-                }),
-                _ => Err("the terminal closed".into()),
-            }
+            let Some(line) = read_terminal_line().await else {
+                return Err("the terminal closed".into());
+            };
+            let answer = match line.trim() {
+                "y" | "yes" => (Decision::Allow, None),
+                "a" | "always" => (Decision::AllowForSession, None),
+                "r" | "reason" => {
+                    eprint!("pen: why (pen reads it): ");
+                    let reason = read_terminal_line().await.unwrap_or_default();
+                    (Decision::Deny, Some(reason.trim().to_string()))
+                }
+                _ => (Decision::Deny, None),
+            };
+            Ok(answer)
         })
     }
+}
+
+/// One line typed at the terminal, read on a blocking thread; `None` when the terminal closed.
+async fn read_terminal_line() -> Option<String> {
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// `pen mcp list` and `pen mcp call`. Project servers (`.mcp.json`) run only when approved

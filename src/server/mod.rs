@@ -139,7 +139,8 @@ where
     .custom_method(methods::MCP_STATUS, Backend::mcp_status)
     .custom_method(methods::REVERT_TURN, Backend::revert_turn)
     .custom_method(methods::FORK_SESSION, Backend::fork_session)
-    .custom_method(methods::GET_SESSION_CONTEXT, Backend::get_session_context);
+    .custom_method(methods::GET_SESSION_CONTEXT, Backend::get_session_context)
+    .custom_method(methods::SET_MODE, Backend::set_mode);
     // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
     #[cfg(feature = "test-hooks")]
     let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {

@@ -158,6 +158,27 @@ impl Backend {
         })
     }
 
+    /// `pen/setMode`: switches an existing session's permission mode, from its running turn's
+    /// next call on.
+    pub(super) async fn set_mode(
+        &self,
+        params: protocol::SetModeParams,
+    ) -> jsonrpc::Result<protocol::SetModeResponse> {
+        let engine = self
+            .state
+            .engine
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let lookup = params.session_id.clone();
+        self.with_sessions(move |store| store.get_session(&lookup))
+            .await?;
+        engine.set_mode(&params.session_id, params.mode.into());
+        Ok(protocol::SetModeResponse {
+            session_id: params.session_id,
+            mode: params.mode,
+        })
+    }
+
     pub(super) async fn stop(&self, params: StopParams) -> jsonrpc::Result<StopResponse> {
         let stopped = match &self.state.engine {
             Ok(engine) => engine.stop(&params.session_id),
