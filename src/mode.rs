@@ -1,4 +1,4 @@
-//! Permission modes (SPEC §14) and the one table that decides, for a call, whether it runs
+//! Permission modes (issue 28) and the one table that decides, for a call, whether it runs
 //! without asking, asks the owner, or is refused: [`decide`], by mode × what the call is
 //! ([`CallClass`], a command with its [`Confinement`]) × whether the owner allowed it ahead.
 //!
