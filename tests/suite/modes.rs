@@ -283,3 +283,81 @@ fn a_headless_run_names_the_mode_that_would_have_allowed_the_call() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("plan, ask, edit, auto"), "{stderr}");
 }
+
+/// `pen run` at a terminal (a real pseudo-terminal, from util-linux's `script`): `r` at the
+/// approval prompt denies and asks why; the model reads the reason.
+#[test]
+fn pen_run_at_a_terminal_denies_with_the_reason_the_model_reads() {
+    use std::io::Write;
+    let fake = FakeProvider::start();
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    fake.push([answer("", &[command("c1")]), answer("Not run.", &[])]);
+    let pen = format!(
+        "{} run 'run it' --provider openai --model m --base-url {}/v1",
+        env!("CARGO_BIN_EXE_pen"),
+        fake.url()
+    );
+    let mut script = Command::new("script")
+        .args(["--quiet", "--return", "--command", &pen, "/dev/null"])
+        .current_dir(root.path())
+        .env("PEN_DATA_DIR", data.path())
+        .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env_remove("PEN_MODE")
+        .env_remove("PEN_AUTO_APPROVE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux's script makes the pseudo-terminal");
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"r\nuse the tests instead\n").unwrap();
+    let output = script.wait_with_output().unwrap();
+    drop(stdin);
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("pen [mode ask]: allow pen_command")
+            && shown.contains("[r] no, and tell pen why"),
+        "{shown}"
+    );
+    let told = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        told.contains("The owner said: use the tests instead"),
+        "{told}"
+    );
+    assert!(!root.path().join("ran.txt").exists());
+}
+
+/// A switch while a turn runs decides the turn's next call: the owner, asked about one edit,
+/// switches to `auto` and allows it; the next edit of the same turn runs without asking.
+#[test]
+fn a_switch_during_a_turn_decides_its_next_call() {
+    use super::lsp_client::frame;
+    let fake = FakeProvider::start();
+    fake.push([
+        answer("", &[read("r1")]),
+        answer("", &[edit("e1", "alpha", "beta")]),
+        answer("", &[edit("e2", "beta", "gamma")]),
+        answer("Done.", &[]),
+    ]);
+    let (mut client, _data, root) = daemon(&fake, &[]);
+    let session = client.new_session();
+    let prompt = client.send_request(
+        "pen/prompt",
+        json!({"sessionId": session, "text": "two edits"}),
+    );
+    let asked = client.wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
+    assert_eq!(asked["params"]["callId"], "e1");
+    assert_eq!(asked["params"]["mode"], "ask");
+    client.request("pen/setMode", json!({"sessionId": session, "mode": "auto"}));
+    let allow = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"decision": "allow"}});
+    client.send_raw(&frame(allow.to_string().as_bytes()));
+    let answer = client.wait_for_response(&prompt);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        fs::read_to_string(root.path().join("a.txt")).unwrap(),
+        "gamma\n"
+    );
+    assert_eq!(approvals(&client), Vec::<Value>::new(), "e2 was not asked");
+}
