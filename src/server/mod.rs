@@ -264,6 +264,14 @@ impl Backend {
         .await
     }
 
+    /// The turn engine, or why sessions are unavailable (InternalError).
+    fn engine(&self) -> jsonrpc::Result<Arc<agent::Engine>> {
+        self.state
+            .engine
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))
+    }
+
     /// Runs a session-store call on a blocking thread (SQLite is synchronous) and maps its
     /// errors: a bad id or cursor is the client's InvalidParams, anything else InternalError.
     async fn with_sessions<T: Send + 'static>(

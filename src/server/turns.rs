@@ -11,11 +11,7 @@ impl Backend {
     /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
     /// `$/progress` report it; `pen/stop` ends it.
     pub(super) async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let engine = self.engine()?;
         let session_id = params.session_id.clone();
         let lookup = session_id.clone();
         let exists = self
@@ -164,11 +160,7 @@ impl Backend {
         &self,
         params: protocol::SetModeParams,
     ) -> jsonrpc::Result<protocol::SetModeResponse> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let engine = self.engine()?;
         let lookup = params.session_id.clone();
         self.with_sessions(move |store| store.get_session(&lookup))
             .await?;

@@ -3,9 +3,11 @@
 
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use super::lsp_client::LspClient;
+use super::mcp::{Daemon, daemon_in};
 use pen::providers::{ToolCall, Usage};
 use serde_json::{Value, json};
 use std::fs;
+use std::path::PathBuf;
 use std::process::Command;
 
 fn call(id: &str, name: &str, args: Value) -> ToolCall {
@@ -38,36 +40,27 @@ fn command(id: &str) -> ToolCall {
     call(id, "pen_command", json!({"command": "echo hi > ran.txt"}))
 }
 
-/// `pen serve` in a fresh workspace holding `a.txt` = "alpha\n", its provider the fake; every
-/// approval is denied with a reason (the test reads what was asked from `server_requests`).
-fn daemon(
-    fake: &FakeProvider,
-    env: &[(&str, &str)],
-) -> (LspClient, tempfile::TempDir, tempfile::TempDir) {
+/// `pen serve` in a fresh workspace holding `a.txt` = "alpha\n", its provider the fake (the MCP
+/// suite's daemon, with no servers); every approval is denied with a reason. Returns the
+/// daemon and its workspace.
+fn daemon(fake: &FakeProvider, env: &[(&str, &str)]) -> (Daemon, PathBuf) {
     let data = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     fs::write(root.path().join("a.txt"), "alpha\n").unwrap();
-    let base = format!("{}/v1", fake.url());
-    let mut vars = vec![
-        ("PEN_PROVIDER", "openai"),
-        ("PEN_BASE_URL", base.as_str()),
-        ("PEN_MODEL", "fake-model"),
-    ];
-    vars.extend_from_slice(env);
-    let mut client = LspClient::spawn(data.path(), root.path(), &vars);
-    client.on_request(|method, _| match method {
+    let path = root.path().to_path_buf();
+    let mut daemon = daemon_in(fake, env, data, root, json!({}), &[]);
+    daemon.client.on_request(|method, _| match method {
         "pen/requestApproval" => json!({"decision": "deny", "reason": "use cargo check instead"}),
         _ => Value::Null,
     });
-    client.initialize(root.path(), &["utf-16"]);
-    (client, data, root)
+    (daemon, path)
 }
 
-fn approvals(client: &LspClient) -> Vec<Value> {
-    client
-        .server_requests
-        .iter()
-        .filter(|r| r["method"] == "pen/requestApproval")
+/// The params of the approvals pen asked for, in order.
+fn approvals(daemon: &Daemon) -> Vec<Value> {
+    daemon
+        .approvals_asked()
+        .into_iter()
         .map(|r| r["params"].clone())
         .collect()
 }
@@ -107,27 +100,23 @@ fn plan_mode_refuses_edits_and_commands_without_asking_then_edit_mode_lets_an_ed
         answer("", &[command("c2")]),
         answer("Done.", &[]),
     ]);
-    let (mut client, _data, root) = daemon(&fake, &[]);
-    let session = client.new_session();
-    let set = client.request("pen/setMode", json!({"sessionId": session, "mode": "plan"}));
+    let (mut d, root) = daemon(&fake, &[]);
+
+    let session = d.client.new_session();
+    let set = d
+        .client
+        .request("pen/setMode", json!({"sessionId": session, "mode": "plan"}));
     assert_eq!(set, json!({"sessionId": session, "mode": "plan"}));
     assert_eq!(
-        client.prompt(&session, "make it beta")["stopReason"],
+        d.client.prompt(&session, "make it beta")["stopReason"],
         "end_turn"
     );
 
-    assert_eq!(
-        approvals(&client),
-        Vec::<Value>::new(),
-        "plan mode asks nobody"
-    );
-    assert_eq!(
-        fs::read_to_string(root.path().join("a.txt")).unwrap(),
-        "alpha\n"
-    );
-    assert!(!root.path().join("ran.txt").exists());
+    assert_eq!(approvals(&d), Vec::<Value>::new(), "plan mode asks nobody");
+    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "alpha\n");
+    assert!(!root.join("ran.txt").exists());
     for id in ["e1", "c1"] {
-        let result = result_of(&mut client, &session, id);
+        let result = result_of(&mut d.client, &session, id);
         assert_eq!(result["state"], "denied", "{result}");
         assert!(
             result["content"]
@@ -148,23 +137,21 @@ fn plan_mode_refuses_edits_and_commands_without_asking_then_edit_mode_lets_an_ed
     );
 
     // Mid-session switch: the next edit runs without asking.
-    client.request("pen/setMode", json!({"sessionId": session, "mode": "edit"}));
+    d.client
+        .request("pen/setMode", json!({"sessionId": session, "mode": "edit"}));
     assert_eq!(
-        client.prompt(&session, "go ahead")["stopReason"],
+        d.client.prompt(&session, "go ahead")["stopReason"],
         "end_turn"
     );
     assert!(user_text(&fake, 3).contains("Plan mode is over (mode: edit)"));
-    assert_eq!(
-        fs::read_to_string(root.path().join("a.txt")).unwrap(),
-        "beta\n"
-    );
-    assert_eq!(result_of(&mut client, &session, "e2")["state"], "done");
+    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "beta\n");
+    assert_eq!(result_of(&mut d.client, &session, "e2")["state"], "done");
     // The command asked, naming the mode, and the owner's reason reached the model.
-    let asked = approvals(&client);
+    let asked = approvals(&d);
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["tool"], "pen_command");
     assert_eq!(asked[0]["mode"], "edit");
-    let denied = result_of(&mut client, &session, "c2");
+    let denied = result_of(&mut d.client, &session, "c2");
     assert_eq!(denied["state"], "denied");
     assert!(
         denied["content"]
@@ -173,12 +160,16 @@ fn plan_mode_refuses_edits_and_commands_without_asking_then_edit_mode_lets_an_ed
             .ends_with("The owner said: use cargo check instead"),
         "{denied}"
     );
-    assert!(!root.path().join("ran.txt").exists());
+    assert!(!root.join("ran.txt").exists());
 
     // An unknown mode or session is the client's error.
-    let bad = client.request_raw("pen/setMode", json!({"sessionId": session, "mode": "yolo"}));
+    let bad = d
+        .client
+        .request_raw("pen/setMode", json!({"sessionId": session, "mode": "yolo"}));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
-    let bad = client.request_raw("pen/setMode", json!({"sessionId": "s_nope", "mode": "ask"}));
+    let bad = d
+        .client
+        .request_raw("pen/setMode", json!({"sessionId": "s_nope", "mode": "ask"}));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
 }
 
@@ -190,17 +181,14 @@ fn auto_mode_from_the_config_runs_edits_without_asking_and_an_unconfined_command
         answer("", &[edit("e1", "alpha", "beta"), command("c1")]),
         answer("Done.", &[]),
     ]);
-    let (mut client, _data, root) = daemon(&fake, &[("PEN_MODE", "auto")]);
-    let session = client.new_session();
+    let (mut d, root) = daemon(&fake, &[("PEN_MODE", "auto")]);
+    let session = d.client.new_session();
     assert_eq!(
-        client.prompt(&session, "make it beta")["stopReason"],
+        d.client.prompt(&session, "make it beta")["stopReason"],
         "end_turn"
     );
-    assert_eq!(
-        fs::read_to_string(root.path().join("a.txt")).unwrap(),
-        "beta\n"
-    );
-    let asked = approvals(&client);
+    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "beta\n");
+    let asked = approvals(&d);
     assert_eq!(asked.len(), 1, "only the command asks: {asked:?}");
     assert_eq!(asked[0]["tool"], "pen_command");
     assert_eq!(asked[0]["mode"], "auto");
@@ -341,23 +329,23 @@ fn a_switch_during_a_turn_decides_its_next_call() {
         answer("", &[edit("e2", "beta", "gamma")]),
         answer("Done.", &[]),
     ]);
-    let (mut client, _data, root) = daemon(&fake, &[]);
-    let session = client.new_session();
-    let prompt = client.send_request(
+    let (mut d, root) = daemon(&fake, &[]);
+    let session = d.client.new_session();
+    let prompt = d.client.send_request(
         "pen/prompt",
         json!({"sessionId": session, "text": "two edits"}),
     );
-    let asked = client.wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
+    let asked = d
+        .client
+        .wait_for(|m| m["method"] == "pen/requestApproval" && m.get("id").is_some());
     assert_eq!(asked["params"]["callId"], "e1");
     assert_eq!(asked["params"]["mode"], "ask");
-    client.request("pen/setMode", json!({"sessionId": session, "mode": "auto"}));
+    d.client
+        .request("pen/setMode", json!({"sessionId": session, "mode": "auto"}));
     let allow = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"decision": "allow"}});
-    client.send_raw(&frame(allow.to_string().as_bytes()));
-    let answer = client.wait_for_response(&prompt);
+    d.client.send_raw(&frame(allow.to_string().as_bytes()));
+    let answer = d.client.wait_for_response(&prompt);
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
-    assert_eq!(
-        fs::read_to_string(root.path().join("a.txt")).unwrap(),
-        "gamma\n"
-    );
-    assert_eq!(approvals(&client), Vec::<Value>::new(), "e2 was not asked");
+    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "gamma\n");
+    assert_eq!(approvals(&d), Vec::<Value>::new(), "e2 was not asked");
 }
