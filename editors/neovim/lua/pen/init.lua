@@ -31,7 +31,7 @@ M.state = {
   last_prompt = {}, -- sessionId -> the text of its last prompt, for :PenRetry
   status = '', -- short text for the statusline
   mode = nil, -- the permission mode :PenMode chose (nil: the daemon's `mode` setting)
-  mode_sent = {}, -- sessionId -> the mode last sent to its daemon with pen/setMode
+  mode_sent = {}, -- 'clientId:sessionId' -> the mode last sent to that daemon with pen/setMode
 }
 
 local function notify(msg, level)
@@ -595,7 +595,9 @@ end
 --- (and says why) when the daemon refused it.
 function M.send_mode(client, session)
   local mode = M.state.mode
-  if not mode or M.state.mode_sent[session] == mode then
+  -- Keyed by client too: a restarted daemon knows no session's mode.
+  local key = client.id .. ':' .. session
+  if not mode or M.state.mode_sent[key] == mode then
     return true
   end
   local _, err = request_sync(client, methods.SET_MODE, { sessionId = session, mode = mode })
@@ -603,7 +605,7 @@ function M.send_mode(client, session)
     notify('setMode: ' .. tostring(err), vim.log.levels.ERROR)
     return false
   end
-  M.state.mode_sent[session] = mode
+  M.state.mode_sent[key] = mode
   return true
 end
 
