@@ -102,13 +102,15 @@ pub struct Engine {
 pub(super) struct SessionModes(Mutex<HashMap<String, Mode>>);
 
 impl SessionModes {
-    /// The mode `session_id` was switched to, if any.
-    pub(super) fn get(&self, session_id: &str) -> Option<Mode> {
+    /// The mode a turn of `session_id` runs in under `config`: the one it was switched to, else
+    /// the configured `mode`.
+    pub(super) fn of(&self, session_id: &str, config: &Config) -> Mode {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(session_id)
             .copied()
+            .unwrap_or(config.mode)
     }
 }
 
@@ -169,7 +171,7 @@ impl Engine {
     /// The mode a turn of `session_id` runs in under `config`: the one it was switched to,
     /// else the configured `mode`.
     pub fn mode(&self, session_id: &str, config: &Config) -> Mode {
-        self.modes.get(session_id).unwrap_or(config.mode)
+        self.modes.of(session_id, config)
     }
 
     pub fn store(&self) -> &Arc<SessionStore> {

@@ -311,7 +311,7 @@ impl Turn {
 
     /// The session's permission mode now: the one it was switched to, else the configured one.
     pub(super) fn mode(&self) -> crate::mode::Mode {
-        self.modes.get(&self.session_id).unwrap_or(self.config.mode)
+        self.modes.of(&self.session_id, &self.config)
     }
 
     pub(super) fn lock_history(&self) -> std::sync::MutexGuard<'_, SessionHistory> {
