@@ -248,6 +248,7 @@ fn settings(
     let mut settings = ProviderSettings::new(kind, model);
     settings.base_url = base_url;
     settings.api_key = key_name.as_deref().and_then(env);
+    settings.key_variable = key_name;
     settings.request_timeout = Duration::from_secs(config.request_timeout_secs);
     settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
     settings.reasoning_budget_tokens =
