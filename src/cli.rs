@@ -3,6 +3,7 @@
 //! (`pen sessions`, `pen revert`, `pen fork`, `pen mcp`) print for a person on a terminal and
 //! JSON lines otherwise. What the terminal shows is built in [`terminal`].
 
+pub mod human;
 pub mod terminal;
 
 use crate::config::{self, Config};
@@ -43,11 +44,15 @@ pub enum Command {
     /// Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C), 2 on
     /// bad usage.
     Run(RunCommand),
-    /// List sessions, newest first, one JSON object a line (as pen/listSessions shows them).
+    /// List sessions, newest first: a line each on a terminal; one JSON object a line (as
+    /// pen/listSessions shows them) with --json or when stdout is not a terminal.
     Sessions {
         /// Also list sessions with no work in them (a first prompt whose provider failed).
         #[arg(long)]
         all: bool,
+        /// JSON lines, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
     /// Export a session's transcript, one JSON entry a line, in its stored form (every field pen
     /// recorded; pen/getTranscript's entries are the editors' typed view of the same records).
@@ -56,9 +61,9 @@ pub enum Command {
         session_id: String,
     },
     /// Revert the file changes of a turn and every later one (the last turn when TURN is not
-    /// given), in the current directory's workspace; prints the result as pen/revertTurn answers
-    /// it. Exit 0 when every file was reverted, 1 on an error, 2 when a file is in conflict or
-    /// not revertible.
+    /// given), in the current directory's workspace; prints what it did file by file on a
+    /// terminal, else (or with --json) the result as pen/revertTurn answers it. Exit 0 when every
+    /// file was reverted, 1 on an error, 2 when a file is in conflict or not revertible.
     Revert {
         /// The session id (from `pen sessions`).
         session_id: String,
@@ -67,13 +72,20 @@ pub enum Command {
         /// Also overwrite files that changed after pen wrote them.
         #[arg(long)]
         force: bool,
+        /// The JSON result, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
-    /// Start a new session whose history is SESSION's before TURN; prints its id.
+    /// Start a new session whose history is SESSION's before TURN; prints its id (JSON with
+    /// --json or when stdout is not a terminal).
     Fork {
         /// The session id (from `pen sessions`).
         session_id: String,
         /// The first turn the fork leaves out (from `pen transcript`).
         turn_id: String,
+        /// The JSON result, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
     /// The MCP servers of the config (and the current folder's `.mcp.json`), for debugging.
     #[command(subcommand)]
@@ -82,8 +94,13 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
-    /// Start every server and print each one's status and tools, one JSON object a line.
-    List,
+    /// Start every server and print each one's status and tools: a line each on a terminal,
+    /// one JSON object a line with --json or when stdout is not a terminal.
+    List {
+        /// JSON lines, also on a terminal.
+        #[arg(long)]
+        json: bool,
+    },
     /// Call one MCP tool; print the result exactly as the model would see it (capped).
     Call {
         /// The server's name (the NAME of `[mcp_servers.NAME]`).
@@ -895,9 +912,16 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
             .prepare(&config.mcp_servers, &root, None, &never)
             .await;
         match command {
-            McpCommand::List => {
+            McpCommand::List { json } => {
+                let style = terminal::Style::for_stdout();
                 for status in mcp.status() {
                     let tools = mcp.tool_names(&status.name);
+                    if human::for_a_person(json) {
+                        if !print_line(&human::mcp_server_line(&status, &tools, style)) {
+                            return ExitCode::from(EXIT_STDOUT_CLOSED);
+                        }
+                        continue;
+                    }
                     let left_out: Vec<serde_json::Value> = mcp
                         .left_out(&status.name)
                         .into_iter()
@@ -960,7 +984,7 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
 }
 
 /// `pen revert SESSION [TURN] [--force]`.
-pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitCode {
+pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool, json: bool) -> ExitCode {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -1003,7 +1027,12 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
                         use protocol::FileStatus as S;
                         matches!(f.status, S::Reverted | S::Deleted | S::Unchanged)
                     });
-                if !print_line(&json_line(&result)) {
+                let shown = if human::for_a_person(json) {
+                    human::revert_lines(&result, terminal::Style::for_stdout()).join("\n")
+                } else {
+                    json_line(&result)
+                };
+                if !print_line(&shown) {
                     return ExitCode::from(EXIT_STDOUT_CLOSED);
                 }
                 if clean {
@@ -1018,7 +1047,7 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
 }
 
 /// `pen fork SESSION TURN`.
-pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
+pub fn run_fork(session_id: &str, turn_id: &str, json: bool) -> ExitCode {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -1039,7 +1068,12 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
                     forked_from: session_id.to_string(),
                     before_turn_id: turn_id.to_string(),
                 };
-                if print_line(&json_line(&result)) {
+                let shown = if human::for_a_person(json) {
+                    human::fork_lines(&result, terminal::Style::for_stdout()).join("\n")
+                } else {
+                    json_line(&result)
+                };
+                if print_line(&shown) {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::from(EXIT_STDOUT_CLOSED)
@@ -1053,15 +1087,27 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
     })
 }
 
-/// `pen sessions`: every session with work in it (every one with `--all`), newest first, as
-/// JSON lines.
-pub fn run_sessions(all: bool) -> ExitCode {
+/// `pen sessions`: every session with work in it (every one with `--all`), newest first, a
+/// line each for a person, else as JSON lines.
+pub fn run_sessions(all: bool, json: bool) -> ExitCode {
+    let person = human::for_a_person(json).then(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        (now, terminal::Style::for_stdout())
+    });
     export(|store, out| {
         let mut cursor: Option<String> = None;
         loop {
             let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE_ROWS, all)?;
             for info in page.sessions {
-                writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
+                let summary = protocol::SessionSummary::from(info);
+                match person {
+                    Some((now, style)) => {
+                        writeln!(out, "{}", human::session_line(&summary, now, style))?
+                    }
+                    None => writeln!(out, "{}", json_line(&summary))?,
+                }
             }
             match page.next_cursor {
                 Some(next) => cursor = Some(next),

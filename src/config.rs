@@ -513,6 +513,18 @@ impl Config {
         let mut warnings = Vec::new();
         for (key, value) in values {
             if let Err(err) = self.set(key, value) {
+                // A bad server is left out alone, named; the others run.
+                if key == "mcp_servers"
+                    && let Some((servers, refused)) = mcp::parse_each(key, value)
+                {
+                    self.mcp_servers = servers;
+                    warnings.extend(
+                        refused
+                            .into_iter()
+                            .map(|why| format!("{source}: {why}; that server is left out")),
+                    );
+                    continue;
+                }
                 warnings.push(format!(
                     "{source}: {err}; keeping {} = {}",
                     shown_value(key),

@@ -20,9 +20,18 @@ pub struct Style {
 impl Style {
     /// The style for stderr, where pen's progress goes.
     pub fn for_stderr() -> Style {
+        Style::for_output(std::io::stderr().is_terminal())
+    }
+
+    /// The style for stdout, where the management commands print.
+    pub fn for_stdout() -> Style {
+        Style::for_output(std::io::stdout().is_terminal())
+    }
+
+    fn for_output(on_terminal: bool) -> Style {
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
         Style {
-            colour: std::io::stderr().is_terminal() && !no_color,
+            colour: on_terminal && !no_color,
         }
     }
 

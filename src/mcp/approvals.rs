@@ -289,7 +289,8 @@ pub fn project_servers(root: &Path) -> crate::config::mcp::ProjectServers {
         tracing::warn!(path = %path.display(), "left out: not a regular text file of at most {MAX_MCP_JSON_BYTES} bytes");
         return BTreeMap::new();
     };
-    match crate::config::mcp::parse_project_file(&text) {
+    let env = |name: &str| std::env::var(name).ok();
+    match crate::config::mcp::parse_project_file(&text, &env) {
         Ok(servers) => servers,
         Err(e) => {
             tracing::warn!(path = %path.display(), "left out: {e}");

@@ -420,3 +420,164 @@ fn ctrl_c_at_the_approval_prompt_stops_the_turn_and_the_session_goes_on() {
         "{body}"
     );
 }
+
+#[test]
+fn claude_md_is_the_project_s_instructions_where_no_agents_md_is() {
+    let run = Run::new();
+    std::fs::write(run.root.path().join("CLAUDE.md"), "Answer in haiku.\n").unwrap();
+    let fake = FakeProvider::start();
+    fake.push([text("Ok.")]);
+    let output = run
+        .run(&format!("{}/v1", fake.url()), &["hi"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let system = messages(&fake.requests()[0].body);
+    assert!(system.contains("Answer in haiku."), "{system}");
+}
+
+/// `command` run on a terminal: its exit code and what it showed (CR LF made LF).
+fn on_terminal(mut command: Command, args: &[&str], wanted: &str) -> (i32, String) {
+    command.args(args);
+    let (mut child, screen, _keyboard) = Pty::open().spawn(command);
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    (code, screen.wait_for(wanted).replace("\r\n", "\n"))
+}
+
+#[test]
+fn management_commands_print_for_a_person_on_a_terminal_and_json_otherwise() {
+    let run = Run::new();
+    let fake = FakeProvider::start();
+    let create = ToolCall {
+        id: "c1".into(),
+        name: "pen_create".into(),
+        arguments: json!({"path": "new.txt", "content": "x\n"}).to_string(),
+    };
+    fake.push([
+        Reply::Stream(openai_frames(
+            &["Creating."],
+            &[create],
+            Usage::new(100, 10),
+        )),
+        text("Done."),
+    ]);
+    let output = run
+        .run(&format!("{}/v1", fake.url()), &["make new.txt"])
+        .env("PEN_AUTO_APPROVE", "pen_create")
+        .output()
+        .unwrap();
+    let shown = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    let session = session_of(&shown);
+    // A turn that changed files says how to undo it.
+    assert!(
+        shown.contains(&format!("undo this turn's changes: pen revert {session}")),
+        "{shown}"
+    );
+
+    // Piped: JSON lines, as scripts read them.
+    let piped = run.pen(None).arg("sessions").output().unwrap();
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&piped.stdout).trim()).unwrap();
+    assert_eq!(line["sessionId"], session.as_str());
+    // On a terminal: a line for a person; --json keeps JSON there too.
+    let (code, screen) = on_terminal(run.pen(None), &["sessions"], "make new.txt");
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains(&session) && screen.contains("entries") && !screen.contains('{'),
+        "{screen}"
+    );
+    let (_, screen) = on_terminal(run.pen(None), &["sessions", "--json"], "}");
+    assert!(screen.starts_with('{'), "{screen}");
+
+    // NO_COLOR: the same words without colour.
+    let mut plain = run.pen(None);
+    plain.env("NO_COLOR", "1");
+    let (code, screen) = on_terminal(plain, &["revert", &session], "deleted");
+    assert!(!screen.contains('\x1b'), "{screen}");
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains(&format!("reverted 1 turn of {session}"))
+            && screen.contains("new.txt  deleted"),
+        "{screen}"
+    );
+    assert!(!run.root.path().join("new.txt").exists());
+}
+
+#[test]
+fn codex_mcp_keys_and_mcp_json_variables_work_and_a_bad_server_is_left_out_alone() {
+    let run = Run::new();
+    let config = run.data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[mcp_servers.docs]\ncommand = \"/nonexistent/docs-mcp\"\nstartup_timeout_sec = 5\n\
+         enabled_tools = [\"search\"]\n\n[mcp_servers.typo]\ncommand = \"/nonexistent/x\"\n\
+         startup_timeout = 5\n",
+    )
+    .unwrap();
+    let project = json!({"mcpServers": {
+        "proj": {"command": "node", "args": ["s.js", "--dir=${PROJ_DIR:-.}"], "env": {"TOKEN": "${OWNER_TOKEN}"}},
+        "bad": {"command": "node", "env": {"K": "${PEN_TEST_UNSET_VARIABLE}"}},
+        "sneaky": {"command": "node", "args": ["${$(touch pwned)}", "${OWNER_TOKEN"]},
+    }});
+    std::fs::write(run.root.path().join(".mcp.json"), project.to_string()).unwrap();
+    let list = |command: &mut Command| {
+        command
+            .args(["mcp", "list"])
+            .env("OWNER_TOKEN", "sk-owner-secret")
+            .env_remove("PEN_TEST_UNSET_VARIABLE")
+            .env_remove("PROJ_DIR");
+    };
+    let mut command = run.pen(Some(&config));
+    list(&mut command);
+    let output = command.output().unwrap();
+    let (stdout, warnings) = (String::from_utf8_lossy(&output.stdout), stderr(&output));
+    assert_eq!(output.status.code(), Some(0), "{warnings}");
+    let servers: std::collections::BTreeMap<String, serde_json::Value> = stdout
+        .lines()
+        .map(|line| {
+            let server: serde_json::Value = serde_json::from_str(line).unwrap();
+            (server["server"].as_str().unwrap().to_string(), server)
+        })
+        .collect();
+    // The codex-style server is read; the one with an unknown key is left out alone, named.
+    assert_eq!(
+        servers.keys().collect::<Vec<_>>(),
+        ["bad", "docs", "proj", "sneaky"],
+        "{stdout}"
+    );
+    assert!(
+        warnings.contains("`mcp_servers.typo` has the unknown key `startup_timeout` (did you mean `startup_timeout_secs`?)")
+            && warnings.contains("that server is left out"),
+        "{warnings}"
+    );
+    // The project server waits for the owner, who is shown the variable's name.
+    assert_eq!(servers["proj"]["status"], "not_approved");
+    let reason = servers["proj"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("TOKEN='$OWNER_TOKEN' node s.js --dir=."),
+        "{reason}"
+    );
+    for (name, wording) in [
+        ("bad", "PEN_TEST_UNSET_VARIABLE, which is not set"),
+        ("sneaky", "names no environment variable"),
+    ] {
+        assert_eq!(servers[name]["status"], "refused", "{name}");
+        let reason = servers[name]["reason"].as_str().unwrap();
+        assert!(reason.contains(wording), "{name}: {reason}");
+    }
+    assert!(!stdout.contains("sk-owner-secret") && !warnings.contains("sk-owner-secret"));
+    assert!(!run.root.path().join("pwned").exists());
+
+    // On a terminal, a line each.
+    let mut command = run.pen(Some(&config));
+    list(&mut command);
+    command.env("NO_COLOR", "1");
+    let (code, screen) = on_terminal(command, &[], "sneaky");
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains("proj (.mcp.json)  not approved"),
+        "{screen}"
+    );
+    assert!(!screen.contains("sk-owner-secret"), "{screen}");
+}
