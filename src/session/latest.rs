@@ -49,7 +49,7 @@ mod tests {
     #[test]
     fn each_folder_keeps_its_own_latest_session() {
         let data = tempfile::tempdir().unwrap();
-        let (one, two) = (Path::new("/work/one"), Path::new("/work/two"));
+        let (one, two) = (Path::new("/srv/one"), Path::new("/srv/two"));
         assert_eq!(latest(data.path(), one), None);
         remember(data.path(), one, "s_1").unwrap();
         remember(data.path(), two, "s_2").unwrap();
