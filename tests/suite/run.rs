@@ -581,3 +581,50 @@ fn codex_mcp_keys_and_mcp_json_variables_work_and_a_bad_server_is_left_out_alone
     );
     assert!(!screen.contains("sk-owner-secret"), "{screen}");
 }
+
+#[test]
+fn the_project_server_question_offers_this_time_or_always_and_says_which() {
+    let run = Run::new();
+    let project = json!({"mcpServers": {"proj": {
+        "command": "/nonexistent/proj-mcp",
+        "env": {"TOKEN": "${OWNER_TOKEN}"},
+    }}});
+    std::fs::write(run.root.path().join(".mcp.json"), project.to_string()).unwrap();
+    let approvals = run.data.path().join("mcp-approvals.json");
+    let fake = FakeProvider::start();
+    let base = format!("{}/v1", fake.url());
+    for (answer, said, stored) in [
+        ("y\n", "proj starts this time only", false),
+        (
+            "a\n",
+            "stored: proj starts without asking in this folder",
+            true,
+        ),
+    ] {
+        fake.push([text("Ok.")]);
+        let mut command = run.run(&base, &["hi"]);
+        command
+            .env("OWNER_TOKEN", "sk-owner-secret")
+            .env("NO_COLOR", "1");
+        let (mut child, screen, mut keyboard) = Pty::open().spawn(command);
+        let asked = screen.wait_for("[n]o: ");
+        assert!(
+            asked.contains(
+                "start the project's MCP server proj (TOKEN='$OWNER_TOKEN' /nonexistent/proj-mcp)? \
+                 [y] this time / [a] always in this folder / [n]o: "
+            ),
+            "{asked}"
+        );
+        assert!(!asked.contains("sk-owner-secret"), "{asked}");
+        std::io::Write::write_all(&mut keyboard, answer.as_bytes()).unwrap();
+        let shown = screen.wait_for(said);
+        let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+        assert_eq!(code, 0, "{shown}");
+        assert_eq!(approvals.exists(), stored, "{answer:?}");
+    }
+    let kept = std::fs::read_to_string(&approvals).unwrap();
+    assert!(
+        kept.contains("$OWNER_TOKEN") && !kept.contains("sk-owner-secret"),
+        "{kept}"
+    );
+}
