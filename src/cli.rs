@@ -499,7 +499,7 @@ async fn headless(
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
     let ended = tokio_util::sync::CancellationToken::new();
     if !command.json {
-        live.wait("the model");
+        live.wait("waiting for the model");
         live.run(style, ended.clone());
     }
     let setup = TurnSetup {
@@ -707,7 +707,7 @@ fn printer(
                         .store(true, std::sync::atomic::Ordering::SeqCst);
                 }
                 live.print(&format!("pen: ← {tool} {}", style.outcome(*outcome)));
-                live.wait("the model");
+                live.wait("waiting for the model");
             }
             TurnEvent::ContextTrimmed(trim) => live.print(&format!("pen: {}", trim.notice())),
             TurnEvent::ProviderWarning { message } => {

@@ -261,7 +261,7 @@ impl Live {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// From now on, pen waits for `what` ("the model", "running TOOL").
+    /// From now on, pen waits: `what` says for what ("waiting for the model", "running TOOL").
     pub fn wait(&self, what: &str) {
         self.lock().waiting = Some((what.to_string(), Instant::now()));
     }

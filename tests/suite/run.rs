@@ -628,3 +628,20 @@ fn the_project_server_question_offers_this_time_or_always_and_says_which() {
         "{kept}"
     );
 }
+
+#[test]
+fn a_silent_model_shows_a_live_line_and_ctrl_c_ends_the_wait() {
+    let run = Run::new();
+    let fake = FakeProvider::start();
+    // The answer starts and never ends: only Stop ends the turn.
+    fake.push([Reply::Hang(Vec::new())]);
+    let base = format!("{}/v1", fake.url());
+    let mut command = run.run(&base, &["think"]);
+    command.env("NO_COLOR", "1");
+    let (mut child, screen, mut keyboard) = Pty::open().spawn(command);
+    screen.wait_for("… waiting for the model (");
+    std::io::Write::write_all(&mut keyboard, b"\x03").unwrap();
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    let shown = screen.wait_for("pen: continue:");
+    assert_eq!(code, 130, "{shown}");
+}
