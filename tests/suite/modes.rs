@@ -4,6 +4,7 @@
 use super::fake_provider::{FakeProvider, Reply, openai_frames};
 use super::lsp_client::LspClient;
 use super::mcp::{Daemon, daemon_in};
+use super::run::Pty;
 use pen::providers::{ToolCall, Usage};
 use serde_json::{Value, json};
 use std::fs;
@@ -272,8 +273,8 @@ fn a_headless_run_names_the_mode_that_would_have_allowed_the_call() {
     assert!(stderr.contains("plan, ask, edit, auto"), "{stderr}");
 }
 
-/// `pen run` at a terminal (a real pseudo-terminal, from util-linux's `script`): `r` at the
-/// approval prompt denies and asks why; the model reads the reason.
+/// `pen run` at a terminal (a real pseudo-terminal): `r` at the approval prompt denies and asks
+/// why; the model reads the reason.
 #[test]
 fn pen_run_at_a_terminal_denies_with_the_reason_the_model_reads() {
     use std::io::Write;
@@ -281,34 +282,28 @@ fn pen_run_at_a_terminal_denies_with_the_reason_the_model_reads() {
     let data = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     fake.push([answer("", &[command("c1")]), answer("Not run.", &[])]);
-    let pen = format!(
-        "{} run 'run it' --provider openai --model m --base-url {}/v1",
-        env!("CARGO_BIN_EXE_pen"),
-        fake.url()
-    );
-    let mut script = Command::new("script")
-        .args(["--quiet", "--return", "--command", &pen, "/dev/null"])
+    let mut pen = Command::new(env!("CARGO_BIN_EXE_pen"));
+    pen.args(["run", "run it", "--provider", "openai", "--model", "m"])
+        .arg("--base-url")
+        .arg(format!("{}/v1", fake.url()))
         .current_dir(root.path())
         .env("PEN_DATA_DIR", data.path())
         .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+        .env("NO_COLOR", "1")
         .env_remove("PEN_MODE")
-        .env_remove("PEN_AUTO_APPROVE")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("util-linux's script makes the pseudo-terminal");
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"r\nuse the tests instead\n").unwrap();
-    let output = script.wait_with_output().unwrap();
-    drop(stdin);
-    let shown = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{shown}");
+        .env_remove("PEN_AUTO_APPROVE");
+    let (mut child, screen, mut keyboard) = Pty::open().spawn(pen);
+    let asked = screen.wait_for("[n]o: ");
     assert!(
-        shown.contains("pen [mode ask]: allow pen_command")
-            && shown.contains("[r] no, and tell pen why"),
-        "{shown}"
+        asked.contains("pen [mode ask]: allow pen_command")
+            && asked.contains("[r] no, and tell pen why"),
+        "{asked}"
     );
+    keyboard.write_all(b"r\n").unwrap();
+    screen.wait_for("why (pen reads it): ");
+    keyboard.write_all(b"use the tests instead\n").unwrap();
+    let code = super::common::wait_bounded(&mut child, std::time::Duration::from_secs(60));
+    assert_eq!(code, 0, "{}", screen.wait_for("pen:"));
     let told = fake.requests().last().unwrap().body.to_string();
     assert!(
         told.contains("The owner said: use the tests instead"),
