@@ -564,6 +564,12 @@ fn printer(
             }
             TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
             TurnEvent::ProviderWarning { message } => eprintln!("pen: warning: {message}"),
+            TurnEvent::Plan { steps } => {
+                eprintln!("pen: plan ({})", crate::tools::plan::summary(steps));
+                for step in steps {
+                    eprintln!("pen:   {} {}", step.status.mark(), step.text);
+                }
+            }
             _ => {}
         }
     };

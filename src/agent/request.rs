@@ -16,13 +16,18 @@ use crate::transcript::{Event, Item};
 impl Turn {
     /// The tool schemas a request sends. A server whose template renders no tools never shows
     /// them to the model: pen sends (and counts) none rather than plan for schemas the prompt
-    /// will not hold.
+    /// will not hold. A native tool not offered under the window is left out
+    /// ([`tools::registry::ToolSpec::offered_under`]).
     pub(super) fn definitions(&self) -> Vec<ToolDefinition> {
-        if self.window().tools_dropped {
-            Vec::new()
-        } else {
-            tool_definitions(&self.tools.catalog())
+        let window = self.window();
+        if window.tools_dropped {
+            return Vec::new();
         }
+        let mut catalog = self.tools.catalog();
+        catalog.retain(|entry| {
+            tools::registry::get(&entry.name).is_none_or(|spec| spec.offered_under(window.tokens))
+        });
+        tool_definitions(&catalog)
     }
 
     /// The system part of the session's requests: pen's prompt and the recorded context.
