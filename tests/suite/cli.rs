@@ -72,7 +72,8 @@ fn list_prints_the_catalog() {
             "pen_tail",
             "pen_create",
             "pen_edit",
-            "pen_command"
+            "pen_command",
+            "pen_plan"
         ]
     );
     for tool in catalog.as_array().unwrap() {
