@@ -45,7 +45,7 @@ pub(super) fn carried_plan(steps: &[crate::tools::plan::PlanStep]) -> String {
         out.push_str(" cleared");
     }
     for step in steps {
-        out.push_str("\n");
+        out.push('\n');
         out.push_str(step.status.mark());
         out.push(' ');
         out.push_str(&quoted(&step.text));
