@@ -565,7 +565,7 @@ fn printer(
             TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
             TurnEvent::ProviderWarning { message } => eprintln!("pen: warning: {message}"),
             TurnEvent::Plan { steps } => {
-                eprintln!("pen: plan ({})", crate::tools::plan::summary(steps));
+                eprintln!("pen: {}", crate::tools::plan::summary(steps));
                 for step in steps {
                     eprintln!("pen:   {} {}", step.status.mark(), step.text);
                 }
