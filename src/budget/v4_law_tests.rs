@@ -499,6 +499,65 @@ fn the_latest_plan_is_carried_past_a_compaction_without_changing_the_prefix() {
     assert_eq!(lines(last), 3, "{:?}", carried(last));
 }
 
+/// When whole exchanges are dropped and the plan's call went with them, the plan is carried
+/// before the prompt of the first exchange kept (so the request still starts with the user);
+/// every request that no longer shows the call carries it once.
+#[test]
+fn a_plan_whose_exchange_was_dropped_is_carried_before_the_first_prompt_kept() {
+    const CARRIED: &str = "[your plan as you last set it before the prompt budget compacted";
+    let mut steps = vec![Step::Prompt(50), Step::Plan(4)];
+    for i in 0..6 {
+        steps.push(Step::Prompt(40));
+        steps.extend((0..4).map(|j| Step::Group(vec![Call::read(600 + (i * 7 + j * 31) % 700)])));
+        steps.push(Step::Answer);
+    }
+    let budget = Budget {
+        max_input_tokens: 5_000,
+    };
+    let (_, plans) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    let shows_call = |plan: &Plan| {
+        plan.messages.iter().any(|m| {
+            matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == "c1"))
+        })
+    };
+    let mut in_prompt = 0;
+    // From the request after the call was made on.
+    let made = plans
+        .iter()
+        .position(|(_, plan)| shows_call(plan))
+        .expect("the call is sent");
+    for (_, plan) in &plans[made..] {
+        let carried: usize = plan
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { text } | Message::Assistant { text, .. } => {
+                    text.matches(CARRIED).count()
+                }
+                Message::ToolResult { .. } => 0,
+            })
+            .sum();
+        assert_eq!(
+            carried,
+            usize::from(!shows_call(plan)),
+            "{:?}",
+            plan.messages.first()
+        );
+        if let Some(Message::User { text }) = plan.messages.first()
+            && text.starts_with(CARRIED)
+        {
+            in_prompt += 1;
+            assert_eq!(
+                text.lines()
+                    .filter(|l| l.starts_with("[>] ") || l.starts_with("[ ] "))
+                    .count(),
+                4
+            );
+        }
+    }
+    assert!(in_prompt > 0, "the plan's exchange was never dropped");
+}
+
 /// A recorded compaction that names calls the session never made (a damaged or hand-edited
 /// entry), or an absurd count, applies no bound it cannot resolve: plans still fit the budget
 /// (compacting again as needed) and nothing panics.
