@@ -1095,6 +1095,13 @@ mod tests {
             turns: vec!["t_1".into()],
             files: vec!["a.txt".into(), "b.txt".into()],
         }));
+        round_trip(Item::Event(Event::Plan {
+            call_id: "p1".into(),
+            steps: vec![crate::tools::plan::PlanStep {
+                text: "fix it".into(),
+                status: crate::tools::plan::StepStatus::InProgress,
+            }],
+        }));
         round_trip(Item::Event(Event::Other(
             json!({"type": "from_the_future"}),
         )));
@@ -1174,6 +1181,13 @@ mod tests {
         assert_eq!(
             Item::from_stored(EntryKind::Event, &json!({"type": "turn_ended"})),
             Item::Event(Event::Other(json!({"type": "turn_ended"})))
+        );
+        // A plan whose steps do not read (a status a newer pen added) is kept as stored.
+        let plan =
+            json!({"type": "plan", "call_id": "p", "steps": [{"text": "a", "status": "blocked"}]});
+        assert_eq!(
+            Item::from_stored(EntryKind::Event, &plan),
+            Item::Event(Event::Other(plan))
         );
         // A compaction without its count cannot be reproduced: kept as stored, not applied.
         assert_eq!(

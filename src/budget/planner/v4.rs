@@ -165,12 +165,15 @@ impl Planner {
                             let ids = group.calls.iter().map(|slot| slot.call.id.clone());
                             excerpted.extend(ids.clone());
                             omitted.extend(ids);
-                            Some((!std::mem::replace(&mut noted, true)).then(|| {
-                                (
+                            if noted {
+                                Some(None)
+                            } else {
+                                noted = true;
+                                Some(Some((
                                     excerpt::omitted_note(POLICY_VERSION_4).to_string(),
                                     excerpt::omitted_note_quarters(),
-                                )
-                            }))
+                                )))
+                            }
                         }
                         Shown::Excerpt => {
                             excerpted.extend(group.calls.iter().map(|slot| slot.call.id.clone()));

@@ -18,7 +18,7 @@ M.session_usage = {}
 --- sessionId -> { mark = extmark id, count = lines }: where the session's plan checklist is, so
 --- each `plan` update rewrites it in place rather than adding another.
 M.plans = {}
-M.plan_ns = vim.api.nvim_create_namespace('pen_plan')
+M.plan_ns = vim.api.nvim_create_namespace('pen.checklist')
 
 --- Usage in a line: the input in total, the share read from the provider's cache (only when
 --- the provider reports cache reads), and the output; nil for anything that is not usage.
