@@ -974,10 +974,7 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
     let fx = Fixture::new();
     // The tools offered under a window this small (pen_plan is not) and the system prompt.
     let mut offered = crate::tools::registry::catalog(&crate::limits::Limits::default());
-    offered.retain(|entry| {
-        crate::tools::registry::get(&entry.name)
-            .is_some_and(|spec| spec.offered_under(raw_estimate(&[])))
-    });
+    offered.retain(|entry| crate::tools::registry::offered_under(&entry.name, raw_estimate(&[])));
     let bare = TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
         SYSTEM_PROMPT,
         &tool_definitions(&offered),

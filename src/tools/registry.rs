@@ -412,6 +412,12 @@ pub fn catalog(limits: &Limits) -> Vec<CatalogEntry> {
     NATIVE.iter().map(|spec| spec.describe(limits)).collect()
 }
 
+/// Whether a turn under a `window_tokens` window offers the tool named `name` to the model: a
+/// native tool says ([`ToolSpec::offered_under`]); any other (an MCP tool) is always offered.
+pub fn offered_under(name: &str, window_tokens: u64) -> bool {
+    get(name).is_none_or(|spec| spec.offered_under(window_tokens))
+}
+
 /// The names of the native tools that ask for approval: the ones `auto_approve` may name.
 pub fn approvable_names() -> Vec<&'static str> {
     NATIVE
@@ -631,6 +637,8 @@ mod tests {
         assert_eq!(offered(threshold), NAMES);
         assert_eq!(offered(threshold - 1), NAMES[..8]);
         assert_eq!(offered(4_096), NAMES[..8]);
+        assert!(!offered_under("pen_plan", 4_096) && offered_under("pen_plan", threshold));
+        assert!(offered_under("mcp__s__t", 1) && offered_under("pen_read", 1));
         // It asks no one and writes nothing.
         let spec = get("pen_plan").unwrap();
         assert!(spec.read_only() && !spec.needs_approval());
