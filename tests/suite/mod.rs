@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_hostile;
 mod old_sessions;
 mod peers;
+mod plan;
 mod providers;
 mod read;
 mod registry;
