@@ -104,6 +104,7 @@ export class PanelView implements vscode.WebviewViewProvider {
   <select id="mode" class="mode" aria-label="Permission mode"></select>
 </header>
 <main id="log" role="log" aria-label="pen conversation" aria-live="polite"></main>
+<section id="plan" aria-label="pen's plan" hidden><h2>Plan</h2><ol id="plan-steps"></ol></section>
 <div id="status" role="status" aria-live="polite"></div>
 <div id="session-usage" aria-label="Session usage"></div>
 <div id="instructions" aria-label="Instruction files"></div>

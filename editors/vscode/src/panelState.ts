@@ -15,6 +15,7 @@ import type {
   EventParams,
   FileStatus,
   Mode,
+  PlanStepInfo,
   PromptResponse,
   RevertTurnResult,
   SessionSummary,
@@ -133,6 +134,9 @@ export interface PanelModel {
   /** The permission mode the panel's picker shows and sends (`pen/setMode`); null until the
    * daemon's `mode` setting is known. */
   mode: Mode | null;
+  /** The session's plan as pen last set it (each `plan` event or entry replaces the whole
+   * list): one checklist, updated in place; null when there is none or it was cleared. */
+  plan: PlanStepInfo[] | null;
   nextId: number;
 }
 
@@ -193,6 +197,7 @@ export function emptyModel(): PanelModel {
     focus: null,
     instructions: null,
     mode: null,
+    plan: null,
     nextId: 1,
   };
 }
@@ -594,6 +599,9 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       );
     case 'instructions_changed':
       return instructionsChanged(model, body.data.files);
+    case 'plan':
+      // The whole list each time: the checklist is replaced, never added to.
+      return { ...model, plan: body.data.steps.length > 0 ? body.data.steps : null };
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
       // decisions on the cards; reverts by their answers; the session's context by its chip;
