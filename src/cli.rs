@@ -139,6 +139,9 @@ pub struct RunCommand {
     /// Attach a file (or lines L1-L2 of it) to the prompt: `--file src/a.rs:10-40`. Repeatable.
     #[arg(long = "file", value_name = "PATH[:L1-L2]")]
     pub files: Vec<String>,
+    /// The permission mode (the `mode` config key): plan, ask, edit or auto.
+    #[arg(long)]
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -326,6 +329,7 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
         ("provider", &command.provider),
         ("model", &command.model),
         ("base_url", &command.base_url),
+        ("mode", &command.mode),
     ] {
         if let Some(value) = value
             && let Err(e) = config.set(key, &serde_json::Value::String(value.clone()))
@@ -547,6 +551,7 @@ struct Shown {
 /// answer).
 async fn announce(engine: &crate::agent::Engine, config: &Config, session_id: &str) {
     eprintln!("pen: session {session_id}");
+    eprintln!("pen: mode {} ({})", config.mode, config.mode.description());
     if let Ok((target, window)) = engine.window(config).await {
         eprintln!("pen: {}", crate::agent::window_line(&target.model, &window));
     }
@@ -814,9 +819,10 @@ pub fn usage_line(usage: &crate::providers::Usage) -> String {
     line
 }
 
-/// Approvals for `pen run`: asks on the terminal when there is one; otherwise denies, since
-/// nobody is there to approve (allow tools ahead with the `auto_approve` config key). Ctrl-C
-/// at the prompt is Stop: the wait for the answer ends at once (see [`terminal::read_answer`]).
+/// Approvals for `pen run`: asks on the terminal when there is one; otherwise nobody can be
+/// asked, and the call does not run ("approval no longer applies", which names the mode or
+/// key that would have run it). Ctrl-C at the prompt is Stop: the wait for the answer ends at
+/// once (see [`terminal::read_answer`]).
 struct TerminalApprover {
     /// The turn's Stop switch.
     stop: tokio_util::sync::CancellationToken,
@@ -825,6 +831,9 @@ struct TerminalApprover {
     /// Whether the call was just shown (`→ tool {arguments}`), so the prompt need not repeat it.
     calls_shown: bool,
 }
+
+/// The answers of `pen run`'s approval prompt.
+const APPROVAL_CHOICES: &str = "[y]es / [a]lways this session / [r] no, and tell pen why / [n]o";
 
 impl crate::agent::Approver for TerminalApprover {
     fn ask(
@@ -837,10 +846,12 @@ impl crate::agent::Approver for TerminalApprover {
         let calls_shown = self.calls_shown;
         Box::pin(async move {
             if !std::io::stdin().is_terminal() {
-                return Ok((
-                    Decision::Deny,
-                    Some("pen run has no terminal to ask on; allow the tool with the auto_approve config key".into()),
-                ));
+                let why = "pen run has no terminal to ask on";
+                match &request.would_allow {
+                    Some(hint) => eprintln!("pen: {} was not asked: {why}; {hint}", request.tool),
+                    None => eprintln!("pen: {} was not asked: {why}", request.tool),
+                }
+                return Err(why.into());
             }
             live.quiet();
             if let Some(diff) = &request.diff {
@@ -855,16 +866,19 @@ impl crate::agent::Approver for TerminalApprover {
                     command_line,
                     ..
                 } => format!(
-                    "pen: start the project's MCP server {} ({command_line})? [y] this time / \
-                     [a] always in this folder / [n]o: ",
+                    "pen [mode {}]: start the project's MCP server {} ({command_line})? [y] this \
+                     time / [a] always in this folder / [n]o: ",
+                    request.mode,
                     style.bold(server)
                 ),
                 ApprovalKind::ToolCall if calls_shown => format!(
-                    "pen: allow {}? [y]es / [a]lways this session / [n]o: ",
+                    "pen [mode {}]: allow {}? {APPROVAL_CHOICES}: ",
+                    request.mode,
                     style.bold(&request.tool)
                 ),
                 ApprovalKind::ToolCall => format!(
-                    "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
+                    "pen [mode {}]: allow {} {}? {APPROVAL_CHOICES}: ",
+                    request.mode,
                     style.bold(&request.tool),
                     request.arguments
                 ),
@@ -877,10 +891,21 @@ impl crate::agent::Approver for TerminalApprover {
                 }
                 return Err("the terminal closed".into());
             };
-            let decision = match line.trim() {
-                "y" | "yes" => Decision::Allow,
-                "a" | "always" => Decision::AllowForSession,
-                _ => Decision::Deny,
+            let tool_call = matches!(request.kind, ApprovalKind::ToolCall);
+            let (decision, reason) = match line.trim() {
+                "y" | "yes" => (Decision::Allow, None),
+                "a" | "always" => (Decision::AllowForSession, None),
+                "r" | "reason" if tool_call => {
+                    eprint!("pen: why (pen reads it): ");
+                    let Some(reason) = terminal::read_answer(stop.clone()).await else {
+                        if stop.is_cancelled() {
+                            return std::future::pending().await;
+                        }
+                        return Err("the terminal closed".into());
+                    };
+                    (Decision::Deny, Some(reason.trim().to_string()))
+                }
+                _ => (Decision::Deny, None),
             };
             if let ApprovalKind::StartMcpServer { server, .. } = &request.kind {
                 live.print(&format!(
@@ -897,7 +922,7 @@ impl crate::agent::Approver for TerminalApprover {
             } else if decision != Decision::Deny {
                 live.wait(&format!("running {}", request.tool));
             }
-            Ok((decision, None))
+            Ok((decision, reason))
         })
     }
 }

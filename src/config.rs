@@ -15,6 +15,7 @@ use crate::limits::{
 };
 pub mod mcp;
 
+use crate::mode::Mode;
 pub use mcp::{McpServerConfig, McpTransport};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -76,6 +77,7 @@ pub const KEYS: &[&str] = &[
     "max_attempts",
     "max_turn_requests",
     "auto_approve",
+    "mode",
     "prompt_cache_key",
     "mcp_servers",
     "checkpoint_store_bytes",
@@ -165,6 +167,8 @@ pub struct Config {
     pub max_attempts: u64,
     pub max_turn_requests: u64,
     pub auto_approve: Vec<String>,
+    /// The permission mode of a session that no front end switched (see [`crate::mode`]).
+    pub mode: Mode,
     /// Whether OpenAI-compatible requests carry `prompt_cache_key` (the session id): `None`
     /// (`"auto"`) sends it to api.openai.com only, since other servers may refuse an unknown
     /// field; `Some(true)` (`"on"`) and `Some(false)` (`"off"`) decide for any server.
@@ -198,6 +202,7 @@ impl Default for Config {
             max_attempts: MAX_ATTEMPTS.default,
             max_turn_requests: MAX_TURN_REQUESTS.default,
             auto_approve: Vec::new(),
+            mode: Mode::Ask,
             prompt_cache_key: None,
             mcp_servers: std::collections::BTreeMap::new(),
             checkpoint_store_bytes: CHECKPOINT_STORE_BYTES.default,
@@ -439,6 +444,14 @@ impl Config {
             "model" => self.model = text(key, value, MAX_MODEL_BYTES)?,
             "base_url" => self.base_url = text(key, value, MAX_BASE_URL_BYTES)?,
             "api_key_env" => self.api_key_env = text(key, value, MAX_API_KEY_ENV_BYTES)?,
+            "mode" => {
+                let names = Mode::ALL.map(Mode::as_str);
+                let name = one_of(key, text(key, value, usize::MAX)?, &names)?;
+                self.mode = name
+                    .as_deref()
+                    .and_then(Mode::from_name)
+                    .unwrap_or_default();
+            }
             "prompt_cache_key" => {
                 let choice = one_of(key, text(key, value, usize::MAX)?, &["auto", "on", "off"])?;
                 self.prompt_cache_key = match choice.as_deref() {
@@ -558,6 +571,7 @@ impl Config {
             "max_attempts": self.max_attempts,
             "max_turn_requests": self.max_turn_requests,
             "auto_approve": self.auto_approve,
+            "mode": self.mode.as_str(),
             "prompt_cache_key": match self.prompt_cache_key {
                 None => "auto",
                 Some(true) => "on",
@@ -745,6 +759,16 @@ mod tests {
         );
         config.set("model", &json!(null)).unwrap();
         assert_eq!(config.model, None);
+        assert_eq!(config.get("mode"), json!("ask"));
+        config.set("mode", &json!("auto")).unwrap();
+        assert_eq!(config.mode, Mode::Auto);
+        let err = config.set("mode", &json!("yolo")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config key `mode` must be one of plan, ask, edit, auto, got `yolo`"
+        );
+        config.set("mode", &json!(null)).unwrap();
+        assert_eq!(config.mode, Mode::Ask);
         config
             .set("auto_approve", &json!(["pen_edit", "pen_create"]))
             .unwrap();
@@ -832,6 +856,7 @@ mod tests {
                 "pen_edit, pen_create".to_string(),
             ),
             ("PEN_CONTEXT_WINDOW_TOKENS".to_string(), "8192".to_string()),
+            ("PEN_MODE".to_string(), "edit".to_string()),
             ("PEN_UNRELATED".to_string(), "x".to_string()),
         ];
         let (config, warnings) = Config::load(None, env);
@@ -843,6 +868,7 @@ mod tests {
         );
         assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
         assert_eq!(config.context_window_tokens, Some(8192));
+        assert_eq!(config.mode, Mode::Edit);
     }
 
     #[test]

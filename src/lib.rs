@@ -14,6 +14,9 @@ pub mod text;
 /// JSON read strictly (no repeated keys) where a repeated key could change a decision.
 pub mod json;
 
+/// Permission modes and the table that decides whether a call runs, asks or is refused.
+pub mod mode;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 

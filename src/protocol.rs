@@ -30,13 +30,14 @@ pub mod methods {
     pub const REVERT_TURN: &str = "pen/revertTurn";
     pub const FORK_SESSION: &str = "pen/forkSession";
     pub const GET_SESSION_CONTEXT: &str = "pen/getSessionContext";
+    pub const SET_MODE: &str = "pen/setMode";
     /// pen → client notification.
     pub const EVENT: &str = "pen/event";
     /// pen → client request.
     pub const REQUEST_APPROVAL: &str = "pen/requestApproval";
 
     /// The requests the server registers, in the order `docs/protocol.md` documents them.
-    pub const REQUESTS: [&str; 13] = [
+    pub const REQUESTS: [&str; 14] = [
         CALL_TOOL,
         LIST_TOOLS,
         GET_CONFIG,
@@ -50,11 +51,12 @@ pub mod methods {
         REVERT_TURN,
         FORK_SESSION,
         GET_SESSION_CONTEXT,
+        SET_MODE,
     ];
 
     /// Every `pen/…` method of the protocol, with its constant's name (for the generated
     /// tables).
-    pub const ALL: [(&str, &str); 15] = [
+    pub const ALL: [(&str, &str); 16] = [
         ("CALL_TOOL", CALL_TOOL),
         ("LIST_TOOLS", LIST_TOOLS),
         ("GET_CONFIG", GET_CONFIG),
@@ -68,6 +70,7 @@ pub mod methods {
         ("REVERT_TURN", REVERT_TURN),
         ("FORK_SESSION", FORK_SESSION),
         ("GET_SESSION_CONTEXT", GET_SESSION_CONTEXT),
+        ("SET_MODE", SET_MODE),
         ("EVENT", EVENT),
         ("REQUEST_APPROVAL", REQUEST_APPROVAL),
     ];
@@ -1149,6 +1152,68 @@ pub struct StopResponse {
     pub stopped: bool,
 }
 
+/// A session's permission mode (`crate::mode::Mode` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Read-only tools only; edits and commands are refused without asking.
+    Plan,
+    /// Every edit and command asks (unless `auto_approve` or "allow for session" covers it).
+    Ask,
+    /// Edits run without asking; commands ask unless sandboxed.
+    Edit,
+    /// Edits and sandboxed commands run without asking; leaving the sandbox asks.
+    Auto,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::Plan, Mode::Ask, Mode::Edit, Mode::Auto];
+}
+
+impl From<crate::mode::Mode> for Mode {
+    fn from(mode: crate::mode::Mode) -> Mode {
+        use crate::mode::Mode as M;
+        match mode {
+            M::Plan => Mode::Plan,
+            M::Ask => Mode::Ask,
+            M::Edit => Mode::Edit,
+            M::Auto => Mode::Auto,
+        }
+    }
+}
+
+impl From<Mode> for crate::mode::Mode {
+    fn from(mode: Mode) -> crate::mode::Mode {
+        use crate::mode::Mode as M;
+        match mode {
+            Mode::Plan => M::Plan,
+            Mode::Ask => M::Ask,
+            Mode::Edit => M::Edit,
+            Mode::Auto => M::Auto,
+        }
+    }
+}
+
+/// `pen/setMode` params: switches a session's permission mode, from its running turn's next
+/// call on (a session never switched runs in the config's `mode`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetModeParams {
+    pub session_id: String,
+    pub mode: Mode,
+}
+
+/// `pen/setMode` result: the session's mode now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct SetModeResponse {
+    pub session_id: String,
+    pub mode: Mode,
+}
+
 /// The `pen/event` notification (pen → client).
 pub enum PenEvent {}
 
@@ -1591,6 +1656,8 @@ pub enum ApprovalParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(test, ts(optional))]
         not_revertible: Option<String>,
+        /// The session's permission mode when it asked.
+        mode: Mode,
     },
     /// A server of the workspace's `.mcp.json` asks once before it first runs: its exact
     /// `commandLine` is what the owner approves.
@@ -1601,6 +1668,8 @@ pub enum ApprovalParams {
         server: String,
         command_line: String,
         root: String,
+        /// The session's permission mode when it asked.
+        mode: Mode,
     },
 }
 
@@ -1622,6 +1691,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
                 arguments: request.arguments,
                 diff: request.diff,
                 not_revertible: request.not_revertible,
+                mode: request.mode.into(),
             },
             agent::ApprovalKind::StartMcpServer {
                 server,
@@ -1634,6 +1704,7 @@ impl From<agent::ApprovalRequest> for ApprovalParams {
                 server,
                 command_line,
                 root,
+                mode: request.mode.into(),
             },
         }
     }

@@ -26,6 +26,7 @@ use crate::agent::{
 use crate::config::{Config, McpServerConfig};
 use crate::limits::{MAX_ACP_PROMPT_BYTES, TRANSPORT_WRITER_DRAIN};
 use crate::mcp::McpManager;
+use crate::mode::Mode;
 use crate::session::{SessionError, SessionStore};
 use crate::tools::{self, ReadLedger};
 use crate::workspace::Workspace;
@@ -43,17 +44,16 @@ use wire::*;
 /// The JSON-RPC error code for a prompt while the session's turn runs (as `pen/prompt`'s).
 const SESSION_BUSY: i64 = -32001;
 
-/// The session modes pen offers: how much runs without asking.
-const MODE_ASK: &str = "ask";
-const MODE_ALLOW_EDITS: &str = "allow_edits";
+/// The id `session/set_mode` still takes for mode `edit`: what pen called it before it had the
+/// four modes.
+const OLD_EDIT_MODE_ID: &str = "allow_edits";
 
-/// The tools `allow_edits` lets run without asking: those that edit files (commands still
-/// ask).
-fn edit_tools() -> impl Iterator<Item = &'static str> {
-    tools::registry::native()
-        .iter()
-        .filter(|spec| spec.kind() == tools::registry::ToolKind::Edit && spec.needs_approval())
-        .map(tools::registry::ToolSpec::name)
+/// The mode a `session/set_mode` id names: a [`Mode`]'s name, or [`OLD_EDIT_MODE_ID`].
+fn mode_of_id(id: &str) -> Option<Mode> {
+    match id {
+        OLD_EDIT_MODE_ID => Some(Mode::Edit),
+        id => Mode::from_name(id),
+    }
 }
 
 /// Why an ACP request failed.
@@ -77,7 +77,9 @@ pub enum AcpError {
     NoStore(String),
     #[error("session {0:?} is not open on this connection: send session/new or session/load first")]
     NotOpen(String),
-    #[error("no mode has the id {0:?}; the modes are {MODE_ASK} and {MODE_ALLOW_EDITS}")]
+    #[error(
+        "no mode has the id {0:?}; the modes are plan, ask, edit and auto ({OLD_EDIT_MODE_ID} is edit)"
+    )]
     UnknownMode(String),
     #[error("the prompt has no text")]
     EmptyPrompt,
@@ -208,7 +210,6 @@ struct OpenSession {
     /// The client's file system, when it offers reads and writes: kept for the session, so
     /// what it has read stays known to later turns' searches.
     files: Option<Arc<client_fs::ClientFiles>>,
-    mode: Mutex<&'static str>,
     /// The tools the owner answered "reject always" for: denied without asking again while
     /// this connection has the session open.
     rejected: Mutex<HashSet<String>>,
@@ -218,10 +219,6 @@ struct OpenSession {
 }
 
 impl OpenSession {
-    fn mode(&self) -> &'static str {
-        *self.mode.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn rejects(&self, tool: &str) -> bool {
         self.rejected
             .lock()
@@ -455,7 +452,6 @@ impl AgentState {
             root,
             ledger: Arc::default(),
             files,
-            mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
             mcp_servers,
         });
@@ -478,8 +474,16 @@ impl AgentState {
         let session = self.open(&client, info.id, workspace, mcp_servers);
         Ok(NewSessionResponse {
             session_id: session.id.clone(),
-            modes: modes(session.mode()),
+            modes: modes(self.mode(&session.id)),
         })
+    }
+
+    /// The session's permission mode: the one it was switched to, else the configured one.
+    fn mode(&self, session_id: &str) -> Mode {
+        match &self.engine {
+            Ok(engine) => engine.mode(session_id, &self.config),
+            Err(_) => self.config.mode,
+        }
     }
 
     /// Replays the session's transcript as `session/update`s, then answers: the client sees
@@ -519,7 +523,7 @@ impl AgentState {
             }
         }
         Ok(LoadSessionResponse {
-            modes: modes(session.mode()),
+            modes: modes(self.mode(&session.id)),
         })
     }
 
@@ -532,11 +536,12 @@ impl AgentState {
 
     fn set_mode(&self, params: SetModeParams) -> Result<(), AcpError> {
         let session = self.session(&params.session_id)?;
-        let mode = [MODE_ASK, MODE_ALLOW_EDITS]
-            .into_iter()
-            .find(|mode| *mode == params.mode_id)
-            .ok_or(AcpError::UnknownMode(params.mode_id))?;
-        *session.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+        let mode = mode_of_id(&params.mode_id).ok_or(AcpError::UnknownMode(params.mode_id))?;
+        let engine = self
+            .engine
+            .as_ref()
+            .map_err(|e| AcpError::NoStore(e.clone()))?;
+        engine.set_mode(&session.id, mode);
         Ok(())
     }
 
@@ -587,7 +592,7 @@ impl AgentState {
             .begin(&session.id, cancel.clone())
             .await
             .map_err(begin_error)?;
-        let config = self.turn_config(&session);
+        let config = self.config.clone();
         let changes = Arc::new(Changes::default());
         let tools = turn_tools(&session, &config, Arc::clone(&changes));
         let (state, open) = (Arc::clone(self), Arc::clone(&session));
@@ -624,19 +629,6 @@ impl AgentState {
         .await
         .map_err(|e| RpcError::internal(e.to_string()))?
         .map_err(RpcError::from)
-    }
-
-    /// The configuration a turn of `session` runs under: its mode's approvals added.
-    fn turn_config(&self, session: &OpenSession) -> Config {
-        let mut config = self.config.clone();
-        if session.mode() == MODE_ALLOW_EDITS {
-            for tool in edit_tools() {
-                if !config.auto_approve.iter().any(|t| t == tool) {
-                    config.auto_approve.push(tool.to_string());
-                }
-            }
-        }
-        config
     }
 }
 
@@ -696,22 +688,21 @@ fn prompt_answer(outcome: agent::TurnOutcome) -> Result<PromptResponse, RpcError
     Ok(PromptResponse { stop_reason, meta })
 }
 
-fn modes(current: &str) -> SessionModeState {
+/// The session modes pen offers (its permission modes, by their names), `current` selected.
+fn modes(current: Mode) -> SessionModeState {
     SessionModeState {
-        current_mode_id: current.to_string(),
-        available_modes: vec![
-            SessionMode {
-                id: MODE_ASK.into(),
-                name: "Ask".into(),
-                description: "Ask before every edit and command (tools in auto_approve excepted)"
-                    .into(),
-            },
-            SessionMode {
-                id: MODE_ALLOW_EDITS.into(),
-                name: "Allow edits".into(),
-                description: "Edits and new files run without asking; commands still ask".into(),
-            },
-        ],
+        current_mode_id: current.as_str().to_string(),
+        available_modes: Mode::ALL
+            .into_iter()
+            .map(|mode| {
+                let name = mode.as_str();
+                SessionMode {
+                    id: name.into(),
+                    name: name[..1].to_uppercase() + &name[1..],
+                    description: mode.description().into(),
+                }
+            })
+            .collect(),
     }
 }
 
@@ -982,7 +973,7 @@ fn decision(
         PermissionOutcome::Selected { option_id } => match option_id.as_str() {
             "allow_once" => Ok((Decision::Allow, None)),
             "allow_always" => Ok((Decision::AllowForSession, None)),
-            "reject_once" => Ok((Decision::Deny, None)),
+            "reject_once" => Ok((Decision::Deny, Some(NO_REASON_OVER_ACP.to_string()))),
             "reject_always" => {
                 session
                     .rejected
@@ -998,8 +989,16 @@ fn decision(
     }
 }
 
+/// What the model reads with a rejection: ACP's permission answer carries no reason, so the
+/// owner's is in their next prompt.
+const NO_REASON_OVER_ACP: &str = "(pen: an ACP client's answer carries no reason; the owner may \
+    say why in the next prompt)";
+
 fn rejected_for_session(tool: &str) -> String {
-    format!("the owner rejected {tool} for the rest of this session; do not call it again")
+    format!(
+        "the owner rejected {tool} for the rest of this session; do not call it again \
+         {NO_REASON_OVER_ACP}"
+    )
 }
 
 /// The client's MCP servers as pen's MCP client takes them: each through the same checks and
@@ -1113,7 +1112,6 @@ mod tests {
             root: dir,
             ledger: Arc::default(),
             files: None,
-            mode: Mutex::new(MODE_ASK),
             rejected: Mutex::default(),
             mcp_servers: BTreeMap::new(),
         }
@@ -1216,7 +1214,7 @@ mod tests {
         );
         assert_eq!(
             decision(&session, "pen_edit", selected("reject_once")),
-            Ok((Decision::Deny, None))
+            Ok((Decision::Deny, Some(NO_REASON_OVER_ACP.to_string())))
         );
         assert!(!session.rejects("pen_command"));
         assert!(matches!(

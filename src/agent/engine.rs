@@ -6,6 +6,7 @@ use super::{
     ApprovalKind, ApprovalRequest, DENIED_BY_OWNER, Decision, NOT_EXECUTED_STOPPED,
     OUTCOME_UNKNOWN_STOPPED, TurnEvent, checkpoint, context,
 };
+use crate::mode::{self, Verdict};
 use crate::providers::ToolCall;
 use crate::tools::{self, Prepared, Tool, ToolError};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
@@ -132,9 +133,10 @@ impl Turn {
             .await
     }
 
-    /// Asks the owner where the call needs approval (the call prepared first, so the owner
-    /// sees an edit's diff). `None` when the call is answered already (denied, stopped, stale,
-    /// or an edit that cannot apply); else the call to run.
+    /// Decides the call under the session's mode ([`mode::decide`]) and asks the owner where
+    /// it must (the call prepared first, so the owner sees an edit's diff). `None` when the call
+    /// is answered already (refused by plan mode, denied, stopped, stale, or an edit that cannot
+    /// apply); else the call to run.
     async fn authorize(
         &self,
         call: &ToolCall,
@@ -142,8 +144,17 @@ impl Turn {
         tool: &dyn Tool,
         recorder: &checkpoint::TurnRecorder,
     ) -> Result<Option<Prepared>, TurnError> {
-        if !self.needs_approval(&call.name, tool) {
-            return Ok(Some(Prepared::arguments(arguments)));
+        let class = tool.class(&arguments);
+        let mode = self.mode();
+        match mode::decide(mode, class, self.allowed_ahead(&call.name, tool)) {
+            Verdict::Run => return Ok(Some(Prepared::arguments(arguments))),
+            Verdict::Refuse => {
+                let text = mode::refusal(&call.name);
+                self.record_result(call, &text, true, CallOutcome::Denied)
+                    .await?;
+                return Ok(None);
+            }
+            Verdict::Ask => {}
         }
         let prepared = match tool.prepare(arguments.clone()).await {
             Ok(prepared) => prepared,
@@ -168,7 +179,10 @@ impl Turn {
                 None => None,
             },
             diff: prepared.plan().map(|plan| plan.diff().to_string()),
+            mode,
+            would_allow: Some(mode::unlock_hint(class, &call.name)),
         };
+        let would_allow = request.would_allow.clone().unwrap_or_default();
         self.emit(TurnEvent::ApprovalRequested(request.clone()));
         let answer = tokio::select! {
             answer = self.approver.ask(request) => answer,
@@ -204,8 +218,8 @@ impl Turn {
             }
             Err(why) => {
                 let text = format!(
-                    "approval no longer applies: the owner could not be asked ({why}); the call did not run. \
-                     Ask again when the owner is back."
+                    "approval no longer applies: the owner could not be asked ({why}); the call did not run \
+                     ({would_allow}). Ask again when the owner is back."
                 );
                 self.record_result(call, &text, true, CallOutcome::StaleAuthority)
                     .await?;
@@ -274,10 +288,10 @@ impl Turn {
         Ok(())
     }
 
-    /// Whether a call of `tool` (named `name`) asks the owner: the tool says, under
-    /// `auto_approve`, unless the session allowed it.
-    fn needs_approval(&self, name: &str, tool: &dyn Tool) -> bool {
-        tool.needs_approval(&self.config.auto_approve) && !self.lock_history().allows(name)
+    /// Whether the owner allowed a call of `tool` (named `name`) ahead: `auto_approve` covers
+    /// it (the tool says), or the session allowed it.
+    fn allowed_ahead(&self, name: &str, tool: &dyn Tool) -> bool {
+        !tool.needs_approval(&self.config.auto_approve) || self.lock_history().allows(name)
     }
 
     pub(super) async fn record_result(

@@ -44,6 +44,9 @@ pub struct SessionHistory {
     delivered: std::collections::BTreeSet<String>,
     /// The instruction budget the session's files used so far, in bytes.
     instruction_bytes: usize,
+    /// Whether the session's last prompt was made in plan mode (it starts with
+    /// [`crate::mode::PLAN_NOTE`]), so the next one outside it says plan mode ended.
+    last_prompt_in_plan_mode: bool,
 }
 
 impl SessionHistory {
@@ -97,6 +100,11 @@ impl SessionHistory {
         self.revert_note.as_deref()
     }
 
+    /// Whether the session's last prompt was made in plan mode.
+    pub fn last_prompt_in_plan_mode(&self) -> bool {
+        self.last_prompt_in_plan_mode
+    }
+
     /// The turns and files of a revert that started and never ended (a crash stopped it).
     pub fn open_revert(&self) -> Option<&(Vec<String>, Vec<String>)> {
         self.open_revert.as_ref()
@@ -142,7 +150,10 @@ impl SessionHistory {
                     None => self.revert_note = Some(note.clone()),
                 }
             }
-            Item::UserPrompt { .. } => self.revert_note = None,
+            Item::UserPrompt { text } => {
+                self.revert_note = None;
+                self.last_prompt_in_plan_mode = text.starts_with(crate::mode::PLAN_NOTE);
+            }
             Item::Event(Event::SessionContext(context)) if self.context.is_none() => {
                 self.root_instructions = context.instructions.clone();
                 self.instruction_bytes += context

@@ -4,6 +4,7 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
+use crate::mode::{CallClass, Confinement};
 use crate::tools::registry::{self, Execution, Preview, ToolKind, ToolSpec};
 use crate::tools::subject::Subject;
 use crate::tools::write::{self, EditPlan};
@@ -168,6 +169,13 @@ impl LocalTools {
         )
     }
 
+    /// The seam to pen_command's sandbox: how a command call with `arguments` will run
+    /// (confined, unconfined, or leaving the sandbox), which the permission modes decide on.
+    /// Until pen_command has a sandbox, every command runs with the owner's full rights.
+    fn command_confinement(&self, _arguments: &Value) -> Confinement {
+        Confinement::Unconfined
+    }
+
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
     /// `cancel` fires. It gets no read ledger and no editor: a command sees the disk.
     fn run_cancellable(
@@ -198,6 +206,14 @@ impl Tool for NativeTool {
 
     fn needs_approval(&self, auto_approve: &[String]) -> bool {
         self.spec.needs_approval() && !auto_approve.iter().any(|t| t == self.spec.name())
+    }
+
+    fn class(&self, arguments: &Value) -> CallClass {
+        match self.spec.kind() {
+            _ if self.spec.read_only() => CallClass::ReadOnly,
+            ToolKind::Execute => CallClass::Command(self.local.command_confinement(arguments)),
+            _ => CallClass::Edit,
+        }
     }
 
     fn subject(&self, arguments: &Value) -> Subject {
@@ -357,6 +373,8 @@ pub struct StartThroughApprover {
     pub approver: Arc<dyn super::Approver>,
     pub session_id: String,
     pub turn_id: String,
+    /// The session's permission mode, which the request names.
+    pub mode: crate::mode::Mode,
 }
 
 impl crate::mcp::StartApproval for StartThroughApprover {
@@ -384,6 +402,8 @@ impl crate::mcp::StartApproval for StartThroughApprover {
             }),
             diff: None,
             not_revertible: None,
+            mode: self.mode,
+            would_allow: None,
         };
         let answer = self.approver.ask(request);
         Box::pin(async move {

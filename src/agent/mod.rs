@@ -114,6 +114,11 @@ pub struct ApprovalRequest {
     /// Set when the write could not be reverted: its file's pre-image is over the session's
     /// checkpoint store limit (`checkpoint_store_bytes`), so the owner knows before the write.
     pub not_revertible: Option<String>,
+    /// The session's permission mode when it asked.
+    pub mode: crate::mode::Mode,
+    /// For a tool call: what would have let it run without asking (a mode, `auto_approve`), for
+    /// a front end that cannot ask ([`crate::mode::unlock_hint`]).
+    pub would_allow: Option<String>,
 }
 
 /// What an approval is for.

@@ -14,6 +14,7 @@ use super::history::SessionHistory;
 use super::turn::Turn;
 use super::{Approver, ToolHost, TurnErrorKind, TurnLease, TurnOutcome};
 use crate::config::{Config, ProviderKind};
+use crate::mode::Mode;
 use crate::providers::Provider;
 use crate::providers::choice::{ChoiceError, Target, chosen_from_config};
 use crate::providers::facts::Discovery;
@@ -90,6 +91,27 @@ pub struct Engine {
     windows: tokio::sync::Mutex<HashMap<Target, ModelWindow>>,
     /// The targets already told that nothing knew their window (the notice is said once).
     unknown_windows: Mutex<std::collections::HashSet<Target>>,
+    /// The permission mode each session was switched to in this process.
+    modes: Arc<SessionModes>,
+}
+
+/// The permission mode each session was switched to in this process (`pen/setMode`, ACP's
+/// `session/set_mode`); a session never switched runs in its turn's configured `mode`. A
+/// running turn reads it at each call, so a switch applies from the next call on.
+#[derive(Debug, Default)]
+pub(super) struct SessionModes(Mutex<HashMap<String, Mode>>);
+
+impl SessionModes {
+    /// The mode a turn of `session_id` runs in under `config`: the one it was switched to, else
+    /// the configured `mode`.
+    pub(super) fn of(&self, session_id: &str, config: &Config) -> Mode {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+            .copied()
+            .unwrap_or(config.mode)
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -133,7 +155,23 @@ impl Engine {
             histories: Mutex::default(),
             windows: tokio::sync::Mutex::default(),
             unknown_windows: Mutex::default(),
+            modes: Arc::default(),
         })
+    }
+
+    /// Switches `session_id` to `mode`, from its running turn's next call on.
+    pub fn set_mode(&self, session_id: &str, mode: Mode) {
+        self.modes
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session_id.to_string(), mode);
+    }
+
+    /// The mode a turn of `session_id` runs in under `config`: the one it was switched to,
+    /// else the configured `mode`.
+    pub fn mode(&self, session_id: &str, config: &Config) -> Mode {
+        self.modes.of(session_id, config)
     }
 
     pub fn store(&self) -> &Arc<SessionStore> {
@@ -335,6 +373,11 @@ impl PendingTurn {
         &self.session_id
     }
 
+    /// The engine the turn runs on.
+    pub(super) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The turn's Stop switch.
     pub(super) fn cancel(&self) -> &CancellationToken {
         &self.cancel
@@ -380,6 +423,7 @@ impl PendingTurn {
             model,
             found_window,
             config: spec.config,
+            modes: Arc::clone(&engine.modes),
             tools: spec.tools,
             approver: spec.approver,
             history: Mutex::new(history),

@@ -129,6 +129,7 @@ impl PendingTurn {
             approver: Arc::clone(&approver),
             session_id: self.session_id().to_string(),
             turn_id: self.turn_id().to_string(),
+            mode: self.engine().mode(self.session_id(), &setup.config),
         };
         let mcp = setup
             .mcp

@@ -1583,6 +1583,9 @@ impl Tool for Meets {
     fn needs_approval(&self, auto_approve: &[String]) -> bool {
         self.inner.needs_approval(auto_approve)
     }
+    fn class(&self, arguments: &Value) -> crate::mode::CallClass {
+        self.inner.class(arguments)
+    }
     fn subject(&self, arguments: &Value) -> crate::tools::subject::Subject {
         self.inner.subject(arguments)
     }

@@ -29,6 +29,9 @@ pub(super) struct Turn {
     /// [`Turn::window`].
     pub(super) found_window: ModelWindow,
     pub(super) config: Config,
+    /// The modes sessions were switched to: this turn's calls are decided under its
+    /// session's, read at each call ([`Turn::mode`]).
+    pub(super) modes: Arc<super::runner::SessionModes>,
     pub(super) tools: Arc<dyn ToolHost>,
     pub(super) approver: Arc<dyn Approver>,
     /// The session's entries, in step with the store (write-through).
@@ -147,6 +150,14 @@ impl Turn {
         let text = match self.lock_history().revert_note() {
             Some(note) => format!("{note}\n\n{prompt}"),
             None => prompt.to_string(),
+        };
+        // The mode is told with the prompt, never in the system prompt or the catalog, which
+        // stay the cached prefix whatever the mode: plan mode with each prompt in it, and its
+        // end with the first prompt after it.
+        let previous_was_plan = self.lock_history().last_prompt_in_plan_mode();
+        let text = match crate::mode::prompt_note(self.mode(), previous_was_plan) {
+            Some(note) => format!("{note}\n\n{text}"),
+            None => text,
         };
         self.record_window().await?;
         // The session's context is recorded before its first prompt; a changed root instruction
@@ -296,6 +307,11 @@ impl Turn {
             files: now.iter().map(InstructionSummary::of).collect(),
         });
         Ok(Some(note))
+    }
+
+    /// The session's permission mode now: the one it was switched to, else the configured one.
+    pub(super) fn mode(&self) -> crate::mode::Mode {
+        self.modes.of(&self.session_id, &self.config)
     }
 
     pub(super) fn lock_history(&self) -> std::sync::MutexGuard<'_, SessionHistory> {

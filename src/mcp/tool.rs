@@ -46,6 +46,12 @@ impl Tool for ServerTool {
         !auto_approved(auto_approve, &self.name, &self.info)
     }
 
+    fn class(&self, _arguments: &Value) -> crate::mode::CallClass {
+        crate::mode::CallClass::Mcp {
+            read_only_hint: self.info.read_only_hint,
+        }
+    }
+
     fn subject(&self, arguments: &Value) -> Subject {
         Subject::of_arguments(arguments)
     }

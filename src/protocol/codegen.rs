@@ -101,6 +101,7 @@ fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
             wire_names(&WindowSource::ALL),
         ),
         ("TOOL_KINDS", "tool_kind", wire_names(&ToolKind::ALL)),
+        ("MODES", "mode", wire_names(&Mode::ALL)),
         (
             "PLAN_STEP_STATUSES",
             "plan_step_status",
@@ -168,6 +169,9 @@ fn typescript() -> String {
     decl::<UsageData>(&cfg, &mut out);
     decl::<StopParams>(&cfg, &mut out);
     decl::<StopResponse>(&cfg, &mut out);
+    decl::<Mode>(&cfg, &mut out);
+    decl::<SetModeParams>(&cfg, &mut out);
+    decl::<SetModeResponse>(&cfg, &mut out);
     decl::<EventParams>(&cfg, &mut out);
     decl::<EventBody>(&cfg, &mut out);
     decl::<TrimmedData>(&cfg, &mut out);
@@ -264,6 +268,8 @@ fn listed_tags_are_the_serialized_names() {
         arguments: Value::Null,
         diff: None,
         not_revertible: None,
+        mode: crate::mode::Mode::Ask,
+        would_allow: None,
     };
     let start = agent::ApprovalKind::StartMcpServer {
         server: "files".into(),

@@ -27,11 +27,7 @@ impl Backend {
         &self,
         params: RevertTurnParams,
     ) -> jsonrpc::Result<RevertTurnResult> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let engine = self.engine()?;
         let editor: Arc<dyn tools::Editor + Send + Sync> = self.state.clone();
         let scope = Scope {
             store: Arc::clone(engine.store()),
@@ -55,11 +51,7 @@ impl Backend {
         &self,
         params: ForkSessionParams,
     ) -> jsonrpc::Result<ForkSessionResult> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let engine = self.engine()?;
         let forked = checkpoint::fork_session(&engine, &params.session_id, &params.before_turn_id)
             .await
             .map_err(rpc_error)?;

@@ -139,7 +139,8 @@ where
     .custom_method(methods::MCP_STATUS, Backend::mcp_status)
     .custom_method(methods::REVERT_TURN, Backend::revert_turn)
     .custom_method(methods::FORK_SESSION, Backend::fork_session)
-    .custom_method(methods::GET_SESSION_CONTEXT, Backend::get_session_context);
+    .custom_method(methods::GET_SESSION_CONTEXT, Backend::get_session_context)
+    .custom_method(methods::SET_MODE, Backend::set_mode);
     // Compiled only into the builds of pen's own tests (the `test-hooks` feature).
     #[cfg(feature = "test-hooks")]
     let builder = if std::env::var_os(test_hooks::TEST_HOOKS_VAR).is_some() {
@@ -261,6 +262,14 @@ impl Backend {
             })
         })
         .await
+    }
+
+    /// The turn engine, or why sessions are unavailable (InternalError).
+    fn engine(&self) -> jsonrpc::Result<Arc<agent::Engine>> {
+        self.state
+            .engine
+            .clone()
+            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))
     }
 
     /// Runs a session-store call on a blocking thread (SQLite is synchronous) and maps its

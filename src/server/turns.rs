@@ -11,11 +11,7 @@ impl Backend {
     /// Runs one turn and answers when it ends. While it runs, `pen/event` notifications and
     /// `$/progress` report it; `pen/stop` ends it.
     pub(super) async fn prompt(&self, params: PromptParams) -> jsonrpc::Result<PromptResponse> {
-        let engine = self
-            .state
-            .engine
-            .clone()
-            .map_err(|e| internal(&format!("sessions are unavailable: {e}")))?;
+        let engine = self.engine()?;
         let session_id = params.session_id.clone();
         let lookup = session_id.clone();
         let exists = self
@@ -155,6 +151,23 @@ impl Backend {
                 .iter()
                 .map(agent::render_file)
                 .collect(),
+        })
+    }
+
+    /// `pen/setMode`: switches an existing session's permission mode, from its running turn's
+    /// next call on.
+    pub(super) async fn set_mode(
+        &self,
+        params: protocol::SetModeParams,
+    ) -> jsonrpc::Result<protocol::SetModeResponse> {
+        let engine = self.engine()?;
+        let lookup = params.session_id.clone();
+        self.with_sessions(move |store| store.get_session(&lookup))
+            .await?;
+        engine.set_mode(&params.session_id, params.mode.into());
+        Ok(protocol::SetModeResponse {
+            session_id: params.session_id,
+            mode: params.mode,
         })
     }
 

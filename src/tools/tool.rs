@@ -60,6 +60,10 @@ pub trait Tool: Send + Sync {
     /// Whether a call asks the owner first under `auto_approve` (the session's "allow for
     /// session" grants are the engine's to add).
     fn needs_approval(&self, auto_approve: &[String]) -> bool;
+    /// What a call with `arguments` is for the permission modes' table
+    /// ([`crate::mode::decide`]): a read, an edit, a command (and how it runs with respect to
+    /// the sandbox), or an MCP tool.
+    fn class(&self, arguments: &Value) -> crate::mode::CallClass;
     /// What a call with `arguments` works on.
     fn subject(&self, arguments: &Value) -> Subject;
     /// Whether a successful call sets the session's plan to the steps of its arguments

@@ -140,7 +140,7 @@ async def stream(workspace):
     client = Client()
     context, conn = await connect(client, workspace)
     session = await conn.new_session(cwd=workspace, mcp_servers=[])
-    assert [m.id for m in session.modes.available_modes] == ["ask", "allow_edits"], session
+    assert [m.id for m in session.modes.available_modes] == ["plan", "ask", "edit", "auto"], session
     response = await asyncio.wait_for(
         conn.prompt(session_id=session.session_id, prompt=[acp.text_block("say hello")]),
         WAIT_SECONDS,
@@ -363,24 +363,31 @@ async def client_fs_lagging(workspace):
 
 
 async def modes(workspace):
-    """In allow_edits mode an edit runs without asking; an unknown mode is refused."""
-    client = Client()
+    """Each of the four modes through session/set_mode: plan refuses an edit without asking, edit
+    runs one without asking, auto asks for an unsandboxed command (rejected: the model is told
+    the owner may explain in the next prompt), ask asks for an edit; an unknown id is refused."""
+    client = Client(answers=["reject_once", "allow_once"])
     context, conn = await connect(client, workspace)
     session = await conn.new_session(cwd=workspace, mcp_servers=[])
     sid = session.session_id
     assert session.modes.current_mode_id == "ask", session
+    assert [m.id for m in session.modes.available_modes] == ["plan", "ask", "edit", "auto"]
     try:
         await conn.set_session_mode(session_id=sid, mode_id="yolo")
         raise AssertionError("an unknown mode was accepted")
     except acp.RequestError as e:
-        assert "allow_edits" in str(e), e
-    await conn.set_session_mode(session_id=sid, mode_id="allow_edits")
-    assert await prompt(conn, sid, "edit a.txt") == "end_turn"
-    await client.until(lambda: len(client.finished()) == 2, "the read and the edit")
-    assert client.permissions == [], client.permissions
-    assert [u["status"] for u in client.finished()] == ["completed", "completed"]
+        assert "plan, ask, edit and auto" in str(e), e
+    seen = {}
+    for mode, finished in [("plan", 2), ("edit", 3), ("auto", 4), ("ask", 6)]:
+        await conn.set_session_mode(session_id=sid, mode_id=mode)
+        assert await prompt(conn, sid, f"work in {mode} mode") == "end_turn"
+        await client.until(lambda: len(client.finished()) == finished, f"the calls of {mode}")
+        seen[mode] = {
+            "permissions": [p["tool_call"]["toolCallId"] for p in client.permissions],
+            "statuses": [u["status"] for u in client.finished()],
+        }
     await context.__aexit__(None, None, None)
-    return {"session_id": sid}
+    return {"session_id": sid, "seen": seen}
 
 
 async def mcp(workspace, entry):

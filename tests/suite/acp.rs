@@ -501,26 +501,61 @@ fn python_sdk_the_diff_of_an_edit_is_what_pen_wrote() {
     assert_eq!(seen["writes"][0]["content"], "one\nTWO\n", "{seen}");
 }
 
-/// session/set_mode: in `allow_edits` an edit runs without a permission request; an unknown
-/// mode is refused.
+/// session/set_mode with each of pen's four modes: `plan` refuses an edit without a permission
+/// request, `edit` runs one without, `auto` asks for a command (no sandbox: it runs unconfined),
+/// `ask` asks for an edit; an unknown id is refused.
 #[test]
-fn python_sdk_allow_edits_mode_edits_without_asking() {
+fn python_sdk_switches_between_the_four_modes() {
     let Some(python) = peer(
         "PEN_ACP_PYTHON",
-        "python_sdk_allow_edits_mode_edits_without_asking",
+        "python_sdk_switches_between_the_four_modes",
     ) else {
         return;
     };
     let setup = Setup::new();
     let file = setup.workspace().join("a.txt");
     std::fs::write(&file, "one\ntwo\n").unwrap();
+    let command = call("c4", "pen_command", json!({"command": "echo hi > ran.txt"}));
     setup.fake.push([
+        // plan
         calls(&[call("c1", "pen_read", json!({"path": "a.txt"}))]),
         calls(&[edit("c2", "a.txt", "two", "TWO")]),
+        text(&["Plan: make it TWO."]),
+        // edit
+        calls(&[edit("c3", "a.txt", "two", "TWO")]),
+        text(&["Done."]),
+        // auto
+        calls(&[command]),
+        text(&["Not run."]),
+        // ask
+        calls(&[call("c5", "pen_read", json!({"path": "a.txt"}))]),
+        calls(&[edit("c6", "a.txt", "TWO", "2")]),
         text(&["Done."]),
     ]);
-    setup.python(&python, "modes", &[]);
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\nTWO\n");
+    let seen = setup.python(&python, "modes", &[]);
+    let seen = &seen["seen"];
+    assert_eq!(seen["plan"]["permissions"], json!([]), "{seen}");
+    assert_eq!(seen["plan"]["statuses"], json!(["completed", "failed"]));
+    assert_eq!(seen["edit"]["permissions"], json!([]), "{seen}");
+    assert_eq!(seen["auto"]["permissions"], json!(["c4"]), "{seen}");
+    assert_eq!(seen["ask"]["permissions"], json!(["c4", "c6"]), "{seen}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\n2\n");
+    assert!(!setup.workspace().join("ran.txt").exists());
+    // The model read the plan-mode refusal, and the rejection's note on the next prompt.
+    let bodies: Vec<String> = setup
+        .fake
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(bodies[2].contains("refused in plan mode"), "{}", bodies[2]);
+    assert!(bodies[0].contains("Plan mode (for this message)"));
+    assert!(bodies[3].contains("Plan mode is over (mode: edit)"));
+    assert!(
+        bodies[6].contains("the owner may say why in the next prompt"),
+        "{}",
+        bodies[6]
+    );
 }
 
 /// A second, independent client: the official TypeScript SDK drives one prompt end to end.
@@ -896,6 +931,7 @@ fn the_checkpoint_extension_methods_revert_and_fork_and_wait_for_a_running_turn(
         .as_str()
         .unwrap()
         .to_string();
+    // The older id of `edit`, still taken.
     pen.send(
         json!({"jsonrpc": "2.0", "id": 3, "method": "session/set_mode",
         "params": {"sessionId": session_id, "modeId": "allow_edits"}}),

@@ -282,13 +282,13 @@ fn a_misspelt_model_key_is_named_and_never_falls_back_to_a_hosted_model() {
 
 /// A pseudo-terminal: the master side the test reads and types on, and the slave side the
 /// child runs on as its controlling terminal (so Ctrl-C typed there is SIGINT to it).
-struct Pty {
+pub(super) struct Pty {
     master: std::fs::File,
     slave: std::os::fd::OwnedFd,
 }
 
 impl Pty {
-    fn open() -> Pty {
+    pub(super) fn open() -> Pty {
         use std::os::fd::FromRawFd;
         let (mut master, mut slave) = (0, 0);
         // SAFETY: openpty writes two descriptors into the integers it is given.
@@ -313,7 +313,10 @@ impl Pty {
 
     /// Runs `command` with the terminal as its stdin, stdout, stderr and controlling terminal;
     /// the screen's bytes arrive on the returned reader.
-    fn spawn(self, mut command: Command) -> (std::process::Child, Screen, std::fs::File) {
+    pub(super) fn spawn(
+        self,
+        mut command: Command,
+    ) -> (std::process::Child, Screen, std::fs::File) {
         use std::os::unix::process::CommandExt;
         let slave = self.slave;
         command
@@ -338,7 +341,7 @@ impl Pty {
 }
 
 /// What the child wrote to the terminal so far, collected by a thread.
-struct Screen {
+pub(super) struct Screen {
     seen: std::sync::Arc<(std::sync::Mutex<String>, std::sync::Condvar)>,
 }
 
@@ -367,7 +370,7 @@ impl Screen {
     }
 
     /// Waits until the screen shows `wanted`; the bound only fails a broken test.
-    fn wait_for(&self, wanted: &str) -> String {
+    pub(super) fn wait_for(&self, wanted: &str) -> String {
         let (text, changed) = &*self.seen;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let mut shown = text.lock().unwrap();

@@ -24,4 +24,9 @@ vim.api.nvim_create_user_command('PenFork', function(o) pen().fork(o.args) end,
   { nargs = '?', desc = 'Start a new pen session with the history before a turn (the last by default)' })
 vim.api.nvim_create_user_command('PenMcp', function() pen().mcp_status() end,
   { desc = "Show each MCP server's status, tool count and schema tokens" })
+vim.api.nvim_create_user_command('PenMode', function(o) pen().set_mode(o.args) end, {
+  nargs = '?',
+  complete = function() return pen().MODES end,
+  desc = 'Set the permission mode: plan, ask, edit or auto',
+})
 vim.api.nvim_create_user_command('PenLog', function() pen().log() end, { desc = "Open pen's daemon log" })

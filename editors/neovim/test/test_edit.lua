@@ -25,7 +25,7 @@ vim.cmd('Pen change line two')
 local res = H.wait_turn()
 H.check(res.stopReason == 'end_turn', 'stopReason ' .. vim.inspect(res))
 H.check(#asked == 1, 'asked once, got ' .. #asked)
-H.check(vim.deep_equal(asked[1].items, { 'Allow', 'Allow for session', 'Deny' }), 'items ' .. vim.inspect(asked[1].items))
+H.check(vim.deep_equal(asked[1].items, { 'Allow', 'Allow for session', 'Deny', 'Deny and tell pen why' }), 'items ' .. vim.inspect(asked[1].items))
 H.check(asked[1].transcript:find('```diff', 1, true) and asked[1].transcript:find('+line two EDITED', 1, true),
   'diff shown before asking:\n' .. asked[1].transcript)
 local lines = vim.api.nvim_buf_get_lines(file_buf, 0, -1, false)

@@ -17,6 +17,7 @@ import type {
   ListSessionsParams,
   ListSessionsResponse,
   GetSessionContextParams,
+  Mode,
   NewSessionParams,
   PromptContext,
   PromptParams,
@@ -27,11 +28,13 @@ import type {
   RevertTurnResult,
   SessionContextResponse,
   SessionSummary,
+  SetModeParams,
   StopParams,
   TranscriptResponse,
 } from './protocol.generated';
 
 const SESSION_KEY = 'pen.sessionId';
+const MODE_KEY = 'pen.mode';
 /** Characters of the first prompt that become a new session's title. */
 const TITLE_CHARS = 60;
 
@@ -44,6 +47,8 @@ export class Controller implements vscode.Disposable {
   /** The owner removed the focus chip; it comes back when the editor or selection changes. */
   private focusDropped = false;
   private readonly focusWatch: vscode.Disposable[] = [];
+  /** The mode each session was last sent (`pen/setMode`) by this window's daemon. */
+  private readonly modeSent = new Map<string, Mode>();
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -117,7 +122,7 @@ export class Controller implements vscode.Disposable {
     this.model = model;
     this.panel.postModel(model);
     if (model.running) {
-      this.statusItem.text = `$(loading~spin) pen: ${model.status || 'running'}`;
+      this.statusItem.text = `$(loading~spin) ${state.statusLine(model)}`;
       this.statusItem.tooltip = 'pen is working on your prompt; "pen: Stop" stops it';
       this.statusItem.show();
     } else {
@@ -141,6 +146,7 @@ export class Controller implements vscode.Disposable {
   /** The daemon is up: show the sessions and, once per window, resume the last session. */
   async ready(): Promise<void> {
     await this.refreshSessions();
+    await this.restoreMode();
     if (!this.restored) {
       this.restored = true;
       const last = this.context.workspaceState.get<string>(SESSION_KEY);
@@ -152,6 +158,8 @@ export class Controller implements vscode.Disposable {
 
   /** The daemon stopped: answer nothing more, end the turn in the panel. */
   stopped(message: string): void {
+    // A new daemon knows no session's mode: the next prompt sends it again.
+    this.modeSent.clear();
     for (const callId of [...this.approvals.keys()]) {
       this.settle(callId, { decision: 'deny', reason: 'the daemon stopped' });
     }
@@ -172,7 +180,10 @@ export class Controller implements vscode.Disposable {
         void this.stop();
         break;
       case 'approve':
-        this.answer(message.callId, message.decision);
+        this.answer(message.callId, message.decision, message.reason);
+        break;
+      case 'setMode':
+        void this.setMode(message.mode);
         break;
       case 'newSession':
         void this.newSession();
@@ -220,6 +231,9 @@ export class Controller implements vscode.Disposable {
         this.set(state.note(this.model, 'error', `Could not start a new session: ${errorText(err)}`));
         return;
       }
+    }
+    if (!(await this.sendMode(client, sessionId))) {
+      return;
     }
     this.set(state.promptSent(this.model, text));
     try {
@@ -371,9 +385,59 @@ export class Controller implements vscode.Disposable {
     }
   }
 
-  answer(callId: string, decision: Decision): void {
+  /** The owner's answer; a denial may carry the reason, which the model reads. */
+  answer(callId: string, decision: Decision, reason?: string): void {
     this.set(state.approvalAnswered(this.model, callId, decision));
-    this.settle(callId, { decision });
+    const why = reason?.trim() ?? '';
+    this.settle(callId, why === '' ? { decision } : { decision, reason: why });
+  }
+
+  /** The mode the picker starts with: the one chosen in this workspace before, else the
+   * daemon's `mode` setting. */
+  private async restoreMode(): Promise<void> {
+    if (this.model.mode !== null) {
+      return;
+    }
+    let mode = this.context.workspaceState.get<Mode>(MODE_KEY);
+    const client = this.daemon.client;
+    if (mode === undefined && client !== null) {
+      try {
+        const config = await client.sendRequest<{ mode?: Mode }>(METHODS.GET_CONFIG, {});
+        mode = config.mode;
+      } catch (err) {
+        this.output.appendLine(`pen/getConfig: ${errorText(err)}`);
+      }
+    }
+    this.set(state.modeChosen(this.model, mode ?? 'ask'));
+  }
+
+  /** The owner picked a mode: kept for this workspace, and sent for the current session at once
+   * (a running turn decides its next call under it). */
+  async setMode(mode: Mode): Promise<void> {
+    this.set(state.modeChosen(this.model, mode));
+    await this.context.workspaceState.update(MODE_KEY, mode);
+    const client = this.daemon.client;
+    if (this.model.sessionId !== null && client !== null) {
+      await this.sendMode(client, this.model.sessionId);
+    }
+  }
+
+  /** Sends the picker's mode for `sessionId` unless it was sent; false (and a note) when pen
+   * refused it. */
+  private async sendMode(client: LanguageClient, sessionId: string): Promise<boolean> {
+    const mode = this.model.mode;
+    if (mode === null || this.modeSent.get(sessionId) === mode) {
+      return true;
+    }
+    try {
+      const params: SetModeParams = { sessionId, mode };
+      await client.sendRequest(METHODS.SET_MODE, params);
+      this.modeSent.set(sessionId, mode);
+      return true;
+    } catch (err) {
+      this.set(state.note(this.model, 'error', `Could not set the mode: ${errorText(err)}`));
+      return false;
+    }
   }
 
   async openDiff(callId: string): Promise<void> {

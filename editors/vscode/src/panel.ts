@@ -101,6 +101,7 @@ export class PanelView implements vscode.WebviewViewProvider {
 <header class="sessions">
   <select id="session" aria-label="Session"></select>
   <button id="new-session" class="icon" aria-label="New session" title="New session"><i class="codicon codicon-add" aria-hidden="true"></i></button>
+  <select id="mode" class="mode" aria-label="Permission mode"></select>
 </header>
 <main id="log" role="log" aria-label="pen conversation" aria-live="polite"></main>
 <section id="plan" aria-label="pen's plan" hidden><h2>Plan</h2><ol id="plan-steps"></ol></section>

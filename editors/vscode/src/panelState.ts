@@ -14,6 +14,7 @@ import type {
   EventBody,
   EventParams,
   FileStatus,
+  Mode,
   PlanStepInfo,
   PromptResponse,
   RevertTurnResult,
@@ -66,6 +67,8 @@ export interface ToolItem extends ItemBase {
   pendingApproval: boolean;
   /** The owner's answer, once given; `withdrawn` when Stop came first. */
   decision: Decision | 'withdrawn' | null;
+  /** The session's permission mode when pen asked, as the request names it. */
+  askedIn: Mode | null;
 }
 
 /** A `context_trimmed` report: what was compacted and how many tokens it saved. */
@@ -128,10 +131,36 @@ export interface PanelModel {
   /** The instruction files the session uses, in a line ("AGENTS.md 1.2 KB (cut)"); null
    * when it has none. */
   instructions: string | null;
+  /** The permission mode the panel's picker shows and sends (`pen/setMode`); null until the
+   * daemon's `mode` setting is known. */
+  mode: Mode | null;
   /** The session's plan as pen last set it (each `plan` event or entry replaces the whole
    * list): one checklist, updated in place; null when there is none or it was cleared. */
   plan: PlanStepInfo[] | null;
   nextId: number;
+}
+
+/** What each permission mode lets run without asking, for the picker's tooltips. */
+export const MODE_DESCRIPTIONS: Record<Mode, string> = {
+  plan: 'Plan: read-only tools only; pen proposes a plan, edits and commands are refused',
+  ask: 'Ask: every edit and command asks (tools in auto_approve excepted)',
+  edit: 'Edit: edits run without asking; commands ask unless sandboxed',
+  auto: 'Auto: edits and sandboxed commands run without asking; leaving the sandbox asks',
+};
+
+/** The owner chose a permission mode in the picker. */
+export function modeChosen(model: PanelModel, mode: Mode): PanelModel {
+  return model.mode === mode ? model : { ...model, mode };
+}
+
+/** The status line of the panel and the status bar: the running turn's state, named with the
+ * mode; '' when idle. */
+export function statusLine(model: PanelModel): string {
+  if (!model.running) {
+    return '';
+  }
+  const who = model.mode === null ? 'pen' : `pen [${model.mode}]`;
+  return `${who}: ${model.status || 'running'}`;
 }
 
 /** A chip's label for the active file and its selection (lines 1-based, inclusive). */
@@ -167,6 +196,7 @@ export function emptyModel(): PanelModel {
     sessionUsage: null,
     focus: null,
     instructions: null,
+    mode: null,
     plan: null,
     nextId: 1,
   };
@@ -404,6 +434,7 @@ function toolStarted(model: PanelModel, callId: string, tool: string, summary: s
     notRevertible: null,
     pendingApproval: false,
     decision: null,
+    askedIn: null,
   } as ToolItem);
 }
 
@@ -439,6 +470,8 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
     params.kind === 'start_mcp_server'
       ? { tool: 'start MCP server', summary: `${params.server}: ${params.commandLine}`, diff: null, notRevertible: null }
       : { tool: params.tool, summary: params.summary, diff: params.diff ?? null, notRevertible: params.notRevertible ?? null };
+  // An older pen sends no mode.
+  const askedIn: Mode | null = params.mode ?? null;
   let m = toolStarted(model, params.callId, asked.tool, asked.summary);
   const index = findTool(m, params.callId);
   const tool = m.items[index] as ToolItem;
@@ -453,6 +486,7 @@ export function approvalRequested(model: PanelModel, params: ApprovalParams): Pa
     pendingApproval: true,
     diff: asked.diff,
     notRevertible: asked.notRevertible,
+    askedIn,
   });
   return { ...m, status: 'waiting for approval' };
 }
@@ -669,7 +703,7 @@ export function withSessions(model: PanelModel, sessions: SessionSummary[]): Pan
 
 /** Show another session (or a new, empty one): its items come from its transcript. */
 export function switchSession(model: PanelModel, sessionId: string | null): PanelModel {
-  return { ...emptyModel(), sessions: model.sessions, sessionId, focus: model.focus, nextId: model.nextId };
+  return { ...emptyModel(), sessions: model.sessions, sessionId, focus: model.focus, mode: model.mode, nextId: model.nextId };
 }
 
 /**
@@ -705,7 +739,8 @@ export type FromWebview =
   | { type: 'ready' }
   | { type: 'send'; text: string }
   | { type: 'stop' }
-  | { type: 'approve'; callId: string; decision: Decision }
+  | { type: 'approve'; callId: string; decision: Decision; reason?: string }
+  | { type: 'setMode'; mode: Mode }
   | { type: 'newSession' }
   | { type: 'switchSession'; sessionId: string }
   | { type: 'openDiff'; callId: string }

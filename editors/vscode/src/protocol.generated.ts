@@ -18,6 +18,7 @@ export const METHODS = {
   REVERT_TURN: 'pen/revertTurn',
   FORK_SESSION: 'pen/forkSession',
   GET_SESSION_CONTEXT: 'pen/getSessionContext',
+  SET_MODE: 'pen/setMode',
   EVENT: 'pen/event',
   REQUEST_APPROVAL: 'pen/requestApproval',
 } as const;
@@ -45,6 +46,8 @@ export const MCP_SERVER_STATES = ['idle', 'starting', 'running', 'failed', 'not_
 export const WINDOW_SOURCES = ['config', 'llama_cpp_props', 'ollama_show', 'vllm_models', 'lm_studio_models', 'hosted_table', 'default'] as const;
 
 export const TOOL_KINDS = ['read', 'edit', 'search', 'execute', 'other'] as const;
+
+export const MODES = ['plan', 'ask', 'edit', 'auto'] as const;
 
 export const PLAN_STEP_STATUSES = ['pending', 'in_progress', 'done'] as const;
 
@@ -454,6 +457,22 @@ export type StopParams = { sessionId: string, };
 export type StopResponse = { stopped: boolean, };
 
 /**
+ * A session's permission mode (`crate::mode::Mode` on the wire).
+ */
+export type Mode = "plan" | "ask" | "edit" | "auto";
+
+/**
+ * `pen/setMode` params: switches a session's permission mode, from its running turn's next
+ * call on (a session never switched runs in the config's `mode`).
+ */
+export type SetModeParams = { sessionId: string, mode: Mode, };
+
+/**
+ * `pen/setMode` result: the session's mode now.
+ */
+export type SetModeResponse = { sessionId: string, mode: Mode, };
+
+/**
  * `pen/event` params: one progress event of a turn.
  */
 export type EventParams = { sessionId: string, turnId: string, seq: number, } & ({ "kind": "text_delta", "data": { text: string, } } | { "kind": "tool_call_started", "data": { callId: string, tool: string, 
@@ -568,7 +587,15 @@ diff?: string,
  * Set when the write will not be revertible (its file is over the session's
  * checkpoint store limit): `"not revertible: too large (…)"`.
  */
-notRevertible?: string, } | { "kind": "start_mcp_server", sessionId: string, turnId: string, callId: string, server: string, commandLine: string, root: string, };
+notRevertible?: string, 
+/**
+ * The session's permission mode when it asked.
+ */
+mode: Mode, } | { "kind": "start_mcp_server", sessionId: string, turnId: string, callId: string, server: string, commandLine: string, root: string, 
+/**
+ * The session's permission mode when it asked.
+ */
+mode: Mode, };
 
 /**
  * The client's answer to `pen/requestApproval`: an object with a known `decision` and at most

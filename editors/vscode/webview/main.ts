@@ -6,13 +6,16 @@ import MarkdownIt from 'markdown-it';
 import {
   type FromWebview,
   type Item,
+  MODE_DESCRIPTIONS,
   type PanelModel,
   STATE_LABELS,
+  statusLine,
   stopReasonLabel,
   type ToolItem,
   type ToWebview,
   type TurnAction,
 } from '../src/panelState';
+import { MODES } from '../src/protocol.generated';
 
 interface VsCodeApi {
   postMessage(message: FromWebview): void;
@@ -33,6 +36,7 @@ const prompt = document.getElementById('prompt') as HTMLTextAreaElement;
 const send = document.getElementById('send') as HTMLButtonElement;
 const stop = document.getElementById('stop') as HTMLButtonElement;
 const sessionSelect = document.getElementById('session') as HTMLSelectElement;
+const modeSelect = document.getElementById('mode') as HTMLSelectElement;
 const newSession = document.getElementById('new-session') as HTMLButtonElement;
 const instructions = document.getElementById('instructions') as HTMLElement;
 const plan = document.getElementById('plan') as HTMLElement;
@@ -158,11 +162,33 @@ function renderTool(item: ToolItem, old: HTMLElement | undefined): HTMLElement {
     group.setAttribute('aria-label', `Approve ${item.tool} ${item.summary}`);
     const answer = (decision: 'allow' | 'allow_for_session' | 'deny') => () =>
       vscode.postMessage({ type: 'approve', callId: item.callId, decision });
+    const who = item.askedIn === null ? 'pen' : `pen [${item.askedIn}]`;
+    // "Deny and tell pen why": the card asks for the reason, which the model reads.
+    const why = el('input', 'reason');
+    why.type = 'text';
+    why.placeholder = 'Why? pen reads it';
+    why.setAttribute('aria-label', `Why deny ${item.tool}`);
+    const denyWithReason = (): void =>
+      vscode.postMessage({ type: 'approve', callId: item.callId, decision: 'deny', reason: why.value });
+    why.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') {
+        e.preventDefault();
+        denyWithReason();
+      }
+    });
+    const reasonRow = el('div', 'reason-row');
+    reasonRow.hidden = true;
+    reasonRow.append(why, button('Deny with this reason', 'secondary danger', denyWithReason, 'send'));
     group.append(
-      el('span', 'question', `pen wants to run ${item.tool}${item.summary ? ' on ' + item.summary : ''}.`),
+      el('span', 'question', `${who} wants to run ${item.tool}${item.summary ? ' on ' + item.summary : ''}.`),
       button('Allow', 'primary', answer('allow'), 'check'),
       button('Allow for session', 'secondary', answer('allow_for_session'), 'check-all'),
       button('Deny', 'secondary danger', answer('deny'), 'close'),
+      button('Deny and tell pen why…', 'secondary', () => {
+        reasonRow.hidden = false;
+        why.focus();
+      }, 'comment'),
+      reasonRow,
     );
     card.append(group);
   }
@@ -287,6 +313,20 @@ function renderSessions(m: PanelModel): void {
   newSession.disabled = m.running;
 }
 
+/** The mode picker: the four modes, the model's selected (ask until the daemon's is known). */
+function renderMode(m: PanelModel): void {
+  if (modeSelect.options.length === 0) {
+    for (const [mode, description] of Object.entries(MODE_DESCRIPTIONS)) {
+      const opt = el('option', undefined, mode);
+      opt.value = mode;
+      opt.title = description;
+      modeSelect.append(opt);
+    }
+  }
+  modeSelect.value = m.mode ?? 'ask';
+  modeSelect.title = MODE_DESCRIPTIONS[m.mode ?? 'ask'];
+}
+
 function render(m: PanelModel): void {
   model = m;
   const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 40;
@@ -319,7 +359,8 @@ function render(m: PanelModel): void {
   if (atBottom) {
     log.scrollTop = log.scrollHeight;
   }
-  status.textContent = m.running ? `pen: ${m.status || 'running'}` : '';
+  status.textContent = statusLine(m);
+  renderMode(m);
   sessionUsage.textContent = m.sessionUsage === null ? '' : `Session: ${m.sessionUsage}`;
   instructions.textContent = m.instructions ?? '';
   renderPlan(m);
@@ -384,6 +425,12 @@ prompt.addEventListener('input', () => vscode.setState({ draft: prompt.value }))
 stop.addEventListener('click', () => vscode.postMessage({ type: 'stop' }));
 dropFocus.addEventListener('click', () => vscode.postMessage({ type: 'dropFocus' }));
 newSession.addEventListener('click', () => vscode.postMessage({ type: 'newSession' }));
+modeSelect.addEventListener('change', () => {
+  const mode = MODES.find((m) => m === modeSelect.value);
+  if (mode !== undefined) {
+    vscode.postMessage({ type: 'setMode', mode });
+  }
+});
 sessionSelect.addEventListener('change', () => {
   if (sessionSelect.value !== '') {
     vscode.postMessage({ type: 'switchSession', sessionId: sessionSelect.value });

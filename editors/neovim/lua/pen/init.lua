@@ -30,6 +30,8 @@ M.state = {
   last_result = {}, -- sessionId -> last pen/prompt result
   last_prompt = {}, -- sessionId -> the text of its last prompt, for :PenRetry
   status = '', -- short text for the statusline
+  mode = nil, -- the permission mode :PenMode chose (nil: the daemon's `mode` setting)
+  mode_sent = {}, -- 'clientId:sessionId' -> the mode last sent to that daemon with pen/setMode
 }
 
 local function notify(msg, level)
@@ -58,8 +60,10 @@ end
 --- `pen/requestApproval`: show the diff, then ask. The handler runs inside the coroutine
 --- Neovim's RPC layer wraps server requests in, so it can yield until the user answers
 --- without blocking the UI, then return the result.
-local CHOICES = { 'Allow', 'Allow for session', 'Deny' }
-local DECISION = { Allow = P.decision.ALLOW, ['Allow for session'] = P.decision.ALLOW_FOR_SESSION, Deny = P.decision.DENY }
+local DENY_WITH_REASON = 'Deny and tell pen why'
+local CHOICES = { 'Allow', 'Allow for session', 'Deny', DENY_WITH_REASON }
+local DECISION = { Allow = P.decision.ALLOW, ['Allow for session'] = P.decision.ALLOW_FOR_SESSION, Deny = P.decision.DENY,
+  [DENY_WITH_REASON] = P.decision.DENY }
 
 local function approval_handler(_, params)
   local co = coroutine.running()
@@ -67,12 +71,13 @@ local function approval_handler(_, params)
   -- The diff goes into the transcript (and its window) before the question is asked.
   transcript.show(session, M.config.split)
   transcript.approval(params)
+  local who = params.mode and ('pen [%s]'):format(params.mode) or 'pen'
   local prompt
   if params.kind == P.approval_kind.START_MCP_SERVER then
-    prompt = ('pen wants to start the project MCP server %s (.mcp.json): %s'):format(
+    prompt = ('%s wants to start the project MCP server %s (.mcp.json): %s'):format(who,
       tostring(params.server), tostring(params.commandLine))
   else
-    prompt = ('pen wants to run %s%s'):format(params.tool,
+    prompt = ('%s wants to run %s%s'):format(who, params.tool,
       params.arguments and params.arguments.path and (' on ' .. params.arguments.path) or '')
     if params.arguments and params.arguments.command then
       prompt = prompt .. ': ' .. params.arguments.command
@@ -80,16 +85,24 @@ local function approval_handler(_, params)
   end
   M.state.status = 'pen: waiting for approval'
   vim.cmd('redrawstatus')
-  local answered, choice = false, nil
+  local answered, choice, reason = false, nil, nil
+  -- Resume on the next tick: a synchronous select (or a test stub) may answer before this
+  -- coroutine has yielded.
+  local function answer(item, why)
+    vim.schedule(function()
+      answered, choice, reason = true, item, why
+      if coroutine.status(co) == 'suspended' then
+        coroutine.resume(co)
+      end
+    end)
+  end
   vim.schedule(function()
     vim.ui.select(CHOICES, { prompt = prompt, kind = 'pen.approval' }, function(item)
-      -- Resume on the next tick: a synchronous select (or a test stub) may answer before
-      -- this coroutine has yielded.
-      vim.schedule(function()
-        answered, choice = true, item
-        if coroutine.status(co) == 'suspended' then
-          coroutine.resume(co)
-        end
+      if item ~= DENY_WITH_REASON then
+        return answer(item)
+      end
+      vim.ui.input({ prompt = 'Why? (pen reads it): ' }, function(why)
+        answer(item, why)
       end)
     end)
   end)
@@ -100,7 +113,11 @@ local function approval_handler(_, params)
   if M.state.running[session] then
     M.state.status = 'pen: running'
   end
-  return { decision = DECISION[choice] or P.decision.DENY }
+  local result = { decision = DECISION[choice] or P.decision.DENY }
+  if reason and reason ~= '' then
+    result.reason = reason
+  end
+  return result
 end
 
 local function event_handler(_, params)
@@ -243,6 +260,9 @@ function M.prompt(text, range)
   end
   if M.state.running[session] then
     notify('a turn is already running; :PenStop first', vim.log.levels.WARN)
+    return
+  end
+  if not M.send_mode(client, session) then
     return
   end
   transcript.show(session, M.config.split)
@@ -571,9 +591,60 @@ function M.mcp_status()
   notify(#lines > 0 and table.concat(lines, '\n') or 'no MCP servers configured', vim.log.levels.INFO)
 end
 
---- Statusline component: '' when idle.
+--- Sends the mode :PenMode chose to the session's daemon (pen/setMode) unless it has it; false
+--- (and says why) when the daemon refused it.
+function M.send_mode(client, session)
+  local mode = M.state.mode
+  -- Keyed by client too: a restarted daemon knows no session's mode.
+  local key = client.id .. ':' .. session
+  if not mode or M.state.mode_sent[key] == mode then
+    return true
+  end
+  local _, err = request_sync(client, methods.SET_MODE, { sessionId = session, mode = mode })
+  if err then
+    notify('setMode: ' .. tostring(err), vim.log.levels.ERROR)
+    return false
+  end
+  M.state.mode_sent[key] = mode
+  return true
+end
+
+--- `:PenMode {mode}`: the permission mode of this and later sessions (plan, ask, edit, auto);
+--- the running turn's next call is decided under it. Without an argument, says the mode.
+function M.set_mode(mode)
+  if mode == nil or mode == '' then
+    notify('mode: ' .. (M.state.mode or 'the daemon\'s `mode` setting (ask by default)'))
+    return
+  end
+  if not vim.tbl_contains(M.MODES, mode) then
+    notify(('no mode %q; the modes are %s'):format(mode, table.concat(M.MODES, ', ')), vim.log.levels.ERROR)
+    return
+  end
+  M.state.mode = mode
+  local session = M.state.session
+  if session then
+    local id = M.state.running[session]
+    local client = id and vim.lsp.get_client_by_id(id) or M.client()
+    if client then
+      M.send_mode(client, session)
+    end
+  end
+  vim.cmd('redrawstatus')
+end
+
+--- The permission modes, as the protocol names them (for :PenMode's completion).
+M.MODES = { P.mode.PLAN, P.mode.ASK, P.mode.EDIT, P.mode.AUTO }
+
+--- Statusline component: '' when idle, unless :PenMode chose a mode (then it is shown).
 function M.status()
-  return M.state.status
+  local mode = M.state.mode
+  if not mode then
+    return M.state.status
+  end
+  if M.state.status == '' then
+    return ('pen [%s]'):format(mode)
+  end
+  return (M.state.status:gsub('^pen:', ('pen [%s]:'):format(mode)))
 end
 
 --- Push new settings to running daemons (pen/setConfig) as well as future starts.

@@ -17,6 +17,7 @@ M.methods = {
   REVERT_TURN = 'pen/revertTurn',
   FORK_SESSION = 'pen/forkSession',
   GET_SESSION_CONTEXT = 'pen/getSessionContext',
+  SET_MODE = 'pen/setMode',
   EVENT = 'pen/event',
   REQUEST_APPROVAL = 'pen/requestApproval',
 }
@@ -140,6 +141,13 @@ M.tool_kind = {
   SEARCH = 'search',
   EXECUTE = 'execute',
   OTHER = 'other',
+}
+
+M.mode = {
+  PLAN = 'plan',
+  ASK = 'ask',
+  EDIT = 'edit',
+  AUTO = 'auto',
 }
 
 M.plan_step_status = {

@@ -67,6 +67,13 @@ const replies: unknown[] = [
     ],
   },
   { text: 'Understood, not editing.' },
+  // 3b. Plan mode (picked in the panel): the edit is refused without asking.
+  {
+    tool_calls: [
+      { id: 'call_edit_plan', name: 'pen_edit', arguments: { path: 'b.txt', edits: [{ old_text: 'keep me\n', new_text: 'planned\n' }] } },
+    ],
+  },
+  { text: 'Plan: change b.txt.' },
   // 4. Stop while an approval is pending: both calls of the message are not executed.
   {
     tool_calls: [
@@ -518,7 +525,7 @@ async function main(): Promise<void> {
       await p.getByText('I will change line two.').waitFor();
       // $/progress (VS Code's window progress) and the extension's status item show the turn.
       await page.locator('[id="status.progress"]', { hasText: 'pen: waiting for approval' }).waitFor();
-      await page.locator('[id="pen-dev.pen.pen.status"]', { hasText: 'pen: waiting for approval' }).waitFor();
+      await page.locator('[id="pen-dev.pen.pen.status"]', { hasText: 'pen [ask]: waiting for approval' }).waitFor();
     });
     // The README's picture (docs/vscode-panel.png): the panel mid-turn beside the edited file.
     await page.screenshot({ path: path.join(OUT_DIR, 'panel.png'), clip: { x: 0, y: 0, width: 900, height: 900 } });
@@ -599,13 +606,39 @@ async function main(): Promise<void> {
     await step(page, 'deny', async () => {
       ends = await ask(p, 'edit b');
       const edit = card(p, 'call_edit_b');
-      await edit.getByRole('button', { name: 'Deny', exact: true }).click({ timeout: TURN_MS });
+      await edit.getByRole('button', { name: 'Deny', exact: true }).waitFor({ timeout: TURN_MS });
+      // "Deny and tell pen why": the reason goes with the denial, and the model reads it.
+      await edit.getByRole('button', { name: 'Deny and tell pen why…', exact: true }).click();
+      await edit.getByRole('textbox', { name: 'Why deny pen_edit' }).fill('b.txt is the reference copy');
+      await edit.getByRole('button', { name: 'Deny with this reason', exact: true }).click();
       await turnDone(p, ends);
       await edit.locator('.state', { hasText: 'denied by the owner' }).waitFor();
       await p.getByText('Understood, not editing.').waitFor();
       if (fs.readFileSync(path.join(ws, 'b.txt'), 'utf8') !== 'keep me\n') {
         throw new Error('b.txt changed after Deny');
       }
+      const sent = fs.readFileSync(path.join(tmp, 'replies.json.requests'), 'utf8');
+      if (!sent.includes('The owner said: b.txt is the reference copy')) {
+        throw new Error('the reason of the denial did not reach the model');
+      }
+    });
+
+    await step(page, 'plan-mode', async () => {
+      const picker = p.getByRole('combobox', { name: 'Permission mode' });
+      await picker.selectOption('plan');
+      ends = await ask(p, 'plan a change of b');
+      await turnDone(p, ends);
+      const edit = card(p, 'call_edit_plan');
+      await edit.locator('.state', { hasText: 'denied by the owner' }).waitFor();
+      await edit.getByText('refused in plan mode', { exact: false }).first().waitFor();
+      await p.getByText('Plan: change b.txt.').waitFor();
+      if ((await edit.getByRole('button', { name: 'Allow', exact: true }).count()) !== 0) {
+        throw new Error('plan mode asked for the edit');
+      }
+      if (fs.readFileSync(path.join(ws, 'b.txt'), 'utf8') !== 'keep me\n') {
+        throw new Error('b.txt changed in plan mode');
+      }
+      await picker.selectOption('ask');
     });
 
     await step(page, 'stop-not-executed', async () => {

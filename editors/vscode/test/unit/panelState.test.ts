@@ -11,11 +11,13 @@ import {
   approvalRequested,
   daemonStopped,
   emptyModel,
+  modeChosen,
   type PanelModel,
   promptAnswered,
   promptFailed,
   promptSent,
   reverted,
+  statusLine,
   switchSession,
   trimNotice,
   usageLine,
@@ -135,7 +137,7 @@ describe('live events', () => {
     let m = promptSent(session(), 'edit');
     m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt', edits: [{}] } })]);
     assert.equal(m.status, 'running pen_edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', summary: 'a.txt', toolKind: 'edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n' });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c2', tool: 'pen_edit', summary: 'a.txt', toolKind: 'edit', arguments: { path: 'a.txt' }, diff: '-a\n+b\n', mode: 'ask' });
     m = applyEvent(m, ev('approval_requested', { sessionId: S, callId: 'c2', tool: 'pen_edit', diff: '-a\n+b\n' }));
     assert.deepEqual(outline(m).slice(1), ['tool pen_edit [a.txt] awaiting_approval ASKING +diff']);
     assert.equal(m.status, 'waiting for approval');
@@ -147,7 +149,7 @@ describe('live events', () => {
 
   test('an approval request with no card yet creates it, and its events do not repeat it', () => {
     let m = promptSent(session(), 'edit');
-    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', summary: 'n.txt', toolKind: 'edit', arguments: { path: 'n.txt' } });
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c4', tool: 'pen_create', summary: 'n.txt', toolKind: 'edit', arguments: { path: 'n.txt' }, mode: 'ask' });
     assert.deepEqual(outline(m).slice(1), ['tool pen_create [n.txt] awaiting_approval ASKING']);
     m = applyEvent(m, ev('tool_call_started', { callId: 'c4', tool: 'pen_create', summary: 'n.txt', arguments: { path: 'n.txt' } }));
     assert.equal(m.items.length, 2, 'no second card');
@@ -157,7 +159,7 @@ describe('live events', () => {
     let m = promptSent(session(), 'go');
     m = approvalRequested(m, {
       kind: 'start_mcp_server', sessionId: S, turnId: T, callId: 'mcp_start_files',
-      server: 'files', commandLine: 'node server.js', root: '/w',
+      server: 'files', commandLine: 'node server.js', root: '/w', mode: 'ask',
     });
     assert.deepEqual(outline(m).slice(1), ['tool start MCP server [files: node server.js] awaiting_approval ASKING']);
   });
@@ -184,6 +186,23 @@ describe('live events', () => {
       'tool pen_read [] not_executed excerpt=not executed (stopped)',
       'end cancelled',
     ]);
+  });
+
+  test('the mode: chosen in the picker, kept across sessions, named by the status line and the card', () => {
+    let m = session();
+    assert.equal(m.mode, null, 'unknown until the daemon says');
+    assert.equal(statusLine(promptSent(m, 'go')), 'pen: thinking');
+    m = modeChosen(m, 'plan');
+    assert.equal(statusLine(m), '', 'idle: nothing');
+    m = promptSent(switchSession(m, 's_2'), 'go');
+    assert.equal(m.mode, 'plan');
+    assert.equal(statusLine(m), 'pen [plan]: thinking');
+    m = modeChosen(switchSession(m, S), 'edit');
+    m = promptSent(m, 'go');
+    m = approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c9', tool: 'pen_command', summary: 'make', toolKind: 'execute', arguments: { command: 'make' }, mode: 'edit' });
+    const card = m.items.find((i) => i.kind === 'tool');
+    assert.equal(card?.kind === 'tool' ? card.askedIn : undefined, 'edit');
+    assert.equal(statusLine(m), 'pen [edit]: waiting for approval');
   });
 
   test('events of another session are ignored', () => {
@@ -498,7 +517,7 @@ describe('helpers', () => {
     const m = promptSent(session(), 'x');
     const frozen = JSON.stringify(m);
     applyEvent(m, ev('text_delta', { text: 'y' }));
-    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', summary: '', toolKind: 'other', arguments: {} });
+    approvalRequested(m, { kind: 'tool_call', sessionId: S, turnId: T, callId: 'c', tool: 't', summary: '', toolKind: 'other', arguments: {}, mode: 'ask' });
     appendEntries(m, [entry(1, 'user_prompt', { text: 'z' })]);
     assert.equal(JSON.stringify(m), frozen);
   });
@@ -549,7 +568,7 @@ describe('checkpoints', () => {
     let m = promptSent(session(), 'edit');
     m = approvalRequested(m, {
       kind: 'tool_call', sessionId: S, turnId: T, callId: 'c1', tool: 'pen_edit', summary: 'big.txt', toolKind: 'edit', arguments: { path: 'big.txt' },
-      diff: '-a\n+b\n', notRevertible: 'not revertible: too large (…)',
+      diff: '-a\n+b\n', notRevertible: 'not revertible: too large (…)', mode: 'ask',
     });
     const card = m.items.find((i) => i.kind === 'tool');
     assert.ok(card !== undefined && card.kind === 'tool');
