@@ -280,12 +280,24 @@ struct State {
     /// Entries in `ready`.
     ready_entries: usize,
     stop: bool,
+    /// Pool threads waiting for work or room, and whether the walk waits for a listing: a
+    /// condition variable is signalled only when someone waits (each signal is a system call).
+    pool_waiting: usize,
+    walk_waiting: bool,
 }
 
 impl State {
     fn has_room(&self) -> bool {
         self.ready.len() + self.listing.len() < SEARCH_LIST_AHEAD_FOLDERS
             && self.ready_entries < SEARCH_LIST_AHEAD_ENTRIES
+    }
+
+    /// Whether the pool, stopped for want of room, is woken: once the walk took half of what
+    /// was listed ahead, so that the pool wakes once per half a bound, not once per folder.
+    fn room_to_wake(&self) -> bool {
+        self.pool_waiting > 0
+            && self.ready.len() + self.listing.len() <= SEARCH_LIST_AHEAD_FOLDERS / 2
+            && self.ready_entries <= SEARCH_LIST_AHEAD_ENTRIES / 2
     }
 }
 
@@ -306,10 +318,12 @@ fn lister(shared: &Shared) {
         let job = match state.has_room().then(|| state.queue.pop()).flatten() {
             Some(Reverse(job)) => job,
             None => {
+                state.pool_waiting += 1;
                 state = shared
                     .to_pool
                     .wait(state)
                     .unwrap_or_else(|e| e.into_inner());
+                state.pool_waiting -= 1;
                 continue;
             }
         };
@@ -325,12 +339,14 @@ fn lister(shared: &Shared) {
         state
             .queue
             .extend(subfolders(&listing.items, &listing.levels));
-        if state.queue.len() > before {
-            shared.to_pool.notify_one();
-        }
         state.ready_entries += listing.items.len();
         state.ready.insert(job.dir, listing);
-        shared.to_walk.notify_one();
+        if state.queue.len() > before && state.pool_waiting > 0 && state.has_room() {
+            shared.to_pool.notify_one();
+        }
+        if state.walk_waiting {
+            shared.to_walk.notify_one();
+        }
     }
 }
 
@@ -432,16 +448,20 @@ impl SortedWalk {
         loop {
             if let Some(listing) = state.ready.remove(&job.dir) {
                 state.ready_entries -= listing.items.len();
-                shared.to_pool.notify_one();
+                if state.room_to_wake() {
+                    shared.to_pool.notify_all();
+                }
                 return listing;
             }
             if !state.listing.contains(&job.dir) {
                 break;
             }
+            state.walk_waiting = true;
             state = shared
                 .to_walk
                 .wait(state)
                 .unwrap_or_else(|e| e.into_inner());
+            state.walk_waiting = false;
         }
         // The next folder the walk enters is the first one known: on top of the queue.
         if state
@@ -458,7 +478,7 @@ impl SortedWalk {
         state
             .queue
             .extend(subfolders(&listing.items, &listing.levels));
-        if state.queue.len() > before {
+        if state.queue.len() > before && state.pool_waiting > 0 {
             shared.to_pool.notify_all();
         }
         listing
@@ -713,6 +733,7 @@ mod tests {
         {
             let mut state = walk.shared.state();
             while state.has_room() {
+                state.walk_waiting = true;
                 let waited = walk
                     .shared
                     .to_walk
@@ -720,6 +741,7 @@ mod tests {
                 let (guard, timeout) = waited.unwrap();
                 assert!(!timeout.timed_out(), "the pool lists ahead");
                 state = guard;
+                state.walk_waiting = false;
             }
             assert_eq!(
                 state.ready.len() + state.listing.len(),
