@@ -374,6 +374,12 @@ impl Request {
     }
 }
 
+/// The entries pen_search's walk yields below `root` (all of them: no cursor, no depth limit),
+/// counted: for the bench, which sets it beside `ignore`'s sorted walk on one thread.
+pub fn walk_entries(root: &Path) -> usize {
+    page_walk(root, None, usize::MAX, root).0.count()
+}
+
 /// The workspace root that holds `absolute` (the deepest, when roots nest).
 pub(crate) fn workspace_root_of(ctx: &ToolContext, absolute: &Path) -> PathBuf {
     ctx.workspace
