@@ -21,9 +21,7 @@ pub fn watched_dirs(roots: &[PathBuf], max: usize) -> (Vec<PathBuf>, bool) {
     let mut dirs = Vec::new();
     for root in roots {
         let (walk, _) = crate::tools::search::page_walk(root, None, usize::MAX, root);
-        let folders = walk
-            .flatten()
-            .filter(|entry| entry.file_type().is_some_and(|t| t.is_dir()));
+        let folders = walk.flatten().filter(|entry| entry.is_dir());
         for entry in folders {
             if dirs.len() == max {
                 return (dirs, true);

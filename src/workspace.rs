@@ -970,9 +970,10 @@ pub fn is_skipped_folder(path: &Path) -> bool {
 /// honoured without a `.git`, and neither the user's global git configuration nor ignore files
 /// above `root` read (a result must not depend on who runs it or where the workspace sits).
 /// Callers add their own `filter_entry`, each calling [`is_skipped_folder`]. The tools and the
-/// watcher walk through `tools::search::page_walk`, which turns the ignore files off here and
-/// applies them itself, compiled once per version and read without blocking (a FIFO named
-/// `.gitignore` would hold this walk's own reading forever).
+/// watcher do not run it: they walk through `tools::search::page_walk`, which yields its entries
+/// in its order (tests compare them) with its folders listed ahead by a pool, its ignore files
+/// compiled once per version and read without blocking (a FIFO named `.gitignore` would hold
+/// this walk's own reading forever). This walk is the reference those tests and the bench use.
 pub fn tree_walk(root: &Path) -> ignore::WalkBuilder {
     let mut walk = ignore::WalkBuilder::new(root);
     walk.hidden(false)

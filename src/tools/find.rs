@@ -251,7 +251,7 @@ fn walk(
         };
         page.entries_walked += 1;
         last_walked = Some(path.to_path_buf());
-        let is_file = entry.file_type().is_some_and(|t| t.is_file());
+        let is_file = entry.is_file();
         if !is_file {
             continue;
         }

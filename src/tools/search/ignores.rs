@@ -28,9 +28,7 @@ use crate::tools::versions::VersionKey;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustc_hash::FxHashMap;
-use std::ffi::OsStr;
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
@@ -40,7 +38,6 @@ const KINDS: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
 
 /// A folder's compiled ignore files, by kind; `None`: absent or without rules.
 struct Level {
-    dir: PathBuf,
     files: [Option<Arc<Gitignore>>; 3],
 }
 
@@ -60,10 +57,7 @@ impl Level {
         if !bare && let Some(version) = version {
             learn_bare(dir, version, &files, started);
         }
-        Level {
-            dir: dir.to_path_buf(),
-            files,
-        }
+        Level { files }
     }
 }
 
@@ -106,31 +100,30 @@ fn learn_bare(
     bare.insert(dir.to_path_buf(), version);
 }
 
-/// The ignore files of the folders from the search root down to the folder of the entry being
-/// decided, loaded as the walk enters folders (depth first, so one stack holds them).
-pub(super) struct WalkIgnores {
-    /// `levels[d]`: the folder at depth `d` on the way to the current entry (0: the root).
-    levels: Vec<Level>,
+/// The ignore files of a folder and of the folders above it, up to the search root: those
+/// that decide for the folder's entries. Shared by the listings of its subfolders.
+pub(super) struct Levels {
+    level: Level,
+    parent: Option<Arc<Levels>>,
 }
 
-impl WalkIgnores {
-    pub(super) fn new(root: &Path) -> WalkIgnores {
-        WalkIgnores {
-            levels: vec![Level::load(root)],
+impl Levels {
+    /// The ignore files of `dir`, below `parent`'s (`None`: `dir` is the search root).
+    pub(super) fn load(dir: &Path, parent: Option<Arc<Levels>>) -> Levels {
+        Levels {
+            level: Level::load(dir),
+            parent,
         }
     }
 
-    /// Whether the ignore files of the folders from the root down to `path`'s parent ignore
-    /// `path`, an entry `depth` levels below the root.
-    pub(super) fn ignored(&mut self, path: &Path, depth: usize, is_dir: bool) -> bool {
-        if depth == 0 {
-            return false;
-        }
-        self.enter(path, depth - 1);
+    /// Whether these ignore files (of the entry's folder and the folders above it) ignore the
+    /// entry at `path`.
+    pub(super) fn ignored(&self, path: &Path, is_dir: bool) -> bool {
         // Per kind: `Some(true)` ignored, `Some(false)` whitelisted, by the deepest folder
         // whose file of that kind has a matching rule.
         let mut decided: [Option<bool>; 3] = [None; 3];
-        for level in self.levels[..depth].iter().rev() {
+        let mut levels = Some(self);
+        while let Some(Levels { level, parent }) = levels {
             for (kind, file) in level.files.iter().enumerate() {
                 if let (None, Some(file)) = (decided[kind], file) {
                     decided[kind] = match file.matched(path, is_dir) {
@@ -143,62 +136,10 @@ impl WalkIgnores {
             if decided[0].is_some() {
                 break;
             }
+            levels = parent.as_deref();
         }
         decided[0].or(decided[1]).or(decided[2]) == Some(true)
     }
-
-    /// Makes `levels` the folders from the root down to the parent of `path`, which lies
-    /// `depth` levels below the root, keeping the levels already there that are on its way.
-    fn enter(&mut self, path: &Path, depth: usize) {
-        // The usual cases, told by bytes (the walk names an entry by its folder's path, a `/`
-        // and its name; parsing paths into components cost a tenth of the walk): the walk is in
-        // the parent already (an earlier sibling), or entering it from its own parent.
-        if let Some(parent) = parent_bytes(path) {
-            if self.is_level(depth, parent) {
-                self.levels.truncate(depth + 1);
-                return;
-            }
-            if depth > 0
-                && parent_bytes(Path::new(OsStr::from_bytes(parent)))
-                    .is_some_and(|grandparent| self.is_level(depth - 1, grandparent))
-            {
-                self.levels.truncate(depth);
-                self.levels
-                    .push(Level::load(Path::new(OsStr::from_bytes(parent))));
-                return;
-            }
-        }
-        let Some(dir) = path.parent() else {
-            return;
-        };
-        // `on_way[d]`: the folder at depth `d` on the way to `dir`.
-        let mut on_way: Vec<&Path> = dir.ancestors().take(depth + 1).collect();
-        on_way.reverse();
-        let kept = self
-            .levels
-            .iter()
-            .zip(&on_way)
-            .take_while(|(level, dir)| level.dir.as_os_str() == dir.as_os_str())
-            .count();
-        self.levels.truncate(kept);
-        self.levels
-            .extend(on_way[kept..].iter().map(|dir| Level::load(dir)));
-    }
-
-    /// Whether the level at `depth` is the folder whose path has the bytes `dir`.
-    fn is_level(&self, depth: usize, dir: &[u8]) -> bool {
-        self.levels
-            .get(depth)
-            .is_some_and(|level| level.dir.as_os_str().as_bytes() == dir)
-    }
-}
-
-/// The bytes of `path` before its last `/`, when what follows is a plain name.
-fn parent_bytes(path: &Path) -> Option<&[u8]> {
-    let bytes = path.as_os_str().as_bytes();
-    let cut = memchr::memrchr(b'/', bytes)?;
-    let name = &bytes[cut + 1..];
-    (!name.is_empty() && name != b"." && name != b"..").then_some(&bytes[..cut])
 }
 
 /// Compiled ignore files by path, with the version compiled.
@@ -315,26 +256,21 @@ pub(super) mod tests {
         }
     }
 
-    /// The entries below `root` the walk keeps, deciding ignore files with [`WalkIgnores`], and
-    /// those [`tree_walk`] keeps, both without the folders search skips.
+    /// The entries below `root` search's walk keeps (its listings made by the pool, its ignore
+    /// files compiled per version), and those [`tree_walk`] keeps, both without the folders
+    /// search skips: the same entries in the same order.
     fn both_walks(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let not_skipped = |entry: &ignore::DirEntry| {
             !(entry.file_type().is_some_and(|t| t.is_dir()) && is_skipped_folder(entry.path()))
         };
-        let walk_ignores = Mutex::new(WalkIgnores::new(root));
-        let ours = tree_walk(root)
-            .ignore(false)
-            .git_ignore(false)
-            .git_exclude(false)
-            .filter_entry(move |entry| {
-                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                let mut ignores = walk_ignores.lock().unwrap();
-                !ignores.ignored(entry.path(), entry.depth(), is_dir) && not_skipped(entry)
-            })
-            .build();
-        let theirs = tree_walk(root).filter_entry(not_skipped).build();
-        let paths = |walk: ignore::Walk| walk.map(|e| e.unwrap().into_path()).collect();
-        (paths(ours), paths(theirs))
+        let (walk, _) = super::super::page_walk(root, None, usize::MAX, root);
+        let ours = walk.map(|e| e.unwrap().into_path()).collect();
+        let theirs = tree_walk(root)
+            .filter_entry(not_skipped)
+            .build()
+            .map(|e| e.unwrap().into_path())
+            .collect();
+        (ours, theirs)
     }
 
     #[test]
@@ -443,16 +379,16 @@ pub(super) mod tests {
             Arc::ptr_eq(&first, &again),
             "an unchanged file is not compiled again"
         );
-        assert!(WalkIgnores::new(root).ignored(&root.join("a"), 1, false));
+        assert!(Levels::load(root, None).ignored(&root.join("a"), false));
         // Another version (here another size: a write within the same timestamp tick keeps
         // the times, which is why only settled versions are kept outside tests).
         fs::write(root.join(".gitignore"), "bb\n").unwrap();
-        let mut ignores = WalkIgnores::new(root);
-        assert!(!ignores.ignored(&root.join("a"), 1, false));
-        assert!(ignores.ignored(&root.join("bb"), 1, false));
+        let ignores = Levels::load(root, None);
+        assert!(!ignores.ignored(&root.join("a"), false));
+        assert!(ignores.ignored(&root.join("bb"), false));
         // Removed: nothing is ignored.
         fs::remove_file(root.join(".gitignore")).unwrap();
-        assert!(!WalkIgnores::new(root).ignored(&root.join("bb"), 1, false));
+        assert!(!Levels::load(root, None).ignored(&root.join("bb"), false));
     }
 
     #[test]
@@ -472,12 +408,12 @@ pub(super) mod tests {
             bare.get(root)
                 .is_some_and(|v| Some(*v) == folder_version(root))
         };
-        let mut ignores = WalkIgnores::new(root);
+        let ignores = Levels::load(root, None);
         assert!(bare(root));
-        assert!(!ignores.ignored(&root.join("a"), 1, false));
+        assert!(!ignores.ignored(&root.join("a"), false));
         fs::write(root.join(".gitignore"), "a\n").unwrap();
         assert!(!bare(root));
-        assert!(WalkIgnores::new(root).ignored(&root.join("a"), 1, false));
+        assert!(Levels::load(root, None).ignored(&root.join("a"), false));
         // A folder holding `.git` (an exclude file may appear in it) is never bare.
         let repo = root.join("sub");
         fs::create_dir(repo.join(".git")).unwrap();
@@ -485,15 +421,15 @@ pub(super) mod tests {
             .unwrap()
             .set_modified(hour_ago)
             .unwrap();
-        let mut ignores = WalkIgnores::new(&repo);
+        let ignores = Levels::load(&repo, None);
         assert!(!bare(&repo));
         fs::create_dir_all(repo.join(".git/info")).unwrap();
         fs::write(repo.join(".git/info/exclude"), "b\n").unwrap();
         assert!(
-            !ignores.ignored(&repo.join("b"), 1, false),
+            !ignores.ignored(&repo.join("b"), false),
             "levels are loaded once a walk"
         );
-        assert!(WalkIgnores::new(&repo).ignored(&repo.join("b"), 1, false));
+        assert!(Levels::load(&repo, None).ignored(&repo.join("b"), false));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Walks kept between pages: the walk a truncated page was taking, parked under the cursor it
 //! handed out, so that the page resuming at that cursor continues it. A fresh walk from a cursor
-//! lists again every folder before it (ignore's walk lists a folder before its filter can prune
-//! it), so without this page k of a search cost k folder listings.
+//! lists again, whole, every folder on the way to it (a paged folder of 100,000 files once per
+//! page), and starts again the listing ahead of it.
 //!
 //! Architecture invariants:
 //! - A kept walk yields exactly what a fresh walk from its cursor would: first the entries the
@@ -16,7 +16,8 @@
 //!   that a change made within one timestamp tick of the listing cannot keep the version's
 //!   timestamps. Otherwise the page walks afresh from its cursor, as before.
 //! - Bounded: at most [`SEARCH_KEPT_WALKS`] walks, each for [`SEARCH_KEPT_WALK_TTL`]; resuming
-//!   one removes it. A walk holds the listings of the folders on its path (one per level) and
+//!   one removes it. A walk is parked paused (nothing listed ahead of it, no thread of its own:
+//!   [`super::listing`]); it holds the listings of the folders on its path (one per level) and
 //!   the entries taken past its cursor (at most what the walk thread and the readers of one
 //!   page took ahead of the merge).
 //!
@@ -24,11 +25,11 @@
 //! calls of a session; each `pen tool` process starts afresh.
 
 use super::ignores::settle_point;
-use super::walk::{Position, page_walk, position};
+use super::listing::{Entry, Position, SortedWalk, WalkError, position};
+use super::walk::page_walk;
 use super::{Cursor, Request};
 use crate::limits::{SEARCH_KEPT_WALK_TTL, SEARCH_KEPT_WALKS};
 use crate::tools::versions::VersionKey;
-use ignore::DirEntry;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +38,7 @@ use std::time::{Instant, SystemTime};
 
 /// An entry taken from the walk.
 pub(super) struct Taken {
-    pub(super) entry: Result<DirEntry, ignore::Error>,
+    pub(super) entry: Result<Entry, WalkError>,
     /// Entries left out for their depth just before this one.
     pub(super) too_deep: u64,
 }
@@ -45,7 +46,7 @@ pub(super) struct Taken {
 /// Where a page takes its entries from: entries an earlier page took past its cursor, then the
 /// walk itself.
 pub(super) struct Source {
-    walk: ignore::Walk,
+    walk: SortedWalk,
     /// Counts the entries the walk's filter leaves out for their depth.
     too_deep: Arc<AtomicU64>,
     pending: VecDeque<Taken>,
@@ -110,6 +111,11 @@ impl Source {
                 None
             }
         }
+    }
+
+    /// Stops listing ahead of the walk: the page stopped taking entries.
+    pub(super) fn pause(&mut self) {
+        self.walk.pause();
     }
 
     /// Entries left out for their depth after the walk's last entry: counted by the page that
@@ -313,9 +319,7 @@ fn held_folders(
         .collect();
     let cursor = request.root.join(cursor);
     let entries = pending.iter().map(|taken| taken.entry.as_ref().ok());
-    for path in
-        std::iter::once(Some(cursor.as_path())).chain(entries.map(|e| e.map(DirEntry::path)))
-    {
+    for path in std::iter::once(Some(cursor.as_path())).chain(entries.map(|e| e.map(Entry::path))) {
         for folder in path?
             .ancestors()
             .skip(1)
@@ -328,7 +332,7 @@ fn held_folders(
         }
     }
     if let Some(Ok(last)) = pending.back().map(|taken| &taken.entry)
-        && last.file_type().is_some_and(|t| t.is_dir())
+        && last.is_dir()
     {
         folders.insert(last.path().to_path_buf());
     }

@@ -1,7 +1,7 @@
 //! pen_search: literal search over the workspace, bounded, deterministic and resumable.
 //!
 //! Architecture invariants:
-//! - The walk is sequential and sorted by file name, depth first, so it visits paths in
+//! - The walk is sorted by file name, depth first, so it visits paths in
 //!   component-wise [`Path`] order (`a/b` before `a.txt`). Cursors compare paths in that order,
 //!   which lets a resumed search prune every folder that lies wholly before its cursor. Pages
 //!   partition the walk: a page ends exactly where the next begins (at the first match it could
@@ -11,7 +11,8 @@
 //! - A page that hands out a cursor parks its walk under it (`kept`), and the page resuming at
 //!   that cursor continues the walk, as long as the folders it listed are unchanged: paging
 //!   through a tree costs what one walk of it costs, not a walk up to each cursor again.
-//! - The walk runs on a thread of its own, a bounded number of entries ahead of the merge; the
+//! - The walk runs on a thread of its own, a bounded number of entries ahead of the merge, and
+//!   a pool lists its folders a bounded number ahead of it, in its order (`listing`); the
 //!   entries it took past where a page stopped go back to the walk, in order, so they are not
 //!   lost to the next page. Files are read and scanned by worker threads, but their outcomes are
 //!   merged strictly in walk order, and every limit is decided at the point of the walk where a
@@ -25,17 +26,18 @@
 //! result must not depend on who runs it).
 //!
 //! The tool is split by what each part does: `walk` decides which entries a page walks and turns
-//! files into jobs, `ignores` keeps the ignore files it applies compiled per version, `kept`
-//! keeps walks between pages, `pipeline` runs the walk and the reader
-//! threads, `verdicts` judges a file's bytes once per version, `scan` finds the query in a
-//! file's text and cuts excerpts, and `page` merges outcomes in walk order into a result within
-//! the cap. `outcome` holds the plain data they hand on (jobs, outcomes, the walk's counts), so
-//! that the dependencies run one way: `pipeline` → `kept` → `walk` → `ignores` and `outcome`,
-//! and `pipeline` → `page`, `verdicts` → `outcome` → `scan`. This file holds the tool's entry,
-//! its arguments and cursors.
+//! files into jobs, `listing` is the sorted walk whose folders a pool lists ahead of it,
+//! `ignores` keeps the ignore files it applies compiled per version, `kept` keeps walks between
+//! pages, `pipeline` runs the walk and the reader threads, `verdicts` judges a file's bytes once
+//! per version, `scan` finds the query in a file's text and cuts excerpts, and `page` merges
+//! outcomes in walk order into a result within the cap. `outcome` holds the plain data they hand
+//! on (jobs, outcomes, the walk's counts), so that the dependencies run one way: `pipeline` →
+//! `kept` → `walk` → `listing` → `ignores`, `walk` → `outcome`, and `pipeline` → `page`,
+//! `verdicts` → `outcome` → `scan`. This file holds the tool's entry, its arguments and cursors.
 
 mod ignores;
 mod kept;
+mod listing;
 mod outcome;
 mod page;
 mod pipeline;
@@ -43,7 +45,8 @@ mod scan;
 mod verdicts;
 mod walk;
 
-pub(crate) use walk::{Position, page_walk, position};
+pub(crate) use listing::{Position, position};
+pub(crate) use walk::page_walk;
 
 use super::budget;
 use super::{ErrorCode, ToolContext, ToolDoc, ToolError, shown};
@@ -369,6 +372,12 @@ impl Request {
         }
         value
     }
+}
+
+/// The entries pen_search's walk yields below `root` (all of them: no cursor, no depth limit),
+/// counted: for the bench, which sets it beside `ignore`'s sorted walk on one thread.
+pub fn walk_entries(root: &Path) -> usize {
+    page_walk(root, None, usize::MAX, root).0.count()
 }
 
 /// The workspace root that holds `absolute` (the deepest, when roots nest).

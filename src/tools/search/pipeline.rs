@@ -1,5 +1,5 @@
-//! The search itself: the sorted walk, on a thread of its own, hands entries in batches to the
-//! merge thread, which turns files into jobs for reader threads; they read (the editor's buffer
+//! The search itself: the sorted walk, on a thread of its own (its folders listed ahead of it by
+//! a pool, `listing`), hands entries in batches to the merge thread, which turns files into jobs for reader threads; they read (the editor's buffer
 //! for open files), sniff, scan and prepare matches, and their outcomes come back to the one
 //! in-order merge.
 
@@ -169,9 +169,15 @@ fn reader(
 }
 
 /// The walk thread: takes entries in walk order, in batches, until the walk ends or the merge
-/// asks it to stop. Every entry it takes reaches the merge: the merge takes what it did not use
-/// off the channel once this thread has ended, and gives it back to the walk.
+/// asks it to stop, then stops the listing ahead of the walk (the page ended, or the walk did).
 fn walk_ahead(source: &mut Source, batches: SyncSender<Vec<Taken>>, stop: &AtomicBool) {
+    take_ahead(source, batches, stop);
+    source.pause();
+}
+
+/// Every entry the walk thread takes reaches the merge: the merge takes what it did not use off
+/// the channel once this thread has ended, and gives it back to the walk.
+fn take_ahead(source: &mut Source, batches: SyncSender<Vec<Taken>>, stop: &AtomicBool) {
     let mut batch = Vec::with_capacity(SEARCH_WALK_BATCH_ENTRIES);
     while !stop.load(Ordering::Relaxed) {
         let Some(taken) = source.take() else {
