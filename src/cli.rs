@@ -447,7 +447,10 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
 fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
-    crate::agent::LocalTools::new(workspace, config.limits())
+    crate::agent::LocalTools {
+        sandbox: crate::sandbox::CommandSandbox::from_config(config),
+        ..crate::agent::LocalTools::new(workspace, config.limits())
+    }
 }
 
 /// Runs session store work on a blocking thread, as every store call of a turn is.

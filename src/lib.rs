@@ -26,6 +26,9 @@ pub mod documents;
 /// The native tools the model is given.
 pub mod tools;
 
+/// pen_command's OS sandbox (Landlock and namespaces, applied by `pen __sandbox-exec`).
+pub mod sandbox;
+
 /// Disk changes under the workspace roots.
 pub mod watch;
 

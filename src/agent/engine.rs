@@ -7,7 +7,7 @@ use super::{
     OUTCOME_UNKNOWN_STOPPED, TurnEvent, checkpoint, context,
 };
 use crate::providers::ToolCall;
-use crate::tools::{self, Prepared, Tool, ToolError};
+use crate::tools::{self, Prepared, Tool, ToolError, tool::Confinement};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -139,7 +139,7 @@ impl Turn {
         tool: &dyn Tool,
         recorder: &checkpoint::TurnRecorder,
     ) -> Result<Option<Prepared>, TurnError> {
-        if !self.needs_approval(&call.name, tool) {
+        if !self.needs_approval(&call.name, tool, &arguments) {
             return Ok(Some(Prepared::arguments(arguments)));
         }
         let prepared = match tool.prepare(arguments.clone()).await {
@@ -158,7 +158,7 @@ impl Turn {
             call_id: call.id.clone(),
             kind: ApprovalKind::ToolCall,
             tool: call.name.clone(),
-            summary: tool.subject(&arguments).summary,
+            summary: approval_summary(tool, &arguments),
             arguments,
             not_revertible: match prepared.plan() {
                 Some(plan) => recorder.not_revertible(plan).await,
@@ -246,8 +246,12 @@ impl Turn {
     }
 
     /// Whether a call of `tool` (named `name`) asks the owner: the tool says, under
-    /// `auto_approve`, unless the session allowed it.
-    fn needs_approval(&self, name: &str, tool: &dyn Tool) -> bool {
+    /// `auto_approve`, unless the session allowed it. A call that leaves the OS sandbox
+    /// always asks.
+    fn needs_approval(&self, name: &str, tool: &dyn Tool, arguments: &Value) -> bool {
+        if tool.confinement(arguments) == Confinement::LeavesSandbox {
+            return true;
+        }
         tool.needs_approval(&self.config.auto_approve) && !self.lock_history().allows(name)
     }
 
@@ -339,4 +343,25 @@ impl Turn {
         }
         Some((context::delivery_text(&files), files))
     }
+}
+
+/// What the owner is asked about: the call's subject, and for a call leaving the OS sandbox,
+/// that it does and the reason it gives.
+fn approval_summary(tool: &dyn Tool, arguments: &Value) -> String {
+    let summary = tool.subject(arguments).summary;
+    if tool.confinement(arguments) != Confinement::LeavesSandbox {
+        return summary;
+    }
+    let reason = arguments
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|reason| !reason.is_empty())
+        .unwrap_or("no reason given");
+    let reason = crate::text::cut_with_note(
+        reason,
+        crate::limits::SANDBOX_REASON_BYTES,
+        format_args!("…"),
+    );
+    format!("{summary} (runs OUTSIDE the OS sandbox; reason: {reason})")
 }

@@ -4,6 +4,7 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
+use crate::sandbox::{CommandSandbox, Confinement};
 use crate::tools::registry::{self, Execution, Preview, ToolKind, ToolSpec};
 use crate::tools::subject::Subject;
 use crate::tools::write::{self, EditPlan};
@@ -33,6 +34,9 @@ pub struct LocalTools {
     /// `limits` with pages fitted to the turn's prompt budget, once the engine knows it
     /// ([`ToolHost::fit_pages`]); `Default::default()` when building one.
     pub fitted: FittedLimits,
+    /// The OS sandbox of pen_command ([`CommandSandbox::from_config`] in a front end;
+    /// [`CommandSandbox::off`] in [`LocalTools::new`]).
+    pub sandbox: CommandSandbox,
 }
 
 impl LocalTools {
@@ -47,6 +51,7 @@ impl LocalTools {
             search_editor: None,
             watch: None,
             fitted: FittedLimits::default(),
+            sandbox: CommandSandbox::off(),
         }
     }
 }
@@ -107,6 +112,7 @@ impl LocalTools {
             ledger: Some(&self.ledger),
             editor: editor.map(|e| e.as_ref() as &dyn Editor),
             recorder,
+            sandbox: None,
         }
     }
 
@@ -178,8 +184,12 @@ impl LocalTools {
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
         let workspace = self.workspace.clone();
         let limits = self.limits().clone();
+        let sandbox = self.sandbox.clone();
         Box::pin(async move {
-            let ctx = ToolContext::plain(&workspace, &limits);
+            let ctx = ToolContext {
+                sandbox: Some(&sandbox),
+                ..ToolContext::plain(&workspace, &limits)
+            };
             spec.run(&arguments, &ctx, &cancel).await
         })
     }
@@ -202,6 +212,13 @@ impl Tool for NativeTool {
 
     fn subject(&self, arguments: &Value) -> Subject {
         self.spec.subject(arguments)
+    }
+
+    fn confinement(&self, arguments: &Value) -> Confinement {
+        match self.spec.kind() {
+            ToolKind::Execute => self.local.sandbox.confinement(arguments),
+            _ => Confinement::NotApplicable,
+        }
     }
 
     fn prepare(&self, arguments: Value) -> BoxFuture<'static, Result<Prepared, ToolError>> {

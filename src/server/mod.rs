@@ -312,6 +312,7 @@ impl State {
             ledger: Some(self.ledger.as_ref()),
             editor: Some(self),
             recorder: None,
+            sandbox: None,
         };
         let result = tools::call(name, arguments, &ctx);
         let observation = tools::observation(&result, &limits);

@@ -201,6 +201,8 @@ pub struct ToolContext<'a> {
     pub editor: Option<&'a dyn Editor>,
     /// Records writes before they are made (checkpoints); `None` outside a session's turn.
     pub recorder: Option<&'a dyn WriteRecorder>,
+    /// The OS sandbox pen_command runs commands in; `None`: none (`sh -c` as it is).
+    pub sandbox: Option<&'a crate::sandbox::CommandSandbox>,
 }
 
 impl<'a> ToolContext<'a> {
@@ -213,6 +215,7 @@ impl<'a> ToolContext<'a> {
             ledger: None,
             editor: None,
             recorder: None,
+            sandbox: None,
         }
     }
 

@@ -9,6 +9,7 @@
 use super::subject::Subject;
 use super::write::EditPlan;
 use super::{ToolError, WriteRecorder};
+pub use crate::sandbox::Confinement;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
@@ -62,6 +63,12 @@ pub trait Tool: Send + Sync {
     fn needs_approval(&self, auto_approve: &[String]) -> bool;
     /// What a call with `arguments` works on.
     fn subject(&self, arguments: &Value) -> Subject;
+    /// Whether a call with `arguments` runs in the OS sandbox, unconfined (sandbox off or
+    /// unsupported), or leaves it on request (`"sandbox": "off"`, which always asks); a tool
+    /// that starts no process of pen's is [`Confinement::NotApplicable`].
+    fn confinement(&self, _arguments: &Value) -> Confinement {
+        Confinement::NotApplicable
+    }
     /// Prepares a call the owner is asked about: an edit is planned (on a blocking thread), so
     /// the owner sees the diff that running it writes. A call that cannot run fails here, and
     /// the owner is not asked.
