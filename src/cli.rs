@@ -407,8 +407,12 @@ async fn headless(
         .map_err(RunError::Begin)?;
     announce(&engine, &config, &session_id).await;
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
+    let tools = run_tools(workspace, &config);
+    if let Err(why) = &tools.sandbox.support {
+        eprintln!("pen: warning: {}", crate::sandbox::unsupported_notice(why));
+    }
     let setup = TurnSetup {
-        tools: run_tools(workspace, &config),
+        tools,
         config,
         mcp: &mcp,
         client_mcp_servers: Default::default(),

@@ -246,10 +246,13 @@ impl Turn {
     }
 
     /// Whether a call of `tool` (named `name`) asks the owner: the tool says, under
-    /// `auto_approve`, unless the session allowed it. A call that leaves the OS sandbox
-    /// always asks.
+    /// `auto_approve`, unless the session allowed it. A command that leaves the OS sandbox,
+    /// or that would have been sandboxed on a kernel that cannot, always asks.
     fn needs_approval(&self, name: &str, tool: &dyn Tool, arguments: &Value) -> bool {
-        if tool.confinement(arguments) == Confinement::LeavesSandbox {
+        if matches!(
+            tool.confinement(arguments),
+            Confinement::LeavesSandbox | Confinement::Unsupported
+        ) {
             return true;
         }
         tool.needs_approval(&self.config.auto_approve) && !self.lock_history().allows(name)
@@ -349,8 +352,12 @@ impl Turn {
 /// that it does and the reason it gives.
 fn approval_summary(tool: &dyn Tool, arguments: &Value) -> String {
     let summary = tool.subject(arguments).summary;
-    if tool.confinement(arguments) != Confinement::LeavesSandbox {
-        return summary;
+    match tool.confinement(arguments) {
+        Confinement::LeavesSandbox => {}
+        Confinement::Unsupported => {
+            return format!("{summary} (runs unconfined: this kernel cannot sandbox commands)");
+        }
+        _ => return summary,
     }
     let reason = arguments
         .get("reason")

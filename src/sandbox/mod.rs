@@ -376,6 +376,8 @@ pub fn blocked_lines(outputs: &[&str]) -> Vec<String> {
         "operation not permitted",
         "network is unreachable",
         "connection refused",
+        "failed to connect",
+        "couldn't connect",
         "could not resolve",
         "temporary failure in name resolution",
         "eacces",

@@ -26,6 +26,7 @@ mod providers;
 mod read;
 mod registry;
 mod repo;
+mod sandbox;
 mod search;
 mod serve;
 mod session;
