@@ -452,7 +452,7 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
 fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
     crate::agent::LocalTools {
-        sandbox: crate::sandbox::CommandSandbox::from_config(config),
+        sandbox: config.command_sandbox(crate::session::default_data_dir().ok()),
         ..crate::agent::LocalTools::new(workspace, config.limits())
     }
 }

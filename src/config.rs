@@ -587,6 +587,18 @@ impl Config {
         })
     }
 
+    /// The OS sandbox of pen_command this config asks for, with pen's data folder
+    /// `data_dir` kept read-only (probed once per process when on).
+    pub fn command_sandbox(&self, data_dir: Option<PathBuf>) -> crate::sandbox::CommandSandbox {
+        crate::sandbox::CommandSandbox::new(
+            self.sandbox,
+            self.sandbox_network,
+            &self.sandbox_writable_roots,
+            self.sandbox_env,
+            data_dir,
+        )
+    }
+
     /// The tool limits this config implies: the cap's pages. A turn fits them to what its prompt
     /// budget holds as it starts (SPEC §3, `crate::agent::ToolHost::fit_pages`), and
     /// `crate::agent::catalog_limits` shows that fit for the catalog outside a turn.

@@ -14,6 +14,9 @@ pub mod text;
 /// JSON read strictly (no repeated keys) where a repeated key could change a decision.
 pub mod json;
 
+/// pen_command's OS sandbox (Landlock and namespaces, applied by `pen __sandbox-exec`).
+pub mod sandbox;
+
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;
 
@@ -25,9 +28,6 @@ pub mod documents;
 
 /// The native tools the model is given.
 pub mod tools;
-
-/// pen_command's OS sandbox (Landlock and namespaces, applied by `pen __sandbox-exec`).
-pub mod sandbox;
 
 /// Disk changes under the workspace roots.
 pub mod watch;

@@ -667,7 +667,7 @@ fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> 
         search_editor,
         watch: Some(changes),
         fitted: Default::default(),
-        sandbox: crate::sandbox::CommandSandbox::from_config(config),
+        sandbox: config.command_sandbox(crate::session::default_data_dir().ok()),
     }
 }
 

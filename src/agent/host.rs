@@ -34,7 +34,7 @@ pub struct LocalTools {
     /// `limits` with pages fitted to the turn's prompt budget, once the engine knows it
     /// ([`ToolHost::fit_pages`]); `Default::default()` when building one.
     pub fitted: FittedLimits,
-    /// The OS sandbox of pen_command ([`CommandSandbox::from_config`] in a front end;
+    /// The OS sandbox of pen_command (`Config::command_sandbox` in a front end;
     /// [`CommandSandbox::off`] in [`LocalTools::new`]).
     pub sandbox: CommandSandbox,
 }

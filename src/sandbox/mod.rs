@@ -13,7 +13,6 @@
 //! Whether the kernel can do it is probed once per process by running the helper for real
 //! ([`support`]); where it cannot, commands run unconfined and ask the owner every time.
 
-use crate::config::Config;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -153,23 +152,28 @@ impl CommandSandbox {
         }
     }
 
-    /// The sandbox `config` asks for, probed (once per process) when it is on. Blocks for the
-    /// probe's few milliseconds the first time.
-    pub fn from_config(config: &Config) -> CommandSandbox {
-        if config.sandbox == Level::Off {
+    /// The sandbox of `level` (the config's keys), run by pen itself and probed (once per
+    /// process) when it is on: blocks for the probe's few milliseconds the first time.
+    pub fn new(
+        level: Level,
+        network: bool,
+        writable_roots: &[String],
+        env: EnvPolicy,
+        data_dir: Option<PathBuf>,
+    ) -> CommandSandbox {
+        if level == Level::Off {
             return CommandSandbox::off();
         }
         let helper = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("pen"));
         CommandSandbox {
-            level: config.sandbox,
-            network: config.sandbox_network,
-            writable_roots: config
-                .sandbox_writable_roots
+            level,
+            network,
+            writable_roots: writable_roots
                 .iter()
                 .map(|root| expand_home(root))
                 .collect(),
-            env: config.sandbox_env,
-            data_dir: crate::session::default_data_dir().ok(),
+            env,
+            data_dir,
             support: support(&helper),
             helper,
         }

@@ -47,21 +47,20 @@ pub fn spec(_: &Limits) -> ToolDoc {
     let max = COMMAND_MAX_TIMEOUT.as_secs();
     ToolDoc {
         description: format!(
-            "Run one shell command (sh -c) in the workspace and return its exit code and output. \
-            Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
-            and `truncated` says so. The command is killed with everything it started when it passes \
-            `timeout_secs` (default {default}, at most {max}) or when the owner stops the turn. Its output is read \
-            until every process holding it has exited, so start a background process with its output \
-            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
-            tools to read, search and edit; use this to build, test and run programs."
+            "Run a shell command (sh -c) in the workspace: exit code and output (head and tail of stdout \
+            and stderr kept; `truncated` says so). May ask the owner. Runs in an OS sandbox unless the owner \
+            turned it off: writes only in the workspace and $TMPDIR, no network. Killed with all it started \
+            after `timeout_secs` (default {default}, max {max}) or on Stop. Output is read until every \
+            process holding it exits: redirect a background process's output (`srv > log 2>&1 &`) or the \
+            call lasts until the timeout. Prefer the file tools to read, search and edit."
         ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The shell command line."},
                 "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)."},
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": max, "description": format!("Seconds before the command is killed (default {default}).")},
-                "sandbox": {"enum": ["off"], "description": "Run outside the OS sandbox (the owner is asked); say why in `reason`."},
+                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": max},
+                "sandbox": {"enum": ["off"], "description": "Leave the sandbox; asks the owner. Say why in `reason`."},
                 "reason": {"type": "string"}
             },
             "required": ["command"],
