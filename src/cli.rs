@@ -407,12 +407,8 @@ async fn headless(
         .map_err(RunError::Begin)?;
     announce(&engine, &config, &session_id).await;
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
-    let tools = run_tools(workspace, &config);
-    if let Err(why) = &tools.sandbox.support {
-        eprintln!("pen: warning: {}", crate::sandbox::unsupported_notice(why));
-    }
     let setup = TurnSetup {
-        tools,
+        tools: run_tools(workspace, &config),
         config,
         mcp: &mcp,
         client_mcp_servers: Default::default(),
@@ -570,7 +566,9 @@ fn printer(
                 eprintln!("pen: ← {tool} {}", outcome.as_str())
             }
             TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
-            TurnEvent::ProviderWarning { message } => eprintln!("pen: warning: {message}"),
+            TurnEvent::ProviderWarning { message } | TurnEvent::SandboxUnavailable { message } => {
+                eprintln!("pen: warning: {message}")
+            }
             _ => {}
         }
     };

@@ -1216,6 +1216,11 @@ pub enum EventBody {
     ProviderWarning {
         message: String,
     },
+    /// The OS sandbox for commands is on but this kernel cannot do it (said once per
+    /// process): every command runs unconfined and asks the owner.
+    SandboxUnavailable {
+        message: String,
+    },
     TurnEnded(TurnOutcome),
 }
 
@@ -1475,6 +1480,7 @@ impl From<agent::TurnEvent> for EventBody {
                 EventBody::ContextWindow(ContextWindowData::new(model, window))
             }
             E::ProviderWarning { message } => EventBody::ProviderWarning { message },
+            E::SandboxUnavailable { message } => EventBody::SandboxUnavailable { message },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

@@ -899,10 +899,12 @@ fn live_update(
                     .join(", ")
             )),
         },
-        // A likely truncation is never silent either.
-        TurnEvent::ProviderWarning { message } => SessionUpdate::AgentMessageChunk {
-            content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
-        },
+        // A likely truncation is never silent either, nor an unavailable sandbox.
+        TurnEvent::ProviderWarning { message } | TurnEvent::SandboxUnavailable { message } => {
+            SessionUpdate::AgentMessageChunk {
+                content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
+            }
+        }
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }

@@ -61,6 +61,9 @@ pub enum TurnEvent {
     },
     /// A provider's answer looks wrong (native Ollama: a likely silent truncation).
     ProviderWarning { message: String },
+    /// The OS sandbox for commands is on but this kernel cannot do it: said once per process;
+    /// every command then runs unconfined and asks the owner.
+    SandboxUnavailable { message: String },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -122,11 +125,12 @@ pub enum EventKind {
     InstructionsChanged,
     ContextWindow,
     ProviderWarning,
+    SandboxUnavailable,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -138,6 +142,7 @@ impl EventKind {
         EventKind::InstructionsChanged,
         EventKind::ContextWindow,
         EventKind::ProviderWarning,
+        EventKind::SandboxUnavailable,
         EventKind::TurnEnded,
     ];
 
@@ -155,6 +160,7 @@ impl EventKind {
             EventKind::InstructionsChanged => "instructions_changed",
             EventKind::ContextWindow => "context_window",
             EventKind::ProviderWarning => "provider_warning",
+            EventKind::SandboxUnavailable => "sandbox_unavailable",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -174,6 +180,7 @@ impl TurnEvent {
             TurnEvent::InstructionsChanged { .. } => EventKind::InstructionsChanged,
             TurnEvent::ContextWindow { .. } => EventKind::ContextWindow,
             TurnEvent::ProviderWarning { .. } => EventKind::ProviderWarning,
+            TurnEvent::SandboxUnavailable { .. } => EventKind::SandboxUnavailable,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

@@ -353,6 +353,10 @@ impl ToolHost for TurnTools {
         Some(&self.local.workspace)
     }
 
+    fn sandbox_notice(&self) -> Option<String> {
+        self.local.sandbox.unsupported_notice_once()
+    }
+
     fn fit_pages(&self, room_tokens: u64) {
         // Set once: the first fit of the turn stands (the engine fits at the turn's start).
         let _ = self

@@ -179,6 +179,19 @@ impl CommandSandbox {
         }
     }
 
+    /// The notice that the sandbox is on but unavailable, the first time this process asks;
+    /// `None` after, or when it is off or available.
+    pub fn unsupported_notice_once(&self) -> Option<String> {
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let Err(why) = &self.support else {
+            return None;
+        };
+        if self.level == Level::Off || TOLD.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        Some(unsupported_notice(why))
+    }
+
     /// How a pen_command call with `arguments` runs.
     pub fn confinement(&self, arguments: &Value) -> Confinement {
         if self.level == Level::Off {
@@ -447,7 +460,7 @@ mod tests {
         std::fs::remove_dir(root.join(".git/hooks")).unwrap();
         let policy = Policy::build(
             Level::WorkspaceWrite,
-            &[root.clone()],
+            std::slice::from_ref(&root),
             &[],
             &tmp,
             None,
@@ -531,10 +544,9 @@ mod tests {
             ]
         );
         assert!(blocked_lines(&["all good\n"]).is_empty());
-        let many = "Permission denied x\n".repeat(1)
-            + &(0..100)
-                .map(|i| format!("{i}: Permission denied\n"))
-                .collect::<String>();
+        let many: String = (0..100)
+            .map(|i| format!("{i}: Permission denied\n"))
+            .collect();
         assert_eq!(
             blocked_lines(&[&many]).len(),
             crate::limits::SANDBOX_BLOCKED_LINES

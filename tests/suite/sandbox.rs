@@ -14,7 +14,6 @@ struct Run {
     results: Vec<String>,
     /// The `--json` event lines.
     events: Vec<Value>,
-    stderr: String,
 }
 
 /// Runs `pen run` in `ws` whose model calls pen_command once per entry of `calls` (their
@@ -76,11 +75,7 @@ fn run(ws: &Path, data: &Path, env: &[(&str, &str)], calls: &[Value]) -> Run {
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();
-    Run {
-        results,
-        events,
-        stderr,
-    }
+    Run { results, events }
 }
 
 /// A workspace that is a git repository (hooks folder and config), and a folder outside it.
@@ -431,13 +426,18 @@ fn where_the_kernel_cannot_sandbox_pen_says_so_once_and_every_command_asks() {
         ],
         &[command("echo x > a.txt"), command("echo y > b.txt")],
     );
-    assert_eq!(
-        run.stderr
-            .matches("OS sandbox for commands is unavailable")
-            .count(),
-        1,
-        "{}",
-        run.stderr
+    // Said once (the `pen run` line is this event, printed), though two commands ran.
+    let told: Vec<&Value> = run
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "sandbox_unavailable")
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", run.events);
+    let message = told[0]["data"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("OS sandbox for commands is unavailable")
+            && message.contains(pen::sandbox::UNSUPPORTED_ENV),
+        "{message}"
     );
     for call in ["c0", "c1"] {
         let summary = asked(&run, call);

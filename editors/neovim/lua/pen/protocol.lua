@@ -63,6 +63,7 @@ M.event_kind = {
   INSTRUCTIONS_CHANGED = 'instructions_changed',
   CONTEXT_WINDOW = 'context_window',
   PROVIDER_WARNING = 'provider_warning',
+  SANDBOX_UNAVAILABLE = 'sandbox_unavailable',
   TURN_ENDED = 'turn_ended',
 }
 
