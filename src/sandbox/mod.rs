@@ -192,6 +192,21 @@ impl CommandSandbox {
         Some(unsupported_notice(why))
     }
 
+    /// What `pen/getConfig` shows as `effective_sandbox`: the level, whether commands are
+    /// confined on this kernel, and why not when it is on but cannot be.
+    pub fn effective(&self) -> Value {
+        let mut shown = serde_json::json!({
+            "level": self.level.as_str(),
+            "confined": self.level != Level::Off && self.support.is_ok(),
+        });
+        if self.level != Level::Off
+            && let Err(why) = &self.support
+        {
+            shown["unavailable"] = Value::String(why.clone());
+        }
+        shown
+    }
+
     /// How a pen_command call with `arguments` runs.
     pub fn confinement(&self, arguments: &Value) -> Confinement {
         if self.level == Level::Off {

@@ -188,7 +188,8 @@ impl Backend {
 
     /// Every key, and `effective_context_window`: the window the next turn plans under and
     /// where it came from (the user's setting, the server, the hosted table or the default),
-    /// `null` while no provider can be built.
+    /// `null` while no provider can be built; and `effective_sandbox`, what the command sandbox
+    /// does on this kernel.
     async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
         let config = read(&self.state.config).clone();
         let mut shown = config.to_json();
@@ -205,6 +206,14 @@ impl Backend {
             }),
             None => Value::Null,
         };
+        // The kernel is probed once per process (a few milliseconds the first time).
+        let sandbox_config = config.clone();
+        let sandbox = tokio::task::spawn_blocking(move || {
+            sandbox_config.command_sandbox(crate::session::default_data_dir().ok())
+        })
+        .await
+        .map_err(|e| internal(&e.to_string()))?;
+        shown["effective_sandbox"] = sandbox.effective();
         Ok(shown)
     }
 

@@ -446,3 +446,38 @@ fn where_the_kernel_cannot_sandbox_pen_says_so_once_and_every_command_asks() {
     assert!(!s.ws.join("a.txt").exists());
     assert!(!s.ws.join("b.txt").exists());
 }
+
+/// `pen/getConfig` says what the sandbox does on this kernel: confined by default, off when
+/// set so, and unavailable (with why) where the probe fails.
+#[test]
+fn get_config_says_whether_commands_are_confined_here() {
+    use super::lsp_client::LspClient;
+    let shown = |env: &[(&str, &str)]| {
+        let data = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let mut client = LspClient::spawn(data.path(), root.path(), env);
+        client.initialize(root.path(), &["utf-16"]);
+        client.request("pen/getConfig", json!(null))["effective_sandbox"].clone()
+    };
+    assert_eq!(
+        shown(&[]),
+        json!({"level": "workspace-write", "confined": true})
+    );
+    assert_eq!(
+        shown(&[("PEN_SANDBOX", "off")]),
+        json!({"level": "off", "confined": false})
+    );
+    let unavailable = shown(&[
+        ("PEN_SANDBOX", "read-only"),
+        (pen::sandbox::UNSUPPORTED_ENV, "1"),
+    ]);
+    assert_eq!(unavailable["level"], "read-only");
+    assert_eq!(unavailable["confined"], false);
+    assert!(
+        unavailable["unavailable"]
+            .as_str()
+            .unwrap()
+            .contains(pen::sandbox::UNSUPPORTED_ENV),
+        "{unavailable}"
+    );
+}
