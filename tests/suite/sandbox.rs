@@ -285,22 +285,39 @@ fn build_style_work_in_the_workspace_succeeds() {
         "hello: hello.c\n\tcc -o hello hello.c\n",
     )
     .unwrap();
+    // A dependency-free crate, built with the cargo that runs these tests (its home is
+    // read-only in the sandbox; the build needs none of it).
+    std::fs::create_dir_all(s.ws.join("crate/src")).unwrap();
+    std::fs::write(
+        s.ws.join("crate/Cargo.toml"),
+        "[package]\nname = \"hi\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        s.ws.join("crate/src/main.rs"),
+        "fn main() { println!(\"built\"); }\n",
+    )
+    .unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let run = run(
         &s.ws,
         &s.data,
         &[("PEN_AUTO_APPROVE", "pen_command")],
         &[
+            command(&format!(
+                "cd crate && '{cargo}' build --offline -q && ./target/debug/hi"
+            )),
             command("make && ./hello"),
-            command(
-                "node -e \"require('fs').writeFileSync('out/n.txt', 'node')\" || { mkdir -p out && node -e \"require('fs').writeFileSync('out/n.txt', 'node')\"; }",
-            ),
+            command("mkdir -p out && node -e \"require('fs').writeFileSync('out/n.txt', 'node')\""),
         ],
     );
-    let make = result_json(&run.results[0]);
-    assert_eq!(make["exit_code"], 0, "{}", run.results[0]);
+    let built = result_json(&run.results[0]);
+    assert_eq!(built["stdout"], "built\n", "{}", run.results[0]);
+    let make = result_json(&run.results[1]);
+    assert_eq!(make["exit_code"], 0, "{}", run.results[1]);
     assert!(make["stdout"].as_str().unwrap().ends_with("hello\n"));
-    let node = result_json(&run.results[1]);
-    assert_eq!(node["exit_code"], 0, "{}", run.results[1]);
+    let node = result_json(&run.results[2]);
+    assert_eq!(node["exit_code"], 0, "{}", run.results[2]);
     assert_eq!(
         std::fs::read_to_string(s.ws.join("out/n.txt")).unwrap(),
         "node"
