@@ -408,7 +408,7 @@ async fn headless(
     announce(&engine, &config, &session_id).await;
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
     let setup = TurnSetup {
-        tools: run_tools(workspace, &config),
+        tools: run_tools(workspace, &config).await,
         config,
         mcp: &mcp,
         client_mcp_servers: Default::default(),
@@ -446,9 +446,9 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 }
 
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
-fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
+async fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
     crate::agent::LocalTools {
-        sandbox: config.command_sandbox(crate::session::default_data_dir().ok()),
+        sandbox: config.command_sandbox_probed().await,
         ..crate::agent::LocalTools::new(workspace, config.limits())
     }
 }

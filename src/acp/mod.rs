@@ -589,7 +589,8 @@ impl AgentState {
             .map_err(begin_error)?;
         let config = self.turn_config(&session);
         let changes = Arc::new(Changes::default());
-        let tools = turn_tools(&session, &config, Arc::clone(&changes));
+        let sandbox = config.command_sandbox_probed().await;
+        let tools = turn_tools(&session, &config, sandbox, Arc::clone(&changes));
         let (state, open) = (Arc::clone(self), Arc::clone(&session));
         let channel =
             agent::Channel::queued("client", move |queue| forward(state, open, queue, changes));
@@ -652,7 +653,12 @@ fn begin_error(err: BeginError) -> RpcError {
 }
 
 /// A turn's tools under ACP: the client's files as the editor, and its file changes told.
-fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> LocalTools {
+fn turn_tools(
+    session: &OpenSession,
+    config: &Config,
+    sandbox: crate::sandbox::CommandSandbox,
+    changes: Arc<Changes>,
+) -> LocalTools {
     type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
     let editor: Editor = session.files.clone().map(|files| files as _);
     let search_editor: Editor = session
@@ -667,7 +673,7 @@ fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> 
         search_editor,
         watch: Some(changes),
         fitted: Default::default(),
-        sandbox: config.command_sandbox(crate::session::default_data_dir().ok()),
+        sandbox,
     }
 }
 

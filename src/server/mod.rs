@@ -206,14 +206,7 @@ impl Backend {
             }),
             None => Value::Null,
         };
-        // The kernel is probed once per process (a few milliseconds the first time).
-        let sandbox_config = config.clone();
-        let sandbox = tokio::task::spawn_blocking(move || {
-            sandbox_config.command_sandbox(crate::session::default_data_dir().ok())
-        })
-        .await
-        .map_err(|e| internal(&e.to_string()))?;
-        shown["effective_sandbox"] = sandbox.effective();
+        shown["effective_sandbox"] = config.command_sandbox_probed().await.effective();
         Ok(shown)
     }
 
