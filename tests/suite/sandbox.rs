@@ -333,7 +333,8 @@ fn no_new_privileges_not_even_through_a_setuid_copy() {
         &[("PEN_AUTO_APPROVE", "pen_command")],
         &[command(
             "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; \
-             cp \"$(command -v grep)\" ./g && chmod u+s ./g && ls -l ./g && ./g '^CapEff' /proc/self/status",
+             cp \"$(command -v grep)\" ./g && chmod u+s ./g && ls -l ./g && ./g '^CapEff' /proc/self/status; \
+             kill -0 $PPID 2>/dev/null || echo 'pen: not signalled'",
         )],
     );
     let value = result_json(&run.results[0]);
@@ -347,6 +348,8 @@ fn no_new_privileges_not_even_through_a_setuid_copy() {
         2,
         "{stdout}"
     );
+    // pen, the command's parent, is outside the sandbox: it cannot be signalled.
+    assert!(stdout.contains("pen: not signalled"), "{stdout}");
 }
 
 #[test]
