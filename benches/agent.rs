@@ -243,6 +243,7 @@ fn main() {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
+            sandbox: pen::sandbox::CommandSandbox::off(),
         })),
         approver: Arc::new(Nobody),
         on_event: Arc::new(|_| {}),

@@ -372,6 +372,7 @@ fn run(
             search_editor: None,
             watch: None,
             fitted: Default::default(),
+            sandbox: pen::sandbox::CommandSandbox::off(),
         })),
         approver: Arc::new(Nobody),
         on_event: Arc::new(move |event: AgentEvent| {

@@ -113,6 +113,7 @@ fn main() {
         ledger: Some(&ledger),
         editor: None,
         recorder: None,
+        sandbox: None,
     };
     let tool_args = json!({"path": "small.rs"});
     let started = Instant::now();

@@ -248,6 +248,7 @@ pub fn revert_blocking(
         ledger: None,
         editor: scope.editor.as_deref().map(|e| e as &dyn Editor),
         recorder: None,
+        sandbox: None,
     };
     let interrupted = close_interrupted(store, session_id, &ctx)?;
     let reverted_turns: Vec<String> = all_turns[from..].to_vec();

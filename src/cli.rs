@@ -507,7 +507,7 @@ async fn headless(
         live.run(style, ended.clone());
     }
     let setup = TurnSetup {
-        tools: run_tools(workspace, &config),
+        tools: run_tools(workspace, &config).await,
         config,
         mcp: &mcp,
         client_mcp_servers: Default::default(),
@@ -569,8 +569,11 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 }
 
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
-fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
-    crate::agent::LocalTools::new(workspace, config.limits())
+async fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
+    crate::agent::LocalTools {
+        sandbox: config.command_sandbox_probed().await,
+        ..crate::agent::LocalTools::new(workspace, config.limits())
+    }
 }
 
 /// Runs session store work on a blocking thread, as every store call of a turn is.
@@ -715,7 +718,7 @@ fn printer(
                 live.wait("waiting for the model");
             }
             TurnEvent::ContextTrimmed(trim) => live.print(&format!("pen: {}", trim.notice())),
-            TurnEvent::ProviderWarning { message } => {
+            TurnEvent::ProviderWarning { message } | TurnEvent::SandboxUnavailable { message } => {
                 live.print(&format!("pen: {} {message}", style.yellow("warning:")))
             }
             TurnEvent::Plan { steps } => {

@@ -83,6 +83,10 @@ pub const KEYS: &[&str] = &[
     "checkpoint_store_bytes",
     "instruction_files",
     "instruction_bytes",
+    "sandbox",
+    "sandbox_network",
+    "sandbox_writable_roots",
+    "sandbox_env",
 ];
 
 /// Which API a provider speaks: the one name for it in the config (`provider`), the provider
@@ -182,6 +186,15 @@ pub struct Config {
     pub instruction_files: Vec<String>,
     /// The budget of the instruction files of a session, in bytes.
     pub instruction_bytes: u64,
+    /// What pen_command's OS sandbox lets a command write (`crate::sandbox`).
+    pub sandbox: crate::sandbox::Level,
+    /// Whether a sandboxed command keeps the network.
+    pub sandbox_network: bool,
+    /// More folders a sandboxed command may write, as the owner wrote them (`~` is expanded
+    /// when a command runs).
+    pub sandbox_writable_roots: Vec<String>,
+    /// Which of pen's environment variables a sandboxed command gets.
+    pub sandbox_env: crate::sandbox::EnvPolicy,
 }
 
 impl Default for Config {
@@ -208,6 +221,10 @@ impl Default for Config {
             checkpoint_store_bytes: CHECKPOINT_STORE_BYTES.default,
             instruction_files: vec!["AGENTS.md".to_string()],
             instruction_bytes: INSTRUCTION_BYTES.default,
+            sandbox: crate::sandbox::Level::WorkspaceWrite,
+            sandbox_network: false,
+            sandbox_writable_roots: Vec::new(),
+            sandbox_env: crate::sandbox::EnvPolicy::All,
         }
     }
 }
@@ -343,6 +360,52 @@ fn typo_distance(a: &[char], b: &str) -> usize {
 /// ` (did you mean `KEY`?)` for a key [`nearest`] found, else nothing.
 fn did_you_mean(nearest: &Option<&str>) -> String {
     nearest.map_or_else(String::new, |key| format!(" (did you mean `{key}`?)"))
+}
+
+/// A yes-or-no key: `true`/`false`, or their text (from an environment variable).
+fn boolean(key: &str, value: &Value) -> Result<bool, ConfigError> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if matches!(s.trim(), "true" | "1") => Ok(true),
+        Value::String(s) if matches!(s.trim(), "false" | "0") => Ok(false),
+        other => Err(wrong_type(key, "true or false", other)),
+    }
+}
+
+/// `sandbox_writable_roots`: absolute paths (or `~/…`), each once.
+fn writable_roots(key: &str, value: &Value) -> Result<Vec<String>, ConfigError> {
+    use crate::limits::{MAX_SANDBOX_PATH_BYTES, MAX_SANDBOX_WRITABLE_ROOTS};
+    let items = value
+        .as_array()
+        .ok_or_else(|| wrong_type(key, "a list of folders", value))?;
+    let mut roots: Vec<String> = Vec::new();
+    for item in items {
+        let Some(root) = text(key, item, MAX_SANDBOX_PATH_BYTES)? else {
+            continue;
+        };
+        if !(root == "~" || root.starts_with("~/") || Path::new(&root).is_absolute()) {
+            return Err(ConfigError::Invalid {
+                key: key.to_string(),
+                why: format!(
+                    "lists {}: a folder must be an absolute path or start with `~/`",
+                    shown_value(&root)
+                ),
+            });
+        }
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    if roots.len() > MAX_SANDBOX_WRITABLE_ROOTS {
+        return Err(ConfigError::Invalid {
+            key: key.to_string(),
+            why: format!(
+                "names {} folders; at most {MAX_SANDBOX_WRITABLE_ROOTS} are allowed",
+                roots.len()
+            ),
+        });
+    }
+    Ok(roots)
 }
 
 fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
@@ -495,6 +558,26 @@ impl Config {
             "instruction_bytes" => {
                 self.instruction_bytes = integer(key, value, &INSTRUCTION_BYTES)?
             }
+            "sandbox" => {
+                use crate::sandbox::Level;
+                let names = Level::ALL.map(Level::as_str);
+                let name = one_of(key, text(key, value, usize::MAX)?, &names)?;
+                self.sandbox = name
+                    .as_deref()
+                    .and_then(Level::from_name)
+                    .unwrap_or(Level::WorkspaceWrite);
+            }
+            "sandbox_network" => self.sandbox_network = boolean(key, value)?,
+            "sandbox_writable_roots" => self.sandbox_writable_roots = writable_roots(key, value)?,
+            "sandbox_env" => {
+                use crate::sandbox::EnvPolicy;
+                let names = EnvPolicy::ALL.map(EnvPolicy::as_str);
+                let name = one_of(key, text(key, value, usize::MAX)?, &names)?;
+                self.sandbox_env = name
+                    .as_deref()
+                    .and_then(EnvPolicy::from_name)
+                    .unwrap_or(EnvPolicy::All);
+            }
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: shown_value(key),
@@ -581,6 +664,39 @@ impl Config {
             "checkpoint_store_bytes": self.checkpoint_store_bytes,
             "instruction_files": self.instruction_files,
             "instruction_bytes": self.instruction_bytes,
+            "sandbox": self.sandbox.as_str(),
+            "sandbox_network": self.sandbox_network,
+            "sandbox_writable_roots": self.sandbox_writable_roots,
+            "sandbox_env": self.sandbox_env.as_str(),
+        })
+    }
+
+    /// The OS sandbox of pen_command this config asks for, with pen's data folder
+    /// `data_dir` kept read-only (probed once per process when on).
+    pub fn command_sandbox(&self, data_dir: Option<PathBuf>) -> crate::sandbox::CommandSandbox {
+        crate::sandbox::CommandSandbox::new(
+            self.sandbox,
+            self.sandbox_network,
+            &self.sandbox_writable_roots,
+            self.sandbox_env,
+            data_dir,
+        )
+    }
+
+    /// [`Config::command_sandbox`] with pen's data folder, on a blocking thread (its first
+    /// call in the process probes the kernel by running a process). A probe that panicked
+    /// leaves the sandbox on and unavailable, so every command asks.
+    pub async fn command_sandbox_probed(&self) -> crate::sandbox::CommandSandbox {
+        let config = self.clone();
+        let level = self.sandbox;
+        tokio::task::spawn_blocking(move || {
+            config.command_sandbox(crate::session::default_data_dir().ok())
+        })
+        .await
+        .unwrap_or_else(|e| crate::sandbox::CommandSandbox {
+            level,
+            support: Err(format!("the probe failed: {e}")),
+            ..crate::sandbox::CommandSandbox::off()
         })
     }
 
@@ -869,6 +985,50 @@ mod tests {
         assert_eq!(config.auto_approve, ["pen_edit", "pen_create"]);
         assert_eq!(config.context_window_tokens, Some(8192));
         assert_eq!(config.mode, Mode::Edit);
+    }
+
+    #[test]
+    fn sandbox_keys_from_the_file_and_the_environment() {
+        use crate::sandbox::{EnvPolicy, Level};
+        let mut config = Config::default();
+        assert_eq!(config.sandbox, Level::WorkspaceWrite);
+        assert!(!config.sandbox_network);
+        config.set("sandbox", &json!("read-only")).unwrap();
+        assert_eq!(config.get("sandbox"), json!("read-only"));
+        let err = config.set("sandbox", &json!("strict")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config key `sandbox` must be one of workspace-write, read-only, off, got `strict`"
+        );
+        config
+            .set(
+                "sandbox_writable_roots",
+                &json!(["~/.cache", "/opt/x", "/opt/x"]),
+            )
+            .unwrap();
+        assert_eq!(config.sandbox_writable_roots, ["~/.cache", "/opt/x"]);
+        let err = config
+            .set("sandbox_writable_roots", &json!(["rel/x"]))
+            .unwrap_err();
+        assert!(err.to_string().contains("absolute path"), "{err}");
+        assert!(config.set("sandbox_env", &json!("none")).is_err());
+        let env = vec![
+            ("PEN_SANDBOX".to_string(), "off".to_string()),
+            ("PEN_SANDBOX_NETWORK".to_string(), "true".to_string()),
+            (
+                "PEN_SANDBOX_WRITABLE_ROOTS".to_string(),
+                "/a, ~/b".to_string(),
+            ),
+            ("PEN_SANDBOX_ENV".to_string(), "core".to_string()),
+        ];
+        let (config, warnings) = Config::load(None, env);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.sandbox, Level::Off);
+        assert!(config.sandbox_network);
+        assert_eq!(config.sandbox_writable_roots, ["/a", "~/b"]);
+        assert_eq!(config.sandbox_env, EnvPolicy::Core);
+        let env = vec![("PEN_SANDBOX_NETWORK".to_string(), "maybe".to_string())];
+        assert_eq!(Config::load(None, env).1.len(), 1);
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub mod json;
 
 /// Permission modes and the table that decides whether a call runs, asks or is refused.
 pub mod mode;
+/// pen_command's OS sandbox (Landlock and namespaces, applied by `pen __sandbox-exec`).
+pub mod sandbox;
 
 /// Typed configuration from file, environment, flags and the editor.
 pub mod config;

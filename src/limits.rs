@@ -545,6 +545,26 @@ pub const COMMAND_MAX_TIMEOUT: Duration = Duration::from_secs(1_800);
 /// Bytes pen_command reads from a command's stdout or stderr at a time, 8 KiB.
 pub const COMMAND_READ_CHUNK_BYTES: usize = 8 * 1024;
 
+// pen_command's OS sandbox (issue 28, item 1).
+
+/// The most lines of a sandboxed command's output a result lists as likely blocked by the
+/// sandbox, 4: enough to name the paths and the connection; the whole output is there too.
+pub const SANDBOX_BLOCKED_LINES: usize = 4;
+
+/// The longest such line, 200 bytes, then `…`: a shell's `cannot create PATH: Permission
+/// denied` with a long path.
+pub const SANDBOX_BLOCKED_LINE_BYTES: usize = 200;
+
+/// The most bytes of the reason a call leaving the sandbox gives that its approval shows,
+/// 300, then `…` (the whole reason is in the call's arguments).
+pub const SANDBOX_REASON_BYTES: usize = 300;
+
+/// The most folders `sandbox_writable_roots` may list, 32.
+pub const MAX_SANDBOX_WRITABLE_ROOTS: usize = 32;
+
+/// The longest path `sandbox_writable_roots` may list, 4,096 bytes (Linux's PATH_MAX).
+pub const MAX_SANDBOX_PATH_BYTES: usize = 4_096;
+
 /// How far past a refused page pen_read looks for the END of the key, to tell the model where it
 /// may resume, 256 KiB: longer than any armored key.
 pub const KEY_END_LOOKAHEAD: u64 = 256 * 1024;

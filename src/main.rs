@@ -7,6 +7,15 @@ use pen::cli::{
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The sandbox helper: a fresh, single-threaded process that confines itself and execs a
+    // command (never a user's sub-command, so not in the help).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == pen::sandbox::EXEC_SUBCOMMAND)
+    {
+        return pen::sandbox::exec_main(&args[2..]);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Tool(command) => run_tool(command),

@@ -1287,6 +1287,11 @@ pub enum EventBody {
     },
     /// A call (pen_plan) set the session's plan: the whole list each time.
     Plan(PlanData),
+    /// The OS sandbox for commands is on but this kernel cannot do it (said once per
+    /// process): every command runs unconfined and asks the owner.
+    SandboxUnavailable {
+        message: String,
+    },
     TurnEnded(TurnOutcome),
 }
 
@@ -1608,6 +1613,7 @@ impl From<agent::TurnEvent> for EventBody {
             }
             E::ProviderWarning { message } => EventBody::ProviderWarning { message },
             E::Plan { steps } => EventBody::Plan(steps.into()),
+            E::SandboxUnavailable { message } => EventBody::SandboxUnavailable { message },
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

@@ -594,7 +594,8 @@ impl AgentState {
             .map_err(begin_error)?;
         let config = self.config.clone();
         let changes = Arc::new(Changes::default());
-        let tools = turn_tools(&session, &config, Arc::clone(&changes));
+        let sandbox = config.command_sandbox_probed().await;
+        let tools = turn_tools(&session, &config, sandbox, Arc::clone(&changes));
         let (state, open) = (Arc::clone(self), Arc::clone(&session));
         let channel =
             agent::Channel::queued("client", move |queue| forward(state, open, queue, changes));
@@ -644,7 +645,12 @@ fn begin_error(err: BeginError) -> RpcError {
 }
 
 /// A turn's tools under ACP: the client's files as the editor, and its file changes told.
-fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> LocalTools {
+fn turn_tools(
+    session: &OpenSession,
+    config: &Config,
+    sandbox: crate::sandbox::CommandSandbox,
+    changes: Arc<Changes>,
+) -> LocalTools {
     type Editor = Option<Arc<dyn tools::Editor + Send + Sync>>;
     let editor: Editor = session.files.clone().map(|files| files as _);
     let search_editor: Editor = session
@@ -659,6 +665,7 @@ fn turn_tools(session: &OpenSession, config: &Config, changes: Arc<Changes>) -> 
         search_editor,
         watch: Some(changes),
         fitted: Default::default(),
+        sandbox,
     }
 }
 
@@ -889,10 +896,12 @@ fn live_update(
                     .join(", ")
             )),
         },
-        // A likely truncation is never silent either.
-        TurnEvent::ProviderWarning { message } => SessionUpdate::AgentMessageChunk {
-            content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
-        },
+        // A likely truncation is never silent either, nor an unavailable sandbox.
+        TurnEvent::ProviderWarning { message } | TurnEvent::SandboxUnavailable { message } => {
+            SessionUpdate::AgentMessageChunk {
+                content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
+            }
+        }
         TurnEvent::Plan { steps } => updates::plan(&steps),
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::mode::{self, Verdict};
 use crate::providers::ToolCall;
-use crate::tools::{self, Prepared, Tool, ToolError};
+use crate::tools::{self, Prepared, Tool, ToolError, tool::Confinement};
 use crate::transcript::{CallOutcome, CallStarted, Event, Item, ToolResult};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -172,7 +172,7 @@ impl Turn {
             call_id: call.id.clone(),
             kind: ApprovalKind::ToolCall,
             tool: call.name.clone(),
-            summary: tool.subject(&arguments).summary,
+            summary: approval_summary(tool, &arguments),
             arguments,
             not_revertible: match prepared.plan() {
                 Some(plan) => recorder.not_revertible(plan).await,
@@ -382,4 +382,29 @@ impl Turn {
         }
         Some((context::delivery_text(&files), files))
     }
+}
+
+/// What the owner is asked about: the call's subject, and for a call leaving the OS sandbox,
+/// that it does and the reason it gives.
+fn approval_summary(tool: &dyn Tool, arguments: &Value) -> String {
+    let summary = tool.subject(arguments).summary;
+    match tool.confinement(arguments) {
+        Confinement::LeavesSandbox => {}
+        Confinement::Unsupported => {
+            return format!("{summary} (runs unconfined: this kernel cannot sandbox commands)");
+        }
+        _ => return summary,
+    }
+    let reason = arguments
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|reason| !reason.is_empty())
+        .unwrap_or("no reason given");
+    let reason = crate::text::cut_with_note(
+        reason,
+        crate::limits::SANDBOX_REASON_BYTES,
+        format_args!("…"),
+    );
+    format!("{summary} (runs OUTSIDE the OS sandbox; reason: {reason})")
 }

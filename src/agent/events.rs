@@ -65,6 +65,9 @@ pub enum TurnEvent {
     Plan {
         steps: Vec<crate::tools::plan::PlanStep>,
     },
+    /// The OS sandbox for commands is on but this kernel cannot do it: said once per process;
+    /// every command then runs unconfined and asks the owner.
+    SandboxUnavailable { message: String },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -127,11 +130,12 @@ pub enum EventKind {
     ContextWindow,
     ProviderWarning,
     Plan,
+    SandboxUnavailable,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -144,6 +148,7 @@ impl EventKind {
         EventKind::ContextWindow,
         EventKind::ProviderWarning,
         EventKind::Plan,
+        EventKind::SandboxUnavailable,
         EventKind::TurnEnded,
     ];
 
@@ -162,6 +167,7 @@ impl EventKind {
             EventKind::ContextWindow => "context_window",
             EventKind::ProviderWarning => "provider_warning",
             EventKind::Plan => "plan",
+            EventKind::SandboxUnavailable => "sandbox_unavailable",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -182,6 +188,7 @@ impl TurnEvent {
             TurnEvent::ContextWindow { .. } => EventKind::ContextWindow,
             TurnEvent::ProviderWarning { .. } => EventKind::ProviderWarning,
             TurnEvent::Plan { .. } => EventKind::Plan,
+            TurnEvent::SandboxUnavailable { .. } => EventKind::SandboxUnavailable,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

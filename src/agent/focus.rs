@@ -188,6 +188,7 @@ fn reading<'a>(
         ledger: None,
         editor,
         recorder: None,
+        sandbox: None,
     }
 }
 

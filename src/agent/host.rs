@@ -4,7 +4,8 @@
 
 use super::ToolHost;
 use crate::limits::Limits;
-use crate::mode::{CallClass, Confinement};
+use crate::mode::CallClass;
+use crate::sandbox::{CommandSandbox, Confinement};
 use crate::tools::registry::{self, Execution, Preview, ToolKind, ToolSpec};
 use crate::tools::subject::Subject;
 use crate::tools::write::{self, EditPlan};
@@ -34,6 +35,9 @@ pub struct LocalTools {
     /// `limits` with pages fitted to the turn's prompt budget, once the engine knows it
     /// ([`ToolHost::fit_pages`]); `Default::default()` when building one.
     pub fitted: FittedLimits,
+    /// The OS sandbox of pen_command (`Config::command_sandbox` in a front end;
+    /// [`CommandSandbox::off`] in [`LocalTools::new`]).
+    pub sandbox: CommandSandbox,
 }
 
 impl LocalTools {
@@ -48,6 +52,7 @@ impl LocalTools {
             search_editor: None,
             watch: None,
             fitted: FittedLimits::default(),
+            sandbox: CommandSandbox::off(),
         }
     }
 }
@@ -108,6 +113,7 @@ impl LocalTools {
             ledger: Some(&self.ledger),
             editor: editor.map(|e| e.as_ref() as &dyn Editor),
             recorder,
+            sandbox: None,
         }
     }
 
@@ -169,11 +175,16 @@ impl LocalTools {
         )
     }
 
-    /// The seam to pen_command's sandbox: how a command call with `arguments` will run
-    /// (confined, unconfined, or leaving the sandbox), which the permission modes decide on.
-    /// Until pen_command has a sandbox, every command runs with the owner's full rights.
-    fn command_confinement(&self, _arguments: &Value) -> Confinement {
-        Confinement::Unconfined
+    /// How a command call with `arguments` runs with respect to pen_command's sandbox, as the
+    /// permission modes' table tells it apart: a kernel that cannot sandbox counts as leaving
+    /// the sandbox (such a command always asks), a sandbox the owner turned off as unconfined.
+    fn command_confinement(&self, arguments: &Value) -> crate::mode::Confinement {
+        use crate::mode::Confinement as Mode;
+        match self.sandbox.confinement(arguments) {
+            Confinement::Confined => Mode::Confined,
+            Confinement::SandboxOff | Confinement::NotApplicable => Mode::Unconfined,
+            Confinement::LeavesSandbox | Confinement::Unsupported => Mode::LeavesSandbox,
+        }
     }
 
     /// Runs a cancellable tool ([`registry::Execution::Cancellable`]) until it ends or
@@ -186,8 +197,12 @@ impl LocalTools {
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
         let workspace = self.workspace.clone();
         let limits = self.limits().clone();
+        let sandbox = self.sandbox.clone();
         Box::pin(async move {
-            let ctx = ToolContext::plain(&workspace, &limits);
+            let ctx = ToolContext {
+                sandbox: Some(&sandbox),
+                ..ToolContext::plain(&workspace, &limits)
+            };
             spec.run(&arguments, &ctx, &cancel).await
         })
     }
@@ -222,6 +237,13 @@ impl Tool for NativeTool {
 
     fn sets_plan(&self) -> bool {
         self.spec.sets_plan()
+    }
+
+    fn confinement(&self, arguments: &Value) -> Confinement {
+        match self.spec.kind() {
+            ToolKind::Execute => self.local.sandbox.confinement(arguments),
+            _ => Confinement::NotApplicable,
+        }
     }
 
     fn prepare(&self, arguments: Value) -> BoxFuture<'static, Result<Prepared, ToolError>> {
@@ -354,6 +376,10 @@ impl ToolHost for TurnTools {
 
     fn workspace(&self) -> Option<&Workspace> {
         Some(&self.local.workspace)
+    }
+
+    fn sandbox_notice(&self) -> Option<String> {
+        self.local.sandbox.unsupported_notice_once()
     }
 
     fn fit_pages(&self, room_tokens: u64) {

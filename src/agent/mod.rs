@@ -171,6 +171,11 @@ pub trait ToolHost: Send + Sync {
     /// leaves after its system prompt and tool schemas (SPEC §3: `Limits::fitted_to_room`); the
     /// engine calls it once, as the turn starts. A host without pages ignores it.
     fn fit_pages(&self, _room_tokens: u64) {}
+    /// What to tell the owner, once per process, when the OS sandbox for commands is on but
+    /// the kernel cannot do it; `None` otherwise or once told.
+    fn sandbox_notice(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The `tool` label of an [`ApprovalRequest`] that asks to start a project's MCP server (never

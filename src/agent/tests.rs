@@ -210,6 +210,7 @@ impl Fixture {
                 search_editor: None,
                 watch: None,
                 fitted: Default::default(),
+                sandbox: crate::sandbox::CommandSandbox::off(),
             })),
             config,
             approver,
@@ -1029,6 +1030,7 @@ async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
         search_editor: None,
         watch: None,
         fitted: host::FittedLimits::unfitted(crate::limits::Limits::default()),
+        sandbox: crate::sandbox::CommandSandbox::off(),
     }));
     let outcome = turn.run("read it twice").await;
     let error = outcome.last_error.unwrap();

@@ -168,6 +168,10 @@ impl Turn {
         }
         // Before a tool runs or the model is sent the catalog, under either policy.
         self.fit_pages();
+        if let Some(message) = self.tools.sandbox_notice() {
+            tracing::warn!("{message}");
+            self.emit(TurnEvent::SandboxUnavailable { message });
+        }
         self.append_item(Item::UserPrompt { text }).await?;
         let mut requests = 0u64;
         loop {

@@ -189,7 +189,8 @@ impl Backend {
 
     /// Every key, and `effective_context_window`: the window the next turn plans under and
     /// where it came from (the user's setting, the server, the hosted table or the default),
-    /// `null` while no provider can be built.
+    /// `null` while no provider can be built; and `effective_sandbox`, what the command sandbox
+    /// does on this kernel.
     async fn get_config(&self, _: Option<Value>) -> jsonrpc::Result<Value> {
         let config = read(&self.state.config).clone();
         let mut shown = config.to_json();
@@ -206,6 +207,7 @@ impl Backend {
             }),
             None => Value::Null,
         };
+        shown["effective_sandbox"] = config.command_sandbox_probed().await.effective();
         Ok(shown)
     }
 
@@ -321,6 +323,7 @@ impl State {
             ledger: Some(self.ledger.as_ref()),
             editor: Some(self),
             recorder: None,
+            sandbox: None,
         };
         let result = tools::call(name, arguments, &ctx);
         let observation = tools::observation(&result, &limits);

@@ -36,6 +36,7 @@ impl Backend {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
+            sandbox: config.command_sandbox_probed().await,
         };
         let prompt = self.with_focus(&params, &local).await?;
         let (client, progress) = (self.client.clone(), *read(&self.state.work_done_progress));

@@ -11,6 +11,7 @@ use crate::limits::{
     COMMAND_DEFAULT_TIMEOUT, COMMAND_DRAIN_TIMEOUT, COMMAND_MAX_TIMEOUT, COMMAND_READ_CHUNK_BYTES,
     Limits,
 };
+use crate::sandbox;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -23,6 +24,10 @@ pub struct Args {
     pub command: String,
     pub cwd: Option<String>,
     pub timeout_secs: Option<u64>,
+    /// `"off"`: run outside the OS sandbox (the owner is always asked first).
+    pub sandbox: Option<String>,
+    /// Why the call needs to leave the sandbox, shown to the owner.
+    pub reason: Option<String>,
 }
 
 /// What a call runs: the command line (its `cwd` is no file it works on).
@@ -42,20 +47,21 @@ pub fn spec(_: &Limits) -> ToolDoc {
     let max = COMMAND_MAX_TIMEOUT.as_secs();
     ToolDoc {
         description: format!(
-            "Run one shell command (sh -c) in the workspace and return its exit code and output. \
-            Needs the owner's approval. Output is capped: the head and tail of stdout and stderr are kept \
-            and `truncated` says so. The command is killed with everything it started when it passes \
-            `timeout_secs` (default {default}, at most {max}) or when the owner stops the turn. Its output is read \
-            until every process holding it has exited, so start a background process with its output \
-            redirected (`server > server.log 2>&1 &`), or the command lasts until the timeout. Prefer the file \
-            tools to read, search and edit; use this to build, test and run programs."
+            "Run a shell command (sh -c) in the workspace: exit code and output (head and tail of stdout \
+            and stderr kept; `truncated` says so). May ask the owner. Runs in an OS sandbox unless the owner \
+            turned it off: writes only in the workspace and $TMPDIR, no network. Killed with all it started \
+            after `timeout_secs` (default {default}, max {max}) or on Stop. Output is read until every \
+            process holding it exits: redirect a background process's output (`srv > log 2>&1 &`) or the \
+            call lasts until the timeout. Prefer the file tools to read, search and edit."
         ),
         input_schema: json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The shell command line."},
                 "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)."},
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": max, "description": format!("Seconds before the command is killed (default {default}).")}
+                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": max},
+                "sandbox": {"enum": ["off"], "description": "Leave the sandbox; asks the owner. Say why in `reason`."},
+                "reason": {"type": "string"}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -106,16 +112,78 @@ pub async fn run(
         ));
     };
     let cwd = confined_cwd(ctx.workspace, dir_fd, &dir.display)?;
-    let envelope = json!({
+    let leaves = match args.sandbox.as_deref() {
+        None => false,
+        Some("off") => true,
+        Some(other) => {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!(
+                    "sandbox must be \"off\" (to run outside the OS sandbox), got {}",
+                    shown(other)
+                ),
+            ));
+        }
+    };
+    let sandbox = ctx.sandbox.filter(|sandbox| {
+        sandbox.level != sandbox::Level::Off && sandbox.support.is_ok() && !leaves
+    });
+    let mut envelope = json!({
         "command": args.command, "cwd": dir.display, "exit_code": -999, "signal": 99, "timed_out": false,
         "stdout": "", "stderr": "", "stdout_bytes": u64::MAX, "stderr_bytes": u64::MAX, "truncated": false,
     });
+    if sandbox.is_some() {
+        envelope["sandbox"] = json!("workspace-write");
+        envelope["sandbox_blocked"] = json!({"note": sandbox::BLOCKED_NOTE, "lines": []});
+    }
     // Each stream gets half the budget.
     let stream_budget = budget::page_budget(&envelope, ctx.limits)? / 2;
 
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&args.command)
+    // A sandboxed command runs in `pen __sandbox-exec`, with its own temporary folder.
+    let private_tmp = match sandbox {
+        Some(_) => Some(
+            tempfile::Builder::new()
+                .prefix("pen-command-")
+                .tempdir()
+                .map_err(|e| {
+                    ToolError::new(
+                        ErrorCode::Io,
+                        format!("cannot make the command's temporary folder: {e}"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let mut command = match (sandbox, &private_tmp) {
+        (Some(sandbox), Some(tmp)) => {
+            let roots: Vec<std::path::PathBuf> = ctx
+                .workspace
+                .roots()
+                .iter()
+                .map(|r| r.path.clone())
+                .collect();
+            let policy = serde_json::to_string(&sandbox.policy(&roots, tmp.path()))
+                .map_err(|e| ToolError::new(ErrorCode::Io, e.to_string()))?;
+            let mut command = tokio::process::Command::new(&sandbox.helper);
+            command
+                .arg(sandbox::EXEC_SUBCOMMAND)
+                .arg("--policy-json")
+                .arg(policy)
+                .arg("--")
+                .args(["sh", "-c"])
+                .arg(&args.command)
+                .env_clear()
+                .envs(sandbox.environment(std::env::vars_os()))
+                .env("TMPDIR", tmp.path());
+            command
+        }
+        _ => {
+            let mut command = tokio::process::Command::new("sh");
+            command.arg("-c").arg(&args.command);
+            command
+        }
+    };
+    let mut child = command
         .current_dir(&cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -194,7 +262,20 @@ pub async fn run(
         }
     };
     let truncated = stdout_bytes > stdout.len() as u64 || stderr_bytes > stderr.len() as u64;
-    Ok(json!({
+    if let Some(sandbox) = sandbox
+        && exit_code == Some(i32::from(sandbox::EXEC_FAILED))
+        && let Some(why) = stderr.strip_prefix(sandbox::EXEC_FAILED_PREFIX)
+    {
+        return Err(ToolError::new(
+            ErrorCode::Io,
+            format!(
+                "the OS sandbox ({}) could not confine the command, so it did not run: {}",
+                sandbox.level.as_str(),
+                why.trim()
+            ),
+        ));
+    }
+    let mut result = json!({
         "command": args.command,
         "cwd": dir.display,
         "exit_code": exit_code,
@@ -205,7 +286,24 @@ pub async fn run(
         "stdout_bytes": stdout_bytes,
         "stderr_bytes": stderr_bytes,
         "truncated": truncated,
-    }))
+    });
+    if let Some(sandbox) = sandbox {
+        result["sandbox"] = json!(sandbox.level.as_str());
+        let mut lines = sandbox::blocked_lines(&[&stderr, &stdout]);
+        if !lines.is_empty() {
+            // Fitted to the page: the lines are in the output too.
+            let cap = ctx.limits.max_tool_result_bytes;
+            loop {
+                result["sandbox_blocked"] = json!({"note": sandbox::BLOCKED_NOTE, "lines": lines});
+                if result.to_string().len() <= cap || lines.is_empty() {
+                    break;
+                }
+                lines.pop();
+            }
+        }
+    }
+    drop(private_tmp);
+    Ok(result)
 }
 
 /// The working directory to start the command in: the folder the walk opened, named by its

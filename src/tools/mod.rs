@@ -202,6 +202,8 @@ pub struct ToolContext<'a> {
     pub editor: Option<&'a dyn Editor>,
     /// Records writes before they are made (checkpoints); `None` outside a session's turn.
     pub recorder: Option<&'a dyn WriteRecorder>,
+    /// The OS sandbox pen_command runs commands in; `None`: none (`sh -c` as it is).
+    pub sandbox: Option<&'a crate::sandbox::CommandSandbox>,
 }
 
 impl<'a> ToolContext<'a> {
@@ -214,6 +216,7 @@ impl<'a> ToolContext<'a> {
             ledger: None,
             editor: None,
             recorder: None,
+            sandbox: None,
         }
     }
 

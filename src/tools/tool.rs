@@ -9,6 +9,7 @@
 use super::subject::Subject;
 use super::write::EditPlan;
 use super::{ToolError, WriteRecorder};
+pub use crate::sandbox::Confinement;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
@@ -70,6 +71,12 @@ pub trait Tool: Send + Sync {
     /// (`tools::plan::steps`): pen_plan's registry entry says so; no MCP tool does.
     fn sets_plan(&self) -> bool {
         false
+    }
+    /// Whether a call with `arguments` runs in the OS sandbox, unconfined (sandbox off or
+    /// unsupported), or leaves it on request (`"sandbox": "off"`, which always asks); a tool
+    /// that starts no process of pen's is [`Confinement::NotApplicable`].
+    fn confinement(&self, _arguments: &Value) -> Confinement {
+        Confinement::NotApplicable
     }
     /// Prepares a call the owner is asked about: an edit is planned (on a blocking thread), so
     /// the owner sees the diff that running it writes. A call that cannot run fails here, and

@@ -636,6 +636,7 @@ async fn a_multi_step_tool_turn_through_the_agent_loop() {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
+            sandbox: pen::sandbox::CommandSandbox::off(),
         })),
         approver: std::sync::Arc::new(NoOwner),
         on_event: std::sync::Arc::new(|_| {}),

@@ -29,6 +29,7 @@ mod read;
 mod registry;
 mod repo;
 mod run;
+mod sandbox;
 mod search;
 mod serve;
 mod session;

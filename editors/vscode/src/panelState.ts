@@ -584,6 +584,8 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       return push(model, { kind: 'trim', title: 'Context window', detail: asString(body.data.line) ?? '' } as TrimItem);
     case 'provider_warning':
       return push(model, { kind: 'trim', title: 'Provider warning', detail: asString(body.data.message) ?? '' } as TrimItem);
+    case 'sandbox_unavailable':
+      return push(model, { kind: 'trim', title: 'Sandbox unavailable', detail: asString(body.data.message) ?? '' } as TrimItem);
     case 'usage':
       // One request's usage: the session's line follows it; the turn's shows at its end.
       return { ...model, sessionUsage: usageLine(body.data.session) ?? model.sessionUsage };

@@ -29,7 +29,7 @@ export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'networ
 
 export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
 
-export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'context_window', 'provider_warning', 'plan', 'turn_ended'] as const;
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'context_window', 'provider_warning', 'plan', 'sandbox_unavailable', 'turn_ended'] as const;
 
 export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'plan', 'context_window', 'provider_warning', 'instructions_changed', 'session_context', 'instructions_delivered', 'context_compacted', 'revert_started', 'files_reverted', 'event'] as const;
 
@@ -488,7 +488,7 @@ toolKind: ToolKind,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "sandbox_unavailable", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -506,7 +506,7 @@ toolKind: ToolKind,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "sandbox_unavailable", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.

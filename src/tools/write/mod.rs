@@ -294,6 +294,7 @@ mod tests {
             editor: None,
             recorder: None,
             ledger: Some(&ledger),
+            sandbox: None,
         };
         let args = |old: &str, new: &str, expected: Option<&str>| EditArgs {
             path: "f.txt".into(),
@@ -387,6 +388,7 @@ mod tests {
             ledger: Some(&ledger),
             editor: None,
             recorder: None,
+            sandbox: None,
         };
         let absolute = workspace.resolve("f.txt").unwrap().absolute;
         ledger.record(&absolute, &hash_bytes(b"a\nb\r\nc\n"));
@@ -480,6 +482,7 @@ mod tests {
             ledger: None,
             editor: Some(&editor),
             recorder: None,
+            sandbox: None,
         };
         let first = plan(edit_args("line", "LINE"), &ctx).unwrap();
         let planned = String::from_utf8(first.new_bytes().to_vec()).unwrap();

@@ -65,6 +65,7 @@ M.event_kind = {
   CONTEXT_WINDOW = 'context_window',
   PROVIDER_WARNING = 'provider_warning',
   PLAN = 'plan',
+  SANDBOX_UNAVAILABLE = 'sandbox_unavailable',
   TURN_ENDED = 'turn_ended',
 }
 

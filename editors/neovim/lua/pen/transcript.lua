@@ -340,7 +340,7 @@ function M.step(s, turn_id, kind, d)
   elseif kind == E.CONTEXT_WINDOW then
     -- One line at a session's first turn: the model, its window and where that came from.
     M.lines(s, { '> ' .. tostring(d.line) })
-  elseif kind == E.PROVIDER_WARNING then
+  elseif kind == E.PROVIDER_WARNING or kind == E.SANDBOX_UNAVAILABLE then
     M.lines(s, { '> ⚠ ' .. tostring(d.message) })
   elseif kind == E.USAGE then
     -- One request's usage: kept for the status line; the turn's end shows the totals.

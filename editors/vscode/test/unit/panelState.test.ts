@@ -133,6 +133,13 @@ describe('live events', () => {
     assert.equal(outline(m).filter((l) => l.startsWith('end')).length, 1, 'the end is rendered once');
   });
 
+  test('an unavailable command sandbox is said, with why', () => {
+    const m = reduce(session(), [
+      ev('sandbox_unavailable', { message: 'the OS sandbox for commands is unavailable here (no Landlock)' }),
+    ]);
+    assert.deepEqual(outline(m), ['trim: Sandbox unavailable']);
+  });
+
   test('an approval: asked, allowed, done; the status follows', () => {
     let m = promptSent(session(), 'edit');
     m = reduce(m, [ev('tool_call_started', { callId: 'c2', tool: 'pen_edit', summary: 'a.txt', arguments: { path: 'a.txt', edits: [{}] } })]);
