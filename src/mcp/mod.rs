@@ -21,6 +21,7 @@
 pub mod approvals;
 mod names;
 mod result;
+pub mod serve;
 mod stdio;
 mod tool;
 
