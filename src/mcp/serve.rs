@@ -354,3 +354,88 @@ pub async fn serve_stdio(server: PenServer) -> Result<(), String> {
         .map(|_| ())
         .map_err(|e| format!("the MCP session failed: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> &'static ToolSpec {
+        registry::get(name).unwrap()
+    }
+
+    fn offered(offer: Offer) -> Vec<&'static str> {
+        registry::native()
+            .iter()
+            .filter(|spec| offer.check(spec).is_ok())
+            .map(|spec| spec.name())
+            .collect()
+    }
+
+    #[test]
+    fn the_read_only_tools_are_offered_and_writes_and_commands_only_when_allowed() {
+        let reads = ["pen_search", "pen_list", "pen_find", "pen_read", "pen_tail"];
+        assert_eq!(offered(Offer::default()), reads);
+        let writes = Offer {
+            writes: true,
+            commands: false,
+        };
+        assert_eq!(
+            offered(writes),
+            [&reads[..], &["pen_create", "pen_edit"]].concat()
+        );
+        let commands = Offer {
+            writes: false,
+            commands: true,
+        };
+        assert_eq!(offered(commands), [&reads[..], &["pen_command"]].concat());
+        let refused = Offer::default().check(spec("pen_edit")).unwrap_err();
+        assert!(refused.contains("--allow-writes"), "{refused}");
+        let refused = writes.check(spec("pen_command")).unwrap_err();
+        assert!(refused.contains("--allow-commands"), "{refused}");
+        // Every native tool that is not offered by some flag is a read-only tool or says why.
+        for spec in registry::native() {
+            let all = Offer {
+                writes: true,
+                commands: true,
+            };
+            if all.check(spec).is_err() {
+                assert_eq!(spec.kind(), ToolKind::Other, "{}", spec.name());
+            }
+        }
+    }
+
+    #[test]
+    fn annotations_come_from_the_registry() {
+        let hints = |name: &str| {
+            let a = annotations(spec(name));
+            (a.read_only_hint, a.destructive_hint)
+        };
+        assert_eq!(hints("pen_read"), (Some(true), None));
+        assert_eq!(hints("pen_search"), (Some(true), None));
+        // pen_create refuses a file that exists: additive, not destructive.
+        assert_eq!(hints("pen_create"), (Some(false), Some(false)));
+        assert_eq!(hints("pen_edit"), (Some(false), Some(true)));
+        assert_eq!(hints("pen_command"), (Some(false), Some(true)));
+    }
+
+    #[test]
+    fn a_result_over_the_cap_is_the_capped_text_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(&[dir.path().to_path_buf()]).unwrap();
+        let limits = Limits {
+            max_tool_result_bytes: 64,
+            ..Limits::default()
+        };
+        let server = PenServer::new(workspace, limits, Offer::default(), None);
+        let small = server.result(&Ok(serde_json::json!({"ok": true})));
+        assert_eq!(
+            small.structured_content,
+            Some(serde_json::json!({"ok": true}))
+        );
+        assert_eq!(small.is_error, Some(false));
+        let big = server.result(&Ok(serde_json::json!({"text": "x".repeat(500)})));
+        assert_eq!(big.structured_content, None);
+        let text = serde_json::to_value(&big.content[0]).unwrap();
+        assert!(text["text"].as_str().unwrap().len() <= 64, "{text}");
+    }
+}

@@ -10,6 +10,7 @@ calls one (the result as the SDK parsed it). tests/suite/mcp_serve.rs drives it.
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp.client import Client
@@ -22,7 +23,8 @@ def dump(model):
 
 async def main():
     mode, command, *args = sys.argv[1:]
-    server = StdioServerParameters(command=command, args=args)
+    # The whole environment: the SDK's default passes only a few variables, not PEN_DATA_DIR.
+    server = StdioServerParameters(command=command, args=args, env=dict(os.environ))
     async with Client(server, mode=mode) as client:
         print(json.dumps({"protocolVersion": client.protocol_version}), flush=True)
         loop = asyncio.get_running_loop()
