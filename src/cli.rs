@@ -1,8 +1,15 @@
 //! The command line: `pen tool` calls one native tool with no model and prints the exact
-//! observation the model would receive.
+//! observation the model would receive; `pen run` runs one turn; the management commands
+//! (`pen sessions`, `pen revert`, `pen fork`, `pen mcp`) print for a person on a terminal and
+//! JSON lines otherwise. What the terminal shows is built in [`terminal`].
+
+pub mod human;
+pub mod terminal;
 
 use crate::config::{self, Config};
-use crate::limits::{EXPORT_PAGE_ROWS, MAX_FOCUS_RANGES, MAX_TOOL_RESULT_BYTES};
+use crate::limits::{
+    EXPORT_PAGE_ROWS, MAX_FOCUS_RANGES, MAX_STDIN_PROMPT_BYTES, MAX_TOOL_RESULT_BYTES,
+};
 use crate::protocol;
 use crate::server::{self, ServeOptions};
 use crate::session::{self, SessionStore};
@@ -33,14 +40,19 @@ pub enum Command {
     /// Run as an Agent Client Protocol (v1) agent on stdio, for Zed, JetBrains and the ACP
     /// clients of Neovim and Emacs; the workspace is each session's cwd.
     Acp,
-    /// Run one agent turn headless in the current directory: progress to stderr, the answer to
-    /// stdout. Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C).
+    /// Run one agent turn in the current directory: progress to stderr, the answer to stdout.
+    /// Exit 0 on end_turn, 1 on error (or max_turn_requests), 130 when stopped (Ctrl-C), 2 on
+    /// bad usage.
     Run(RunCommand),
-    /// List sessions, newest first, one JSON object a line (as pen/listSessions shows them).
+    /// List sessions, newest first: a line each on a terminal; one JSON object a line (as
+    /// pen/listSessions shows them) with --json or when stdout is not a terminal.
     Sessions {
         /// Also list sessions with no work in them (a first prompt whose provider failed).
         #[arg(long)]
         all: bool,
+        /// JSON lines, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
     /// Export a session's transcript, one JSON entry a line, in its stored form (every field pen
     /// recorded; pen/getTranscript's entries are the editors' typed view of the same records).
@@ -49,9 +61,9 @@ pub enum Command {
         session_id: String,
     },
     /// Revert the file changes of a turn and every later one (the last turn when TURN is not
-    /// given), in the current directory's workspace; prints the result as pen/revertTurn answers
-    /// it. Exit 0 when every file was reverted, 1 on an error, 2 when a file is in conflict or
-    /// not revertible.
+    /// given), in the current directory's workspace; prints what it did file by file on a
+    /// terminal, else (or with --json) the result as pen/revertTurn answers it. Exit 0 when every
+    /// file was reverted, 1 on an error, 2 when a file is in conflict or not revertible.
     Revert {
         /// The session id (from `pen sessions`).
         session_id: String,
@@ -60,13 +72,20 @@ pub enum Command {
         /// Also overwrite files that changed after pen wrote them.
         #[arg(long)]
         force: bool,
+        /// The JSON result, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
-    /// Start a new session whose history is SESSION's before TURN; prints its id.
+    /// Start a new session whose history is SESSION's before TURN; prints its id (JSON with
+    /// --json or when stdout is not a terminal).
     Fork {
         /// The session id (from `pen sessions`).
         session_id: String,
         /// The first turn the fork leaves out (from `pen transcript`).
         turn_id: String,
+        /// The JSON result, also on a terminal.
+        #[arg(long)]
+        json: bool,
     },
     /// The MCP servers of the config (and the current folder's `.mcp.json`), for debugging.
     #[command(subcommand)]
@@ -75,8 +94,13 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
-    /// Start every server and print each one's status and tools, one JSON object a line.
-    List,
+    /// Start every server and print each one's status and tools: a line each on a terminal,
+    /// one JSON object a line with --json or when stdout is not a terminal.
+    List {
+        /// JSON lines, also on a terminal.
+        #[arg(long)]
+        json: bool,
+    },
     /// Call one MCP tool; print the result exactly as the model would see it (capped).
     Call {
         /// The server's name (the NAME of `[mcp_servers.NAME]`).
@@ -108,11 +132,15 @@ pub struct McpServeCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct RunCommand {
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt; `-` reads it from stdin, as does no prompt when stdin is not a terminal
+    /// (`git diff | pen run`).
+    pub prompt: Option<String>,
     /// Resume this session instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
+    /// Continue this folder's latest session (the one the last `pen run` here ran in).
+    #[arg(long = "continue", conflicts_with = "session")]
+    pub continue_latest: bool,
     /// Print every event as a JSON line on stdout (and the outcome last).
     #[arg(long)]
     pub json: bool,
@@ -304,8 +332,12 @@ fn boot_config() -> Config {
     config
 }
 
-/// `pen run`: one turn, headless.
+/// `pen run`: one turn.
 pub fn run_turn(command: RunCommand) -> ExitCode {
+    let prompt = match prompt_text(command.prompt.as_deref()) {
+        Ok(prompt) => prompt,
+        Err(message) => return usage(&message),
+    };
     let mut config = boot_config();
     for (key, value) in [
         ("provider", &command.provider),
@@ -329,10 +361,48 @@ pub fn run_turn(command: RunCommand) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        headless(command, config, ready)
+        headless(command, prompt, config, ready)
             .await
             .unwrap_or_else(|error| failed(&error.to_string()))
     })
+}
+
+/// The prompt of `pen run`: its argument, or stdin's text for `-` or for no argument when stdin
+/// is not a terminal (read whole, up to [`MAX_STDIN_PROMPT_BYTES`]); an error says what to do.
+fn prompt_text(argument: Option<&str>) -> Result<String, String> {
+    use std::io::{IsTerminal, Read};
+    let text = match argument {
+        Some("-") => None,
+        Some(prompt) => Some(prompt.to_string()),
+        None if std::io::stdin().is_terminal() => {
+            return Err(
+                "give the prompt: pen run \"…\" (or pipe it in: pen run - < prompt.txt)".into(),
+            );
+        }
+        None => None,
+    };
+    let text = match text {
+        Some(text) => text,
+        None => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .lock()
+                .take(MAX_STDIN_PROMPT_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| format!("cannot read the prompt from stdin: {e}"))?;
+            if bytes.len() > MAX_STDIN_PROMPT_BYTES {
+                return Err(format!(
+                    "the prompt on stdin is over {MAX_STDIN_PROMPT_BYTES} bytes; attach large \
+                     files with --file instead"
+                ));
+            }
+            String::from_utf8(bytes).map_err(|_| "the prompt on stdin is not UTF-8 text")?
+        }
+    };
+    if text.trim().is_empty() {
+        return Err("the prompt is empty".into());
+    }
+    Ok(text)
 }
 
 /// Why `pen run` could not run its turn.
@@ -354,6 +424,8 @@ enum RunError {
     /// The session could not be claimed; another turn running in it is said with what to do.
     #[error("{}", begin_message(.0))]
     Begin(crate::agent::BeginError),
+    #[error("no earlier `pen run` in {0} to continue; pen run \"…\" starts a session here")]
+    NothingToContinue(String),
 }
 
 /// Says why `pen run` could not run its turn: exit code 1.
@@ -370,6 +442,8 @@ struct RunReady {
     workspace: Workspace,
     data_dir: PathBuf,
     store: Arc<SessionStore>,
+    /// The session to continue (`--session`, or the folder's latest for `--continue`).
+    continued: Option<String>,
 }
 
 impl RunReady {
@@ -381,12 +455,21 @@ impl RunReady {
         let workspace = Workspace::new(std::slice::from_ref(&root))?;
         let data_dir = session::default_data_dir()?;
         let store = SessionStore::open(&data_dir)?;
+        let continued = match (&command.session, command.continue_latest) {
+            (Some(id), _) => Some(id.clone()),
+            (None, true) => Some(
+                session::latest::latest(&data_dir, &root)
+                    .ok_or_else(|| RunError::NothingToContinue(root.display().to_string()))?,
+            ),
+            (None, false) => None,
+        };
         Ok(RunReady {
             focus,
             root,
             workspace,
             data_dir,
             store: Arc::new(store),
+            continued,
         })
     }
 }
@@ -394,6 +477,7 @@ impl RunReady {
 /// One headless turn: its exit code, or why it could not run.
 async fn headless(
     command: RunCommand,
+    prompt: String,
     config: Config,
     ready: RunReady,
 ) -> Result<ExitCode, RunError> {
@@ -404,26 +488,37 @@ async fn headless(
         workspace,
         data_dir,
         store,
+        continued,
     } = ready;
     let engine = Engine::new(store.clone());
     // No provider, no session: the failure is reported before anything is written.
     engine.provider(&config).await?;
-    let session_id = run_session(&store, &command).await?;
-    let prompt = format!(
-        "{}{}",
-        command.prompt,
-        attached(focus, &workspace, &config).await
-    );
+    let session_id = run_session(&store, continued, &prompt, &data_dir, &root).await?;
+    let prompt = format!("{prompt}{}", attached(focus, &workspace, &config).await);
     let cancel = stop_on_ctrl_c();
-    let (stdout_closed, on_event) = printer(command.json, cancel.clone());
+    let style = terminal::Style::for_stderr();
+    let live = terminal::Live::for_stderr();
+    let shown = Arc::new(Shown::default());
+    let (stdout_closed, on_event) = printer(
+        command.json,
+        cancel.clone(),
+        style,
+        Arc::clone(&live),
+        Arc::clone(&shown),
+    );
     // One turn per session across processes: a session a daemon (or another `pen run`) is
     // running a turn in is refused, before anything is written.
     let pending = engine
-        .begin(&session_id, cancel)
+        .begin(&session_id, cancel.clone())
         .await
         .map_err(RunError::Begin)?;
     announce(&engine, &config, &session_id).await;
     let mcp = crate::mcp::McpManager::new(Some(data_dir));
+    let ended = tokio_util::sync::CancellationToken::new();
+    if !command.json {
+        live.wait("waiting for the model");
+        live.run(style, ended.clone());
+    }
     let setup = TurnSetup {
         tools: run_tools(workspace, &config),
         config,
@@ -431,14 +526,37 @@ async fn headless(
         client_mcp_servers: Default::default(),
         root,
     };
-    let channel = Channel::direct(Arc::new(TerminalApprover), on_event);
+    let approver = TerminalApprover {
+        stop: cancel,
+        style,
+        live: Arc::clone(&live),
+        calls_shown: !command.json,
+    };
+    let channel = Channel::direct(Arc::new(approver), on_event);
     let outcome = pending.run_set_up(&prompt, setup, channel).await;
+    ended.cancel();
+    live.quiet();
     Ok(run_exit(
         &outcome,
-        command.json,
-        &stdout_closed,
-        &session_id,
+        &RunEnd {
+            json: command.json,
+            stdout_closed: &stdout_closed,
+            session_id: &session_id,
+            style,
+            live: &live,
+            changed_files: shown
+                .changed_files
+                .load(std::sync::atomic::Ordering::SeqCst),
+        },
     ))
+}
+
+/// What `pen run`'s printer saw that its last lines need.
+#[derive(Default)]
+struct Shown {
+    /// A call that may change files (one that asks for approval) ran: the last lines say how
+    /// to revert the turn.
+    changed_files: std::sync::atomic::AtomicBool,
 }
 
 /// The lines `pen run` starts with on stderr: the session, then the model, the window it is
@@ -490,17 +608,30 @@ fn focus_of(files: &[String]) -> Result<crate::agent::Focus, RunError> {
     Ok(focus)
 }
 
-/// The session `pen run` continues (`--session`), or a new one named for the prompt.
-async fn run_session(store: &Arc<SessionStore>, command: &RunCommand) -> Result<String, RunError> {
+/// The session `pen run` continues (`--session`, `--continue`), or a new one named for the
+/// prompt; recorded as the folder's latest (what `--continue` takes next time).
+async fn run_session(
+    store: &Arc<SessionStore>,
+    continued: Option<String>,
+    prompt: &str,
+    data_dir: &std::path::Path,
+    root: &std::path::Path,
+) -> Result<String, RunError> {
     let store = Arc::clone(store);
-    let continued = command.session.clone();
-    let title: String = command.prompt.chars().take(80).collect();
-    store_thread(move || match continued {
-        Some(id) => store.get_session(&id),
-        None => store.new_session(Some(&title)),
+    let title: String = prompt.trim().chars().take(80).collect();
+    let (data_dir, root) = (data_dir.to_path_buf(), root.to_path_buf());
+    store_thread(move || {
+        let info = match continued {
+            Some(id) => store.get_session(&id),
+            None => store.new_session(Some(&title)),
+        }?;
+        // Without the record only `--continue` is lost; the turn runs.
+        if let Err(e) = session::latest::remember(&data_dir, &root, &info.id) {
+            tracing::warn!("cannot record the folder's latest session: {e}");
+        }
+        Ok(info.id)
     })
     .await
-    .map(|info| info.id)
 }
 
 /// The attached files as the prompt carries them, read on a blocking thread, as every file read
@@ -535,6 +666,9 @@ fn stop_on_ctrl_c() -> tokio_util::sync::CancellationToken {
 fn printer(
     json: bool,
     cancel: tokio_util::sync::CancellationToken,
+    style: terminal::Style,
+    live: Arc<terminal::Live>,
+    shown: Arc<Shown>,
 ) -> (
     Arc<std::sync::atomic::AtomicBool>,
     impl Fn(crate::agent::AgentEvent) + Send + Sync + 'static,
@@ -559,7 +693,7 @@ fn printer(
                 &serde_json::to_string(&crate::protocol::EventParams::from(event.clone()))
                     .unwrap_or_default(),
             ),
-            (false, TurnEvent::TextDelta { text }) => print_text(text),
+            (false, TurnEvent::TextDelta { text }) => live.text(text),
             _ => true,
         };
         if !written {
@@ -572,30 +706,58 @@ fn printer(
         match &event.event {
             TurnEvent::ToolCallStarted {
                 tool, arguments, ..
-            } => eprintln!(
-                "pen: → {tool} {}",
-                arguments.clone().unwrap_or(serde_json::Value::Null)
-            ),
-            TurnEvent::ToolCallFinished { tool, outcome, .. } => {
-                eprintln!("pen: ← {tool} {}", outcome.as_str())
+            } => {
+                live.print(&format!(
+                    "pen: → {} {}",
+                    style.bold(tool),
+                    arguments.clone().unwrap_or(serde_json::Value::Null)
+                ));
+                live.wait(&format!("running {tool}"));
             }
-            TurnEvent::ContextTrimmed(trim) => eprintln!("pen: {}", trim.notice()),
-            TurnEvent::ProviderWarning { message } => eprintln!("pen: warning: {message}"),
+            TurnEvent::ApprovalRequested(_) => live.quiet(),
+            TurnEvent::ToolCallFinished { tool, outcome, .. } => {
+                if *outcome == crate::transcript::CallOutcome::Done
+                    && config::APPROVABLE_TOOLS.contains(&tool.as_str())
+                {
+                    shown
+                        .changed_files
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                live.print(&format!("pen: ← {tool} {}", style.outcome(*outcome)));
+                live.wait("waiting for the model");
+            }
+            TurnEvent::ContextTrimmed(trim) => live.print(&format!("pen: {}", trim.notice())),
+            TurnEvent::ProviderWarning { message } => {
+                live.print(&format!("pen: {} {message}", style.yellow("warning:")))
+            }
             _ => {}
         }
     };
     (stdout_closed, on_event)
 }
 
-/// Says how the turn ended (its outcome as a JSON line with `--json`, its error and usage on
-/// stderr) and gives `pen run`'s exit code.
-fn run_exit(
-    outcome: &crate::agent::TurnOutcome,
+/// What `pen run`'s last lines need to know.
+struct RunEnd<'a> {
     json: bool,
-    stdout_closed: &std::sync::atomic::AtomicBool,
-    session_id: &str,
-) -> ExitCode {
+    stdout_closed: &'a std::sync::atomic::AtomicBool,
+    session_id: &'a str,
+    style: terminal::Style,
+    live: &'a terminal::Live,
+    changed_files: bool,
+}
+
+/// Says how the turn ended (its outcome as a JSON line with `--json`; its error, its usage and
+/// how to continue or undo it on stderr) and gives `pen run`'s exit code.
+fn run_exit(outcome: &crate::agent::TurnOutcome, end: &RunEnd<'_>) -> ExitCode {
     use crate::agent::StopReason;
+    let RunEnd {
+        json,
+        stdout_closed,
+        session_id,
+        style,
+        live,
+        changed_files,
+    } = *end;
     let last = if json {
         serde_json::to_string(&crate::protocol::TurnOutcome::from(outcome.clone()))
             .unwrap_or_default()
@@ -606,24 +768,35 @@ fn run_exit(
         return ExitCode::from(EXIT_STDOUT_CLOSED);
     }
     if let Some(error) = &outcome.last_error {
-        eprintln!("pen: {error}");
+        live.print(&format!("pen: {}", style.red(error)));
     }
-    for (of, usage) in [("turn", outcome.usage), ("session", outcome.session_usage)] {
-        match usage {
-            Some(usage) => eprintln!("pen: usage this {of}: {}", usage_line(&usage)),
-            None => eprintln!("pen: usage this {of}: none reported"),
+    // A turn no request of which reported usage (one that failed at once) says so once.
+    match (outcome.usage, outcome.session_usage) {
+        (None, None) => live.print("pen: usage: none reported"),
+        (turn, session) => {
+            for (of, usage) in [("turn", turn), ("session", session)] {
+                let shown = usage.map_or_else(|| "none reported".into(), |u| usage_line(&u));
+                live.print(&format!("pen: usage this {of}: {shown}"));
+            }
         }
+    }
+    if outcome.stop_reason == StopReason::MaxTurnRequests {
+        live.print("pen: the turn reached max_turn_requests");
+    }
+    if !json {
+        live.print(&style.dim(&format!(
+            "pen: continue: pen run --continue \"…\"{}",
+            if changed_files {
+                format!("  ·  undo this turn's changes: pen revert {session_id}")
+            } else {
+                String::new()
+            }
+        )));
     }
     match outcome.stop_reason {
         StopReason::EndTurn => ExitCode::SUCCESS,
         StopReason::Cancelled => ExitCode::from(130),
-        StopReason::Error => ExitCode::from(1),
-        StopReason::MaxTurnRequests => {
-            eprintln!(
-                "pen: the turn reached max_turn_requests; continue it with --session {session_id}"
-            );
-            ExitCode::from(1)
-        }
+        StopReason::Error | StopReason::MaxTurnRequests => ExitCode::from(1),
     }
 }
 
@@ -653,16 +826,26 @@ pub fn usage_line(usage: &crate::providers::Usage) -> String {
 }
 
 /// Approvals for `pen run`: asks on the terminal when there is one; otherwise denies, since
-/// nobody is there to approve (allow tools ahead with the `auto_approve` config key).
-struct TerminalApprover;
+/// nobody is there to approve (allow tools ahead with the `auto_approve` config key). Ctrl-C
+/// at the prompt is Stop: the wait for the answer ends at once (see [`terminal::read_answer`]).
+struct TerminalApprover {
+    /// The turn's Stop switch.
+    stop: tokio_util::sync::CancellationToken,
+    style: terminal::Style,
+    live: Arc<terminal::Live>,
+    /// Whether the call was just shown (`→ tool {arguments}`), so the prompt need not repeat it.
+    calls_shown: bool,
+}
 
 impl crate::agent::Approver for TerminalApprover {
     fn ask(
         &self,
         request: crate::agent::ApprovalRequest,
     ) -> futures::future::BoxFuture<'static, crate::agent::ApprovalAnswer> {
-        use crate::agent::Decision;
+        use crate::agent::{ApprovalKind, Decision};
         use std::io::IsTerminal;
+        let (stop, style, live) = (self.stop.clone(), self.style, Arc::clone(&self.live));
+        let calls_shown = self.calls_shown;
         Box::pin(async move {
             if !std::io::stdin().is_terminal() {
                 return Ok((
@@ -670,29 +853,62 @@ impl crate::agent::Approver for TerminalApprover {
                     Some("pen run has no terminal to ask on; allow the tool with the auto_approve config key".into()),
                 ));
             }
+            live.quiet();
             if let Some(diff) = &request.diff {
-                eprintln!("{diff}");
+                live.print(&style.diff(diff));
             }
             if let Some(note) = &request.not_revertible {
-                eprintln!("pen: {note}");
+                live.print(&format!("pen: {}", style.yellow(note)));
             }
-            eprint!(
-                "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
-                request.tool, request.arguments
-            );
-            let answer = tokio::task::spawn_blocking(|| {
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line).map(|_| line)
-            })
-            .await;
-            match answer {
-                Ok(Ok(line)) => Ok(match line.trim() {
-                    "y" | "yes" => (Decision::Allow, None),
-                    "a" | "always" => (Decision::AllowForSession, None),
-                    _ => (Decision::Deny, None),
-                }),
-                _ => Err("the terminal closed".into()),
+            let question = match &request.kind {
+                ApprovalKind::StartMcpServer {
+                    server,
+                    command_line,
+                    ..
+                } => format!(
+                    "pen: start the project's MCP server {} ({command_line})? [y] this time / \
+                     [a] always in this folder / [n]o: ",
+                    style.bold(server)
+                ),
+                ApprovalKind::ToolCall if calls_shown => format!(
+                    "pen: allow {}? [y]es / [a]lways this session / [n]o: ",
+                    style.bold(&request.tool)
+                ),
+                ApprovalKind::ToolCall => format!(
+                    "pen: allow {} {}? [y]es / [a]lways this session / [n]o: ",
+                    style.bold(&request.tool),
+                    request.arguments
+                ),
+            };
+            eprint!("{question}");
+            let Some(line) = terminal::read_answer(stop.clone()).await else {
+                // Stop: the turn withdraws the request itself and records the call as not run.
+                if stop.is_cancelled() {
+                    return std::future::pending().await;
+                }
+                return Err("the terminal closed".into());
+            };
+            let decision = match line.trim() {
+                "y" | "yes" => Decision::Allow,
+                "a" | "always" => Decision::AllowForSession,
+                _ => Decision::Deny,
+            };
+            if let ApprovalKind::StartMcpServer { server, .. } = &request.kind {
+                live.print(&format!(
+                    "pen: {}",
+                    match decision {
+                        Decision::Allow => format!("{server} starts this time only"),
+                        Decision::AllowForSession => format!(
+                            "stored: {server} starts without asking in this folder while its \
+                             command stays the same"
+                        ),
+                        Decision::Deny => format!("{server} stays off"),
+                    }
+                ));
+            } else if decision != Decision::Deny {
+                live.wait(&format!("running {}", request.tool));
             }
+            Ok((decision, None))
         })
     }
 }
@@ -713,10 +929,17 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
         let servers = || manager.prepare(&config.mcp_servers, &root, None, &never);
         match command {
             McpCommand::Serve(serve) => run_mcp_serve(serve, &config).await,
-            McpCommand::List => {
+            McpCommand::List { json } => {
                 let mcp = servers().await;
+                let style = terminal::Style::for_stdout();
                 for status in mcp.status() {
                     let tools = mcp.tool_names(&status.name);
+                    if human::for_a_person(json) {
+                        if !print_line(&human::mcp_server_line(&status, &tools, style)) {
+                            return ExitCode::from(EXIT_STDOUT_CLOSED);
+                        }
+                        continue;
+                    }
                     let left_out: Vec<serde_json::Value> = mcp
                         .left_out(&status.name)
                         .into_iter()
@@ -816,7 +1039,7 @@ async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
 }
 
 /// `pen revert SESSION [TURN] [--force]`.
-pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitCode {
+pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool, json: bool) -> ExitCode {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -859,7 +1082,12 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
                         use protocol::FileStatus as S;
                         matches!(f.status, S::Reverted | S::Deleted | S::Unchanged)
                     });
-                if !print_line(&json_line(&result)) {
+                let shown = if human::for_a_person(json) {
+                    human::revert_lines(&result, terminal::Style::for_stdout()).join("\n")
+                } else {
+                    json_line(&result)
+                };
+                if !print_line(&shown) {
                     return ExitCode::from(EXIT_STDOUT_CLOSED);
                 }
                 if clean {
@@ -874,7 +1102,7 @@ pub fn run_revert(session_id: &str, turn_id: Option<&str>, force: bool) -> ExitC
 }
 
 /// `pen fork SESSION TURN`.
-pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
+pub fn run_fork(session_id: &str, turn_id: &str, json: bool) -> ExitCode {
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -895,7 +1123,12 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
                     forked_from: session_id.to_string(),
                     before_turn_id: turn_id.to_string(),
                 };
-                if print_line(&json_line(&result)) {
+                let shown = if human::for_a_person(json) {
+                    human::fork_lines(&result, terminal::Style::for_stdout()).join("\n")
+                } else {
+                    json_line(&result)
+                };
+                if print_line(&shown) {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::from(EXIT_STDOUT_CLOSED)
@@ -909,15 +1142,27 @@ pub fn run_fork(session_id: &str, turn_id: &str) -> ExitCode {
     })
 }
 
-/// `pen sessions`: every session with work in it (every one with `--all`), newest first, as
-/// JSON lines.
-pub fn run_sessions(all: bool) -> ExitCode {
+/// `pen sessions`: every session with work in it (every one with `--all`), newest first, a
+/// line each for a person, else as JSON lines.
+pub fn run_sessions(all: bool, json: bool) -> ExitCode {
+    let person = human::for_a_person(json).then(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        (now, terminal::Style::for_stdout())
+    });
     export(|store, out| {
         let mut cursor: Option<String> = None;
         loop {
             let page = store.list_sessions_with(cursor.as_deref(), EXPORT_PAGE_ROWS, all)?;
             for info in page.sessions {
-                writeln!(out, "{}", json_line(&protocol::SessionSummary::from(info)))?;
+                let summary = protocol::SessionSummary::from(info);
+                match person {
+                    Some((now, style)) => {
+                        writeln!(out, "{}", human::session_line(&summary, now, style))?
+                    }
+                    None => writeln!(out, "{}", json_line(&summary))?,
+                }
             }
             match page.next_cursor {
                 Some(next) => cursor = Some(next),

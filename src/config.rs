@@ -23,8 +23,13 @@ use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("unknown config key `{key}`; the keys are {known}")]
-    UnknownKey { key: String, known: String },
+    #[error("unknown config key `{key}`{}; the keys are {known}", did_you_mean(.nearest))]
+    UnknownKey {
+        key: String,
+        /// The known key nearest in spelling, when one is near enough to be a typo of it.
+        nearest: Option<&'static str>,
+        known: String,
+    },
     #[error("config key `{key}` must be {expected}, got {got}")]
     WrongType {
         key: String,
@@ -283,6 +288,58 @@ fn instruction_names(key: &str, value: &Value) -> Result<Vec<String>, ConfigErro
     Ok(names)
 }
 
+/// The word of `known` nearest to `word` in spelling (the fewest letters added, removed,
+/// changed or swapped), when it is near enough to be a typo of it: at most a third of its
+/// letters differ, or `word` is its first five letters or more. What "did you mean …?" offers
+/// for an unknown key.
+pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let word: Vec<char> = word.to_lowercase().chars().collect();
+    // A key is short; a huge unknown key is nobody's typo.
+    if word.len() > 64 {
+        return None;
+    }
+    known
+        .iter()
+        .map(|candidate| (typo_distance(&word, candidate), *candidate))
+        .filter(|(distance, candidate)| {
+            *distance <= (candidate.chars().count() / 3).max(1)
+                || (word.len() >= 5 && candidate.starts_with(&String::from_iter(&word)))
+        })
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// The edit distance between `a` and `b` where swapping two neighbouring letters counts as one
+/// edit (`modle` is one edit from `model`).
+fn typo_distance(a: &[char], b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let change = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + change);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+/// ` (did you mean `KEY`?)` for a key [`nearest`] found, else nothing.
+fn did_you_mean(nearest: &Option<&str>) -> String {
+    nearest.map_or_else(String::new, |key| format!(" (did you mean `{key}`?)"))
+}
+
 fn wrong_type(key: &str, expected: &'static str, got: &Value) -> ConfigError {
     ConfigError::WrongType {
         key: key.to_string(),
@@ -428,6 +485,7 @@ impl Config {
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: shown_value(key),
+                    nearest: nearest(key, KEYS),
                     known: KEYS.join(", "),
                 });
             }
@@ -455,6 +513,18 @@ impl Config {
         let mut warnings = Vec::new();
         for (key, value) in values {
             if let Err(err) = self.set(key, value) {
+                // A bad server is left out alone, named; the others run.
+                if key == "mcp_servers"
+                    && let Some((servers, refused)) = mcp::parse_each(key, value)
+                {
+                    self.mcp_servers = servers;
+                    warnings.extend(
+                        refused
+                            .into_iter()
+                            .map(|why| format!("{source}: {why}; that server is left out")),
+                    );
+                    continue;
+                }
                 warnings.push(format!(
                     "{source}: {err}; keeping {} = {}",
                     shown_value(key),
@@ -647,7 +717,16 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("must be a whole number"));
         let err = config.set("nope", &json!(1)).unwrap_err();
-        assert!(err.to_string().contains("unknown config key `nope`"));
+        assert!(
+            err.to_string().contains("unknown config key `nope`;"),
+            "{err}"
+        );
+        let err = config.set("modle", &json!("m")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("unknown config key `modle` (did you mean `model`?); the keys are"),
+            "{err}"
+        );
         assert_eq!(config.max_tool_result_bytes, 2048);
     }
 
@@ -688,6 +767,23 @@ mod tests {
             config.get("auto_approve"),
             json!(["pen_edit", "pen_create"])
         );
+    }
+
+    #[test]
+    fn a_typo_of_a_key_is_answered_with_the_key() {
+        for (typo, key) in [
+            ("modle", Some("model")),
+            ("Model", Some("model")),
+            ("base-url", Some("base_url")),
+            ("baseurl", Some("base_url")),
+            ("max_turn_request", Some("max_turn_requests")),
+            ("api_key", Some("api_key_env")),
+            ("instructions", Some("instruction_files")),
+            ("x", None),
+        ] {
+            assert_eq!(nearest(typo, KEYS), key, "{typo}");
+        }
+        assert_eq!(nearest(&"m".repeat(10_000), KEYS), None);
     }
 
     #[test]

@@ -432,6 +432,10 @@ pub const PROVIDER_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
 /// is cut to this, so one header cannot stall a turn for an hour; Stop ends the wait at once.
 pub const PROVIDER_RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
 
+/// The models an error names when the server does not have the configured one: 20 of those its
+/// model list reports (then how many more), so a server with hundreds does not flood the line.
+pub const MAX_HINT_MODELS: usize = 20;
+
 /// Bytes of a provider's error body that are read: 64 KiB. An error envelope is a few hundred
 /// bytes; a proxy's HTML page can be far larger and says nothing more.
 pub const PROVIDER_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -591,6 +595,18 @@ pub const MAX_ACP_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// links, embedded text resources), 1 MiB: a prompt beyond it is refused with an error that
 /// says so, rather than cut silently; the prompt budget plans the rest of the request.
 pub const MAX_ACP_PROMPT_BYTES: usize = 1024 * 1024;
+
+/// The largest prompt `pen run` reads from stdin (`pen run -`, or a pipe), 1 MiB, as for
+/// `session/prompt`: a longer one is refused with an error that says so, never cut silently.
+pub const MAX_STDIN_PROMPT_BYTES: usize = 1024 * 1024;
+
+/// The most bytes of a folder's latest-session record that are read (`pen run --continue`),
+/// 8 KiB: a session id and a path; anything larger is not pen's record.
+pub const MAX_LATEST_RECORD_BYTES: u64 = 8 * 1024;
+
+/// How often `pen run`'s live line on a terminal redraws the time the model (or a command) has
+/// been silent: every second.
+pub const LIVE_LINE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long pen waits for the client to answer `fs/read_text_file` or `fs/write_text_file`,
 /// 30 s: an editor answers in milliseconds; a client that never answers must not hang a turn.

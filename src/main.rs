@@ -13,17 +13,19 @@ fn main() -> ExitCode {
         Command::Serve => run_serve(),
         Command::Acp => run_acp(),
         Command::Run(command) => run_turn(command),
-        Command::Sessions { all } => run_sessions(all),
+        Command::Sessions { all, json } => run_sessions(all, json),
         Command::Transcript { session_id } => run_transcript(&session_id),
         Command::Revert {
             session_id,
             turn_id,
             force,
-        } => pen::cli::run_revert(&session_id, turn_id.as_deref(), force),
+            json,
+        } => pen::cli::run_revert(&session_id, turn_id.as_deref(), force, json),
         Command::Fork {
             session_id,
             turn_id,
-        } => pen::cli::run_fork(&session_id, &turn_id),
+            json,
+        } => pen::cli::run_fork(&session_id, &turn_id, json),
         Command::Mcp(command) => pen::cli::run_mcp(command),
     }
 }

@@ -361,7 +361,7 @@ impl crate::mcp::StartApproval for StartThroughApprover {
         server: &str,
         command_line: &str,
         root: &std::path::Path,
-    ) -> BoxFuture<'static, Result<bool, String>> {
+    ) -> BoxFuture<'static, Result<crate::mcp::approvals::StartAnswer, String>> {
         let request = super::ApprovalRequest {
             session_id: self.session_id.clone(),
             turn_id: self.turn_id.clone(),
@@ -383,10 +383,13 @@ impl crate::mcp::StartApproval for StartThroughApprover {
         };
         let answer = self.approver.ask(request);
         Box::pin(async move {
-            match answer.await? {
-                (super::Decision::Allow | super::Decision::AllowForSession, _) => Ok(true),
-                (super::Decision::Deny, _) => Ok(false),
-            }
+            use crate::mcp::approvals::StartAnswer;
+            // "Allow" is this time; "allow always" (the session grant's answer) is stored.
+            Ok(match answer.await? {
+                (super::Decision::Allow, _) => StartAnswer::Once,
+                (super::Decision::AllowForSession, _) => StartAnswer::Always,
+                (super::Decision::Deny, _) => StartAnswer::Deny,
+            })
         })
     }
 }

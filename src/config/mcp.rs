@@ -5,6 +5,10 @@
 //!
 //! A bearer token is never a config value: `bearer_token_env` names the environment variable
 //! that holds it, read when the server is started.
+//!
+//! codex's key names are read as aliases of pen's ([`ALIASES`]), so a server copied from
+//! `~/.codex/config.toml` works as it is; at boot a server with a key pen does not know is left
+//! out alone, named with the key (see [`parse_each`]).
 
 use super::{ConfigError, shown_value, wrong_type};
 use crate::limits::{
@@ -37,6 +41,11 @@ pub enum McpTransport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerConfig {
     pub transport: McpTransport,
+    /// For a project server whose `.mcp.json` says `${VAR}`: the transport as the owner is
+    /// shown it, each value from the owner's environment as `$VAR` (never the secret itself,
+    /// never the literal `${…}`). The approval's command line and key come from it, so no
+    /// secret is written to the approvals file.
+    pub shown: Option<McpTransport>,
     pub enabled: bool,
     pub startup_timeout_secs: u64,
     pub tool_timeout_secs: u64,
@@ -50,7 +59,7 @@ impl McpServerConfig {
     /// The command line a project server's approval names: the command and its arguments, each
     /// quoted when it is not plain, then the environment it is given and its folder.
     pub fn command_line(&self) -> String {
-        match &self.transport {
+        match self.shown.as_ref().unwrap_or(&self.transport) {
             McpTransport::Stdio {
                 command,
                 args,
@@ -91,7 +100,7 @@ impl McpServerConfig {
     /// a variable's name or value, the folder; the URL, a header, the token's variable) asks
     /// again.
     pub fn approval_key(&self) -> String {
-        let reaches = match &self.transport {
+        let reaches = match self.shown.as_ref().unwrap_or(&self.transport) {
             McpTransport::Stdio {
                 command,
                 args,
@@ -118,7 +127,7 @@ impl McpServerConfig {
 
     fn to_json(&self) -> Value {
         let mut out = Map::new();
-        match &self.transport {
+        match self.shown.as_ref().unwrap_or(&self.transport) {
             McpTransport::Stdio {
                 command,
                 args,
@@ -227,6 +236,30 @@ fn parse_table(
         .collect()
 }
 
+/// The servers of an `mcp_servers` value one by one, for boot: those that parse, and why each
+/// other one is left out (a key pen does not know disables only its own server). `None` when
+/// the value as a whole is refused (not an object, too many servers).
+pub fn parse_each(
+    key: &str,
+    value: &Value,
+) -> Option<(BTreeMap<String, McpServerConfig>, Vec<ConfigError>)> {
+    let Value::Object(table) = value else {
+        return None;
+    };
+    check_count(key, table).ok()?;
+    let mut servers = BTreeMap::new();
+    let mut refused = Vec::new();
+    for (name, server) in table {
+        match parse_server(key, name, server, false) {
+            Ok(config) => {
+                servers.insert(name.clone(), config);
+            }
+            Err(e) => refused.push(e),
+        }
+    }
+    Some((servers, refused))
+}
+
 /// What a project's `.mcp.json` defines: each server by name, parsed, or why it is refused.
 pub type ProjectServers = BTreeMap<String, Result<McpServerConfig, ConfigError>>;
 
@@ -235,12 +268,17 @@ pub type ProjectServers = BTreeMap<String, Result<McpServerConfig, ConfigError>>
 /// server is parsed on its own (a bad one is refused, the others kept); a file that is not
 /// JSON, or names too many servers, is refused whole.
 ///
-/// A project file never directs the owner's environment anywhere: a server that names one of
-/// the owner's variables — `bearer_token_env`, or an `env` or header value `${NAME}` that other
-/// agents fill from the environment — is refused. A cloned repository has no business choosing
-/// which of the owner's secrets its server receives, and an approval dialog naming a variable
-/// is easy to click through; the owner who wants it adds the server to their own config.
-pub fn parse_project_file(text: &str) -> Result<ProjectServers, ConfigError> {
+/// `${VAR}` and `${VAR:-default}` are expanded from `env` (the owner's environment) in the
+/// command, its arguments, `env`, the URL and headers, as Claude Code does ([`expand`]): the
+/// file is hostile input, so expansion only looks variables up (it reads no file and runs
+/// nothing), and a variable that is unset with no default refuses that server alone. The
+/// server starts only once the owner approved its command line, which names each value taken
+/// from the environment by its variable (`KEY=$OWNER_API_KEY`). `bearer_token_env` stays
+/// refused: it is pen's own way to hand over a secret, for the owner's config only.
+pub fn parse_project_file(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ProjectServers, ConfigError> {
     const KEY: &str = ".mcp.json mcpServers";
     let value: Value =
         serde_json::from_str(text).map_err(|e| invalid(KEY, format!("is not JSON: {e}")))?;
@@ -257,59 +295,184 @@ pub fn parse_project_file(text: &str) -> Result<ProjectServers, ConfigError> {
         .iter()
         .map(|(name, server)| {
             let parsed = parse_server(KEY, name, server, true)
-                .and_then(|config| refuse_owner_variables(KEY, name, config));
+                .and_then(|config| refuse_owner_variables(KEY, name, config))
+                .and_then(|config| expand_server(KEY, name, config, env));
             (name.clone(), parsed)
         })
         .collect())
 }
 
-/// `config` unless it names a variable of the owner's environment (see [`parse_project_file`]).
+/// `config` unless it names the owner's token variable (see [`parse_project_file`]).
 fn refuse_owner_variables(
     key: &str,
     name: &str,
     config: McpServerConfig,
 ) -> Result<McpServerConfig, ConfigError> {
-    let at = |field: &str| format!("{key}.{name}.{field}");
-    let expands = |value: &String| value.contains("${");
-    let refused =
-        match &config.transport {
-            McpTransport::Http {
-                bearer_token_env: Some(variable),
-                ..
-            } => Some((
-                at("bearer_token_env"),
-                format!("names your environment variable {}", shown_value(variable)),
-            )),
-            McpTransport::Http { headers, .. } => headers
-                .iter()
-                .find(|(_, value)| expands(value))
-                .map(|(header, _)| {
-                    (
-                        at("headers"),
-                        format!("fills header {} from your environment", shown_value(header)),
-                    )
-                }),
-            McpTransport::Stdio { env, .. } => {
-                env.iter()
-                    .find(|(_, value)| expands(value))
-                    .map(|(variable, _)| {
-                        (
-                            at("env"),
-                            format!("fills {} from your environment", shown_value(variable)),
-                        )
-                    })
-            }
-        };
-    match refused {
-        None => Ok(config),
-        Some((key, what)) => Err(invalid(
-            &key,
+    if let McpTransport::Http {
+        bearer_token_env: Some(variable),
+        ..
+    } = &config.transport
+    {
+        return Err(invalid(
+            &format!("{key}.{name}.bearer_token_env"),
             format!(
-                "{what}; a project's .mcp.json may not send your environment to its server \
-                 (add the server to your own config to give it a secret)"
+                "names your environment variable {}; a project's .mcp.json may not choose pen's \
+                 token variable (add the server to your own config, or pass the token in a \
+                 header as \"Bearer ${{VAR}}\", which the approval shows)",
+                shown_value(variable)
             ),
-        )),
+        ));
     }
+    Ok(config)
+}
+
+/// A server's `env` or headers.
+type Entries = BTreeMap<String, String>;
+
+/// One text of a project server with its `${…}` expanded: the value the server gets, and the
+/// value the owner is shown (a variable's value as `$VAR`).
+fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(String, String), String> {
+    let mut value = String::new();
+    let mut shown = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        value.push_str(&rest[..start]);
+        shown.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("has `${{` without its `}}` in {}", shown_value(text)))?;
+        let inner = &after[..end];
+        let (variable, default) = match inner.split_once(":-") {
+            Some((variable, default)) => (variable, Some(default)),
+            None => (inner, None),
+        };
+        let valid = variable
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && variable
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "has `${{{}}}`, which names no environment variable",
+                shown_value(inner)
+            ));
+        }
+        match (env(variable).filter(|v| !v.is_empty()), default) {
+            (Some(found), _) => {
+                value.push_str(&found);
+                shown.push('$');
+                shown.push_str(variable);
+            }
+            (None, Some(default)) => {
+                value.push_str(default);
+                shown.push_str(default);
+            }
+            (None, None) => {
+                return Err(format!(
+                    "needs the environment variable {variable}, which is not set (set it, or \
+                     give a default: ${{{variable}:-…}})"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    value.push_str(rest);
+    shown.push_str(rest);
+    Ok((value, shown))
+}
+
+/// A project server with `${…}` expanded everywhere it reaches the server (see
+/// [`parse_project_file`]); its [`McpServerConfig::shown`] is set when anything came from the
+/// environment.
+fn expand_server(
+    key: &str,
+    name: &str,
+    mut config: McpServerConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<McpServerConfig, ConfigError> {
+    let at = |field: &str| format!("{key}.{name}.{field}");
+    let one = |field: &str, text: &str| -> Result<(String, String), ConfigError> {
+        let (value, shown) = expand(text, env).map_err(|why| invalid(&at(field), why))?;
+        bounded(&at(field), &value)?;
+        Ok((value, shown))
+    };
+    let map = |field: &str,
+               entries: &BTreeMap<String, String>|
+     -> Result<(Entries, Entries), ConfigError> {
+        let mut values = BTreeMap::new();
+        let mut shown = BTreeMap::new();
+        for (entry, text) in entries {
+            let (value, seen) = one(field, text)?;
+            values.insert(entry.clone(), value);
+            shown.insert(entry.clone(), seen);
+        }
+        Ok((values, shown))
+    };
+    let (transport, shown) = match &config.transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env: variables,
+            cwd,
+        } => {
+            let (command, shown_command) = one("command", command)?;
+            let (mut values, mut shown_args) = (Vec::new(), Vec::new());
+            for arg in args {
+                let (value, seen) = one("args", arg)?;
+                values.push(value);
+                shown_args.push(seen);
+            }
+            let (variables, shown_variables) = map("env", variables)?;
+            (
+                McpTransport::Stdio {
+                    command,
+                    args: values,
+                    env: variables,
+                    cwd: cwd.clone(),
+                },
+                McpTransport::Stdio {
+                    command: shown_command,
+                    args: shown_args,
+                    env: shown_variables,
+                    cwd: cwd.clone(),
+                },
+            )
+        }
+        McpTransport::Http {
+            url,
+            bearer_token_env,
+            headers,
+        } => {
+            let (url, shown_url) = one("url", url)?;
+            let (headers, shown_headers) = map("headers", headers)?;
+            (
+                McpTransport::Http {
+                    url,
+                    bearer_token_env: bearer_token_env.clone(),
+                    headers,
+                },
+                McpTransport::Http {
+                    url: shown_url,
+                    bearer_token_env: bearer_token_env.clone(),
+                    headers: shown_headers,
+                },
+            )
+        }
+    };
+    if let McpTransport::Http { url, .. } = &transport
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid(
+            &at("url"),
+            "must start with http:// or https://".into(),
+        ));
+    }
+    config.shown = (shown != transport).then_some(shown);
+    config.transport = transport;
+    Ok(config)
 }
 
 /// Refuses a table of more than [`MAX_MCP_SERVERS`] servers.
@@ -350,9 +513,22 @@ fn parse_server(
         ));
     }
     let field_key = format!("{key}.{name}");
-    let Value::Object(table) = value else {
+    let Value::Object(given) = value else {
         return Err(wrong_type(&field_key, "an object", value));
     };
+    let mut table = Map::new();
+    for (field, value) in given {
+        let own = ALIASES
+            .iter()
+            .find(|(alias, _)| alias == field)
+            .map_or(field.as_str(), |(_, own)| own);
+        if table.insert(own.to_string(), value.clone()).is_some() {
+            return Err(invalid(
+                &field_key,
+                format!("sets `{own}` twice (once as codex's name for it); keep one"),
+            ));
+        }
+    }
     const KNOWN: [&str; 13] = [
         "command",
         "args",
@@ -369,10 +545,12 @@ fn parse_server(
         "type",
     ];
     if !lenient && let Some(unknown) = table.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        let nearest = super::nearest(unknown, &KNOWN)
+            .map_or_else(String::new, |key| format!(" (did you mean `{key}`?)"));
         return Err(invalid(
             &field_key,
             format!(
-                "has the unknown key `{}`; the keys are {}",
+                "has the unknown key `{}`{nearest}; the keys are {}",
                 shown_value(unknown),
                 KNOWN.join(", ")
             ),
@@ -457,7 +635,9 @@ fn parse_server(
             cwd: string("cwd")?,
         },
         (None, Some(url)) => {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
+            // A project's `${…}` is checked once expanded.
+            let expanded_later = lenient && url.contains("${");
+            if !(url.starts_with("http://") || url.starts_with("https://") || expanded_later) {
                 return Err(invalid(
                     &at("url"),
                     "must start with http:// or https://".to_string(),
@@ -484,6 +664,7 @@ fn parse_server(
     };
     Ok(McpServerConfig {
         transport,
+        shown: None,
         enabled,
         startup_timeout_secs: integer("startup_timeout_secs", &MCP_STARTUP_TIMEOUT_SECS)?,
         tool_timeout_secs: integer("tool_timeout_secs", &MCP_TOOL_TIMEOUT_SECS)?,
@@ -491,6 +672,16 @@ fn parse_server(
         exclude_tools: list("exclude_tools", MAX_MCP_ENTRIES)?.unwrap_or_default(),
     })
 }
+
+/// codex's names for pen's server keys (`~/.codex/config.toml`), read as pen's.
+pub const ALIASES: [(&str, &str); 6] = [
+    ("startup_timeout_sec", "startup_timeout_secs"),
+    ("tool_timeout_sec", "tool_timeout_secs"),
+    ("bearer_token_env_var", "bearer_token_env"),
+    ("enabled_tools", "include_tools"),
+    ("disabled_tools", "exclude_tools"),
+    ("http_headers", "headers"),
+];
 
 fn bounded(key: &str, text: &str) -> Result<String, ConfigError> {
     if text.len() > MAX_MCP_VALUE_BYTES {
@@ -563,43 +754,96 @@ mod tests {
         assert!(parse_servers("mcp_servers", &Value::Object(many)).is_err());
     }
 
+    /// An environment of two variables, as `.mcp.json` expansion looks them up.
+    fn owner_env(name: &str) -> Option<String> {
+        match name {
+            "OWNER_API_KEY" => Some("sk-owner-secret".into()),
+            "MCP_HOST" => Some("mcp.example".into()),
+            _ => None,
+        }
+    }
+
     #[test]
     fn a_project_file_takes_the_shape_other_agents_write() {
         let servers = parse_project_file(
             r#"{"mcpServers": {"git": {"type": "stdio", "command": "uvx", "args": ["mcp-server-git", "--repo", "my repo"]}}}"#,
+            &owner_env,
         )
         .unwrap();
         assert_eq!(
             servers["git"].as_ref().unwrap().command_line(),
             "uvx mcp-server-git --repo 'my repo'"
         );
-        assert!(parse_project_file("{}").unwrap().is_empty());
-        assert!(parse_project_file("not json").is_err());
+        assert!(parse_project_file("{}", &owner_env).unwrap().is_empty());
+        assert!(parse_project_file("not json", &owner_env).is_err());
     }
 
     #[test]
-    fn a_project_file_never_names_the_owner_s_variables() {
+    fn a_project_file_expands_variables_and_shows_them_by_name() {
         let servers = parse_project_file(
             r#"{"mcpServers": {
                 "token": {"url": "https://evil.example/mcp", "bearer_token_env": "OWNER_API_KEY"},
-                "header": {"url": "https://evil.example/mcp", "headers": {"Authorization": "Bearer ${OWNER_API_KEY}"}},
-                "env": {"command": "node", "args": ["s.js"], "env": {"KEY": "${OWNER_API_KEY}"}},
-                "bad": {"command": ""},
+                "header": {"url": "https://${MCP_HOST}/mcp", "headers": {"Authorization": "Bearer ${OWNER_API_KEY}"}},
+                "env": {"command": "${NODE:-node}", "args": ["s.js", "--key=${OWNER_API_KEY}"], "env": {"KEY": "${OWNER_API_KEY}"}},
+                "unset": {"command": "node", "env": {"KEY": "${NOT_SET}"}},
+                "open": {"command": "node", "args": ["${OWNER_API_KEY"]},
+                "odd": {"command": "node", "args": ["${$(touch x)}"]},
                 "fine": {"url": "https://ok.example/mcp", "headers": {"X-Team": "core"}}
             }}"#,
+            &owner_env,
         )
         .unwrap();
-        for (name, field) in [
-            ("token", "bearer_token_env"),
-            ("header", "headers"),
-            ("env", "env"),
+        // What reaches the server is the value; what the owner sees (and the approval stores)
+        // names the variable, never the secret and never the literal `${…}`.
+        let header = servers["header"].as_ref().unwrap();
+        let McpTransport::Http { url, headers, .. } = &header.transport else {
+            panic!("{header:?}")
+        };
+        assert_eq!(url, "https://mcp.example/mcp");
+        assert_eq!(headers["Authorization"], "Bearer sk-owner-secret");
+        assert_eq!(
+            header.command_line(),
+            "'https://$MCP_HOST/mcp' -H 'Authorization: Bearer $OWNER_API_KEY'"
+        );
+        let env = servers["env"].as_ref().unwrap();
+        let McpTransport::Stdio {
+            command,
+            args,
+            env: variables,
+            ..
+        } = &env.transport
+        else {
+            panic!("{env:?}")
+        };
+        assert_eq!(command, "node");
+        assert_eq!(args[1], "--key=sk-owner-secret");
+        assert_eq!(variables["KEY"], "sk-owner-secret");
+        assert_eq!(
+            env.command_line(),
+            "KEY='$OWNER_API_KEY' node s.js '--key=$OWNER_API_KEY'"
+        );
+        for shown in [
+            env.command_line(),
+            env.approval_key(),
+            to_json(&BTreeMap::from([("env".to_string(), env.clone())])).to_string(),
+        ] {
+            assert!(
+                !shown.contains("sk-owner-secret") && !shown.contains("${"),
+                "{shown}"
+            );
+        }
+        // An unset variable without a default, a `${` without its `}` and a `${…}` that names
+        // no variable refuse that server alone; pen's token variable stays the owner's.
+        for (name, field, wording) in [
+            ("unset", "env", "NOT_SET, which is not set"),
+            ("open", "args", "without its `}`"),
+            ("odd", "args", "names no environment variable"),
+            ("token", "bearer_token_env", "your environment variable"),
         ] {
             let err = servers[name].as_ref().unwrap_err().to_string();
             assert!(err.contains(&format!("{name}.{field}")), "{err}");
-            assert!(err.contains("your environment"), "{err}");
+            assert!(err.contains(wording), "{err}");
         }
-        // One bad server leaves the others.
-        assert!(servers["bad"].is_err());
         assert_eq!(
             servers["fine"].as_ref().unwrap().command_line(),
             "https://ok.example/mcp -H 'X-Team: core'"
@@ -614,6 +858,38 @@ mod tests {
             own["docs"].command_line(),
             "https://ok.example/mcp (bearer token from $DOCS_TOKEN)"
         );
+    }
+
+    #[test]
+    fn codex_key_names_are_aliases_and_an_unknown_key_leaves_out_its_server_alone() {
+        let codex = json!({
+            "docs": {"command": "npx", "args": ["-y", "docs-mcp"], "startup_timeout_sec": 20,
+                     "tool_timeout_sec": 90, "enabled_tools": ["search"], "disabled_tools": ["slow"]},
+            "web": {"url": "https://h/mcp", "bearer_token_env_var": "WEB_TOKEN",
+                    "http_headers": {"X-Team": "core"}},
+            "typo": {"command": "x", "startup_timeout": 5},
+        });
+        let (servers, refused) = parse_each("mcp_servers", &codex).unwrap();
+        assert_eq!(servers["docs"].startup_timeout_secs, 20);
+        assert_eq!(servers["docs"].tool_timeout_secs, 90);
+        assert!(servers["docs"].takes_tool("search") && !servers["docs"].takes_tool("slow"));
+        assert_eq!(
+            servers["web"].command_line(),
+            "https://h/mcp -H 'X-Team: core' (bearer token from $WEB_TOKEN)"
+        );
+        assert!(!servers.contains_key("typo"));
+        assert_eq!(refused.len(), 1);
+        let why = refused[0].to_string();
+        assert!(
+            why.contains("mcp_servers.typo")
+                && why.contains(
+                    "unknown key `startup_timeout` (did you mean `startup_timeout_secs`?)"
+                ),
+            "{why}"
+        );
+        let both = json!({"a": {"command": "x", "tool_timeout_sec": 1, "tool_timeout_secs": 2}});
+        let err = parse_servers("mcp_servers", &both).unwrap_err().to_string();
+        assert!(err.contains("sets `tool_timeout_secs` twice"), "{err}");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! approved it once for that workspace. An approval is keyed by everything of the server that
 //! reaches it ([`McpServerConfig::approval_key`]: the command, its arguments, environment and
 //! folder, or the URL, headers and token variable), so any change asks again, and remembered
-//! in `mcp-approvals.json` under pen's data folder; a denial is remembered by this process only,
-//! so the owner is not asked again every turn. An approval written before the key covered all
+//! in `mcp-approvals.json` under pen's data folder when the owner says "always" (an approval
+//! "this time" and a denial are remembered by this process only, so the owner is not asked
+//! again every turn). An approval written before the key covered all
 //! of that has no key and matches nothing: the owner is asked again.
 //!
 //! Two pen processes (VS Code's and Neovim's daemons) may approve at the same moment: the
@@ -55,16 +56,27 @@ fn load(file: &Path) -> Stored {
     }
 }
 
+/// The owner's answer to a project server's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAnswer {
+    /// Start it, this time: remembered by this process only.
+    Once,
+    /// Start it now and from now on in this folder: stored (while what reaches the server stays
+    /// the same).
+    Always,
+    Deny,
+}
+
 /// Asks the owner whether a project server may start.
 pub trait StartApproval: Send + Sync {
-    /// `Ok(true)` approves, `Ok(false)` denies; `Err` says why the owner could not be asked
-    /// (then nothing is remembered and the server stays off).
+    /// The owner's answer; `Err` says why the owner could not be asked (then nothing is
+    /// remembered and the server stays off).
     fn ask(
         &self,
         server: &str,
         command_line: &str,
         root: &Path,
-    ) -> BoxFuture<'static, Result<bool, String>>;
+    ) -> BoxFuture<'static, Result<StartAnswer, String>>;
 }
 
 /// What the owner decided about a project server.
@@ -101,6 +113,8 @@ impl Approved {
 pub struct ProjectApprovals {
     file: Option<PathBuf>,
     denied: Mutex<BTreeSet<(String, String, String)>>,
+    /// Approved "this time": for this process only.
+    approved_here: Mutex<BTreeSet<(String, String, String)>>,
     /// Serialises asking and writing, so two turns do not ask twice.
     asking: tokio::sync::Mutex<()>,
 }
@@ -110,6 +124,7 @@ impl ProjectApprovals {
         ProjectApprovals {
             file: data_dir.map(|dir| dir.join(APPROVALS_FILE)),
             denied: Mutex::default(),
+            approved_here: Mutex::default(),
             asking: tokio::sync::Mutex::new(()),
         }
     }
@@ -150,6 +165,14 @@ impl ProjectApprovals {
         }
         let denial = (key.root.clone(), key.server.clone(), key.reaches.clone());
         if self
+            .approved_here
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&denial)
+        {
+            return Verdict::Approved;
+        }
+        if self
             .denied
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -161,13 +184,20 @@ impl ProjectApprovals {
             return Verdict::Unasked;
         };
         match approver.ask(server, &command_line, root).await {
-            Ok(true) => {
+            Ok(StartAnswer::Always) => {
                 if let Err(e) = self.remember(key) {
                     tracing::warn!(server, "the approval could not be remembered: {e}");
                 }
                 Verdict::Approved
             }
-            Ok(false) => {
+            Ok(StartAnswer::Once) => {
+                self.approved_here
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(denial);
+                Verdict::Approved
+            }
+            Ok(StartAnswer::Deny) => {
                 self.denied
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -259,7 +289,8 @@ pub fn project_servers(root: &Path) -> crate::config::mcp::ProjectServers {
         tracing::warn!(path = %path.display(), "left out: not a regular text file of at most {MAX_MCP_JSON_BYTES} bytes");
         return BTreeMap::new();
     };
-    match crate::config::mcp::parse_project_file(&text) {
+    let env = |name: &str| std::env::var(name).ok();
+    match crate::config::mcp::parse_project_file(&text, &env) {
         Ok(servers) => servers,
         Err(e) => {
             tracing::warn!(path = %path.display(), "left out: {e}");
@@ -274,7 +305,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    struct Answer(bool, Arc<AtomicUsize>);
+    struct Answer(StartAnswer, Arc<AtomicUsize>);
 
     /// A stdio server running `line` (words split at spaces).
     fn stdio(line: &str) -> McpServerConfig {
@@ -286,7 +317,12 @@ mod tests {
     }
 
     impl StartApproval for Answer {
-        fn ask(&self, _: &str, _: &str, _: &Path) -> BoxFuture<'static, Result<bool, String>> {
+        fn ask(
+            &self,
+            _: &str,
+            _: &str,
+            _: &Path,
+        ) -> BoxFuture<'static, Result<StartAnswer, String>> {
             self.1.fetch_add(1, Ordering::SeqCst);
             let yes = self.0;
             Box::pin(async move { Ok(yes) })
@@ -298,7 +334,7 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let root = Path::new("/srv/project");
         let asked = Arc::new(AtomicUsize::new(0));
-        let yes = Answer(true, Arc::clone(&asked));
+        let yes = Answer(StartAnswer::Always, Arc::clone(&asked));
         let approvals = ProjectApprovals::new(Some(data.path().to_path_buf()));
         assert_eq!(
             approvals.decide(root, "s", &stdio("node a.js"), None).await,
@@ -318,7 +354,7 @@ mod tests {
         );
         assert_eq!(asked.load(Ordering::SeqCst), 1);
         // A changed command line asks again; a denial stands for the process.
-        let no = Answer(false, Arc::clone(&asked));
+        let no = Answer(StartAnswer::Deny, Arc::clone(&asked));
         assert_eq!(
             again
                 .decide(root, "s", &stdio("node b.js"), Some(&no))
@@ -332,6 +368,23 @@ mod tests {
             Verdict::Denied
         );
         assert_eq!(asked.load(Ordering::SeqCst), 2);
+        // "This time" starts it for this process and is not stored.
+        let once = Answer(StartAnswer::Once, Arc::clone(&asked));
+        assert_eq!(
+            again
+                .decide(root, "s", &stdio("node c.js"), Some(&once))
+                .await,
+            Verdict::Approved
+        );
+        assert_eq!(
+            again.decide(root, "s", &stdio("node c.js"), None).await,
+            Verdict::Approved
+        );
+        let fresh = ProjectApprovals::new(Some(data.path().to_path_buf()));
+        assert_eq!(
+            fresh.decide(root, "s", &stdio("node c.js"), None).await,
+            Verdict::Unasked
+        );
     }
 
     #[test]
@@ -378,7 +431,7 @@ mod tests {
             approvals.decide(root, "s", &stdio("node a.js"), None).await,
             Verdict::Unasked
         );
-        let yes = Answer(true, Arc::clone(&asked));
+        let yes = Answer(StartAnswer::Always, Arc::clone(&asked));
         assert_eq!(
             approvals
                 .decide(root, "s", &stdio("node a.js"), Some(&yes))
@@ -395,7 +448,7 @@ mod tests {
         );
         // A second corrupt file does not overwrite the first copy.
         std::fs::write(&file, b"not json").unwrap();
-        let no_file = Answer(true, Arc::clone(&asked));
+        let no_file = Answer(StartAnswer::Always, Arc::clone(&asked));
         assert_eq!(
             again
                 .decide(root, "t", &stdio("node b.js"), Some(&no_file))
@@ -428,7 +481,7 @@ mod tests {
             "an old approval matches nothing"
         );
         let asked = Arc::new(AtomicUsize::new(0));
-        let yes = Answer(true, Arc::clone(&asked));
+        let yes = Answer(StartAnswer::Always, Arc::clone(&asked));
         assert_eq!(
             approvals.decide(root, "web", &web, Some(&yes)).await,
             Verdict::Approved

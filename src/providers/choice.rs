@@ -26,8 +26,13 @@ pub enum ChoiceError {
     /// Nothing is configured and no local Ollama answered.
     #[error("{}", NO_PROVIDER)]
     NoProvider,
-    #[error("no model is configured: set the model key (PEN_MODEL, --model or the editor setting)")]
-    NoModel,
+    /// No model is named; a custom `base_url` (`at`) never gets a hosted provider's default
+    /// model, which that server would not have.
+    #[error(
+        "no model is configured{}: set the model key (PEN_MODEL, --model or the editor setting)",
+        .at.as_ref().map_or_else(String::new, |url| format!(" for the server at {url}"))
+    )]
+    NoModel { at: Option<String> },
     /// Thinking counts against the output limit, so the budget must leave room for the answer.
     #[error(
         "reasoning_budget_tokens ({budget}) must be less than max_output_tokens ({max_output}), \
@@ -215,7 +220,11 @@ fn settings(
     let (kind, base_url, fallback_model) = match config.provider {
         // Ollama has no default model of its own: the probe found the first installed one.
         Some(ProviderKind::Ollama) => (ProviderKind::Ollama, config.base_url.clone(), local_model),
-        Some(kind) => (kind, config.base_url.clone(), default_model(kind)),
+        // A hosted provider's default model is for its own endpoint only: a server at a custom
+        // base URL would be sent a model it does not have (and a misspelt `model` key would go
+        // unnoticed).
+        Some(kind) if config.base_url.is_some() => (kind, config.base_url.clone(), None),
+        Some(kind) => (kind, None, default_model(kind)),
         None if config.base_url.is_some() => (ProviderKind::OpenAi, config.base_url.clone(), None),
         None if openai_key(env).is_some() => (
             ProviderKind::OpenAi,
@@ -232,11 +241,14 @@ fn settings(
         .model
         .clone()
         .or(fallback_model)
-        .ok_or(ChoiceError::NoModel)?;
+        .ok_or_else(|| ChoiceError::NoModel {
+            at: config.base_url.clone(),
+        })?;
     let key_name = key_variable(config, kind);
     let mut settings = ProviderSettings::new(kind, model);
     settings.base_url = base_url;
     settings.api_key = key_name.as_deref().and_then(env);
+    settings.key_variable = key_name;
     settings.request_timeout = Duration::from_secs(config.request_timeout_secs);
     settings.max_attempts = u32::try_from(config.max_attempts).unwrap_or(u32::MAX);
     settings.reasoning_budget_tokens =
@@ -323,9 +335,18 @@ mod tests {
         local
             .set("base_url", &serde_json::json!("http://127.0.0.1:8080/v1"))
             .unwrap();
+        let no_model = settings(&local, &with_env(&[]), None).unwrap_err();
+        assert_eq!(
+            no_model.to_string(),
+            "no model is configured for the server at http://127.0.0.1:8080/v1: set the model key \
+             (PEN_MODEL, --model or the editor setting)"
+        );
+        // Naming the provider does not bring its hosted default model to a custom server.
+        let mut named = local.clone();
+        named.set("provider", &serde_json::json!("openai")).unwrap();
         assert!(matches!(
-            settings(&local, &with_env(&[]), None),
-            Err(ChoiceError::NoModel)
+            settings(&named, &with_env(&[("OPENAI_API_KEY", "k")]), None),
+            Err(ChoiceError::NoModel { .. })
         ));
         local.set("model", &serde_json::json!("smollm2")).unwrap();
         let s = settings(&local, &with_env(&[]), None).unwrap();

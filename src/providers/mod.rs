@@ -20,6 +20,7 @@ pub mod anthropic;
 pub mod cache;
 pub mod choice;
 pub mod facts;
+pub mod hints;
 pub mod ollama;
 pub mod openai;
 pub mod retry;
@@ -320,6 +321,9 @@ pub struct ProviderSettings {
     pub base_url: Option<String>,
     /// Never logged: `Debug` prints `[redacted]`, and errors have it removed.
     pub api_key: Option<String>,
+    /// The environment variable the key is read from (the provider's usual one or the one
+    /// `api_key_env` names), which a refusal for want of a key names ([`hints`]).
+    pub key_variable: Option<String>,
     /// How long the provider may stay silent (connecting, before the answer starts, between
     /// two pieces of it) before the request fails with `Timeout`.
     pub request_timeout: Duration,
@@ -343,6 +347,7 @@ impl ProviderSettings {
             model: model.into(),
             base_url: None,
             api_key: None,
+            key_variable: None,
             request_timeout: crate::limits::PROVIDER_REQUEST_TIMEOUT,
             max_attempts: crate::limits::PROVIDER_MAX_ATTEMPTS,
             reasoning_budget_tokens: 0,
@@ -358,6 +363,7 @@ impl fmt::Debug for ProviderSettings {
             .field("model", &self.model)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("key_variable", &self.key_variable)
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("reasoning_budget_tokens", &self.reasoning_budget_tokens)

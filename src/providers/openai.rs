@@ -32,9 +32,13 @@ use tokio_util::sync::CancellationToken;
 /// An OpenAI-compatible Chat Completions API.
 pub struct OpenAiProvider {
     client: reqwest::Client,
+    /// The base URL (no trailing slash) and the chat path under it.
+    base: String,
     url: String,
     headers: HeaderMap,
     api_key: Option<String>,
+    /// The variable the key is read from, for the hint of a 401 ([`super::hints`]).
+    key_variable: Option<String>,
     /// How error messages name this provider: the API and its base URL.
     label: String,
     /// The request field that carries the output limit (see [`OpenAiProvider::new`]).
@@ -98,6 +102,7 @@ impl OpenAiProvider {
             url: format!("{base}/chat/completions"),
             headers,
             api_key,
+            key_variable: settings.key_variable.clone(),
             label: format!("OpenAI-compatible API at {base}"),
             output_limit_field: if is_openai {
                 "max_completion_tokens"
@@ -105,6 +110,7 @@ impl OpenAiProvider {
                 "max_tokens"
             },
             prompt_cache_key: settings.prompt_cache_key.unwrap_or(is_openai),
+            base,
         })
     }
 
@@ -144,11 +150,31 @@ impl Provider for OpenAiProvider {
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
-        Box::pin(wire::labelled(
-            &self.label,
-            self.api_key.as_deref(),
-            self.stream(request, on_event, cancel),
-        ))
+        Box::pin(async move {
+            let error = match wire::labelled(
+                &self.label,
+                self.api_key.as_deref(),
+                self.stream(request, on_event, cancel),
+            )
+            .await
+            {
+                Err(error) => error,
+                answer => return answer,
+            };
+            let attempt = super::hints::Attempt {
+                base: &self.base,
+                url: &self.url,
+                model: &request.model,
+                key_sent: self.api_key.is_some(),
+                key_variable: self.key_variable.as_deref(),
+            };
+            let listed =
+                || super::hints::list_models(&self.client, &self.base, self.headers.clone());
+            Err(wire::redact(
+                super::hints::explain(error, &attempt, listed).await,
+                self.api_key.as_deref(),
+            ))
+        })
     }
 }
 

@@ -320,7 +320,7 @@ fn listed(models: &Value, model: &str, fields: &[&str]) -> Option<u64> {
 
 /// The JSON body of a successful answer to `request`, read up to
 /// [`MAX_DISCOVERY_BODY_BYTES`]; `None` (logged) for anything else.
-async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
+pub(crate) async fn get_json(request: reqwest::RequestBuilder) -> Option<Value> {
     let response = match request.send().await {
         Ok(response) => response,
         Err(err) => {

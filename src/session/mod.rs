@@ -34,6 +34,7 @@
 //! a plain file under the data directory, and an entry can never be removed.
 
 pub mod checkpoints;
+pub mod latest;
 mod schema;
 #[cfg(test)]
 mod tests;

@@ -899,12 +899,19 @@ fn a_revert_killed_midway_is_reported_on_the_next_use() {
     let turn = env.turns(&session)[0].clone();
     // The database after the turn, put back before each kill point.
     let pristine = tempfile::tempdir().unwrap();
+    // The database's files; folders (the folder's latest-session records) play no part.
+    let files = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .filter(|entry| entry.file_type().unwrap().is_file())
+            .collect::<Vec<_>>()
+    };
     let copy_dir = |from: &std::path::Path, to: &std::path::Path| {
-        for entry in std::fs::read_dir(to).unwrap() {
-            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        for entry in files(to) {
+            std::fs::remove_file(entry.path()).unwrap();
         }
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
+        for entry in files(from) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     };

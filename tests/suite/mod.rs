@@ -27,6 +27,7 @@ mod providers;
 mod read;
 mod registry;
 mod repo;
+mod run;
 mod search;
 mod serve;
 mod session;
