@@ -730,6 +730,12 @@ fn printer(
             TurnEvent::ProviderWarning { message } => {
                 live.print(&format!("pen: {} {message}", style.yellow("warning:")))
             }
+            TurnEvent::Plan { steps } => {
+                live.print(&format!("pen: {}", crate::tools::plan::summary(steps)));
+                for step in steps {
+                    live.print(&format!("pen:   {} {}", step.status.mark(), step.text));
+                }
+            }
             _ => {}
         }
     };

@@ -356,6 +356,20 @@ pub const LINE_INDEX_STRIDE: u64 = 64 * 1024;
 /// The most line marks kept for one file: 4,096 (a wider stride for files over 256 MiB).
 pub const LINE_INDEX_MAX_MARKS: u64 = 4_096;
 
+/// pen_plan: the most steps a plan holds: 50, more than a task broken into steps needs and
+/// few enough that the whole list goes to the editors with every update.
+pub const MAX_PLAN_STEPS: usize = 50;
+
+/// pen_plan: the most bytes of one step's text: 300, a sentence or two; a step is a line of a
+/// checklist, not a document.
+pub const MAX_PLAN_STEP_BYTES: usize = 300;
+
+/// pen_plan is offered to the model only when its context window holds at least 8,192 tokens:
+/// under a 4,096-token window the whole catalog of the other tools leaves about 23 tokens of
+/// room, and a plan is worth keeping only when the window has room for more than one step of
+/// work anyway. A call made without the tool offered (an older session) still runs.
+pub const PLAN_TOOL_MIN_WINDOW_TOKENS: u64 = 8_192;
+
 /// Sessions in one `SessionStore::list_sessions` page; a larger `limit` is lowered to it.
 pub const MAX_SESSION_PAGE: usize = 200;
 

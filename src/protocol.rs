@@ -600,6 +600,8 @@ pub enum EntryBody {
     ToolAllowedForSession {
         tool: String,
     },
+    /// The data of the `plan` event: the plan a call set.
+    Plan(PlanData),
     /// The data of the `context_window` event: the window found for the session's requests
     /// to `model`, recorded at its first turn and when it changes.
     ContextWindow(ContextWindowData),
@@ -654,7 +656,7 @@ pub enum EntryBody {
 
 impl EntryBody {
     /// Every `kind` a transcript record can have, as sent.
-    pub const KINDS: [&'static str; 17] = [
+    pub const KINDS: [&'static str; 18] = [
         "user_prompt",
         "assistant_message",
         "tool_call",
@@ -663,6 +665,7 @@ impl EntryBody {
         "context_trimmed",
         "context_window_rejected",
         "tool_allowed_for_session",
+        "plan",
         "context_window",
         "provider_warning",
         "instructions_changed",
@@ -840,6 +843,7 @@ impl From<transcript::Item> for EntryBody {
             Item::Event(Event::ToolAllowedForSession { tool }) => {
                 EntryBody::ToolAllowedForSession { tool }
             }
+            Item::Event(Event::Plan { steps, .. }) => EntryBody::Plan(steps.into()),
             Item::Event(Event::ContextWindowFound { model, window }) => {
                 EntryBody::ContextWindow(ContextWindowData::new(model, window))
             }
@@ -1216,7 +1220,70 @@ pub enum EventBody {
     ProviderWarning {
         message: String,
     },
+    /// A call (pen_plan) set the session's plan: the whole list each time.
+    Plan(PlanData),
     TurnEnded(TurnOutcome),
+}
+
+/// Where a step of the session's plan stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStepStatus {
+    Pending,
+    InProgress,
+    Done,
+}
+
+impl PlanStepStatus {
+    pub const ALL: [PlanStepStatus; 3] = [
+        PlanStepStatus::Pending,
+        PlanStepStatus::InProgress,
+        PlanStepStatus::Done,
+    ];
+}
+
+impl From<crate::tools::plan::StepStatus> for PlanStepStatus {
+    fn from(status: crate::tools::plan::StepStatus) -> PlanStepStatus {
+        use crate::tools::plan::StepStatus;
+        match status {
+            StepStatus::Pending => PlanStepStatus::Pending,
+            StepStatus::InProgress => PlanStepStatus::InProgress,
+            StepStatus::Done => PlanStepStatus::Done,
+        }
+    }
+}
+
+/// One step of the session's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStepInfo {
+    pub text: String,
+    pub status: PlanStepStatus,
+}
+
+/// The data of a `plan` event and entry: the session's whole plan, in order, as the model last
+/// set it (empty: cleared). An editor shows one checklist and replaces it with each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct PlanData {
+    pub steps: Vec<PlanStepInfo>,
+}
+
+impl From<Vec<crate::tools::plan::PlanStep>> for PlanData {
+    fn from(steps: Vec<crate::tools::plan::PlanStep>) -> PlanData {
+        PlanData {
+            steps: steps
+                .into_iter()
+                .map(|step| PlanStepInfo {
+                    text: step.text,
+                    status: step.status.into(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One project instruction file a session uses: its path (as tools show paths), its size, and
@@ -1475,6 +1542,7 @@ impl From<agent::TurnEvent> for EventBody {
                 EventBody::ContextWindow(ContextWindowData::new(model, window))
             }
             E::ProviderWarning { message } => EventBody::ProviderWarning { message },
+            E::Plan { steps } => EventBody::Plan(steps.into()),
             E::TurnEnded(outcome) => EventBody::TurnEnded(outcome.into()),
         }
     }

@@ -384,6 +384,12 @@ pub enum Event {
     ContextCompacted(Compaction),
     /// The owner allowed `tool` for the rest of the session ("Allow for session").
     ToolAllowedForSession { tool: String },
+    /// The call `call_id` (pen_plan) set the session's plan to `steps`, in order: the session's
+    /// plan is the last one recorded (an empty list clears it).
+    Plan {
+        call_id: String,
+        steps: Vec<crate::tools::plan::PlanStep>,
+    },
     /// A revert of `turns` (newest first) is about to change `files` (as results show them):
     /// recorded before it acts, so a revert a crash stops is known (SPEC §13).
     RevertStarted {
@@ -616,6 +622,7 @@ pub mod event_type {
     pub const INSTRUCTIONS_CHANGED: &str = "instructions_changed";
     pub const CONTEXT_WINDOW_FOUND: &str = "context_window_found";
     pub const PROVIDER_WARNING: &str = "provider_warning";
+    pub const PLAN: &str = "plan";
 }
 
 /// A file a revert handled, as [`Event::FilesReverted`] stores it: its path as results show it
@@ -720,6 +727,17 @@ impl Event {
                 Some(tool) => Event::ToolAllowedForSession { tool },
                 None => other(),
             },
+            Some(event_type::PLAN) => {
+                match Vec::<crate::tools::plan::PlanStep>::deserialize(
+                    fields.get("steps").unwrap_or(&Value::Null),
+                ) {
+                    Ok(steps) => Event::Plan {
+                        call_id: str_field(fields, "call_id"),
+                        steps,
+                    },
+                    Err(_) => other(),
+                }
+            }
             Some(event_type::REVERT_STARTED) => Event::RevertStarted {
                 turns: str_list(fields, "turns"),
                 files: str_list(fields, "files"),
@@ -880,6 +898,11 @@ impl Event {
             Event::ToolAllowedForSession { tool } => json!({
                 "type": event_type::TOOL_ALLOWED_FOR_SESSION,
                 "tool": tool,
+            }),
+            Event::Plan { call_id, steps } => json!({
+                "type": event_type::PLAN,
+                "call_id": call_id,
+                "steps": steps,
             }),
             Event::RevertStarted { turns, files } => json!({
                 "type": event_type::REVERT_STARTED,
@@ -1072,6 +1095,13 @@ mod tests {
             turns: vec!["t_1".into()],
             files: vec!["a.txt".into(), "b.txt".into()],
         }));
+        round_trip(Item::Event(Event::Plan {
+            call_id: "p1".into(),
+            steps: vec![crate::tools::plan::PlanStep {
+                text: "fix it".into(),
+                status: crate::tools::plan::StepStatus::InProgress,
+            }],
+        }));
         round_trip(Item::Event(Event::Other(
             json!({"type": "from_the_future"}),
         )));
@@ -1151,6 +1181,13 @@ mod tests {
         assert_eq!(
             Item::from_stored(EntryKind::Event, &json!({"type": "turn_ended"})),
             Item::Event(Event::Other(json!({"type": "turn_ended"})))
+        );
+        // A plan whose steps do not read (a status a newer pen added) is kept as stored.
+        let plan =
+            json!({"type": "plan", "call_id": "p", "steps": [{"text": "a", "status": "blocked"}]});
+        assert_eq!(
+            Item::from_stored(EntryKind::Event, &plan),
+            Item::Event(Event::Other(plan))
         );
         // A compaction without its count cannot be reproduced: kept as stored, not applied.
         assert_eq!(

@@ -902,6 +902,7 @@ fn live_update(
         TurnEvent::ProviderWarning { message } => SessionUpdate::AgentMessageChunk {
             content: ContentBlock::text(format!("\n\n[pen: {message}]\n\n")),
         },
+        TurnEvent::Plan { steps } => updates::plan(&steps),
         // Each request's usage is not an ACP update; the turn's totals go with the answer.
         TurnEvent::ApprovalRequested(_)
         | TurnEvent::ApprovalWithdrawn { .. }

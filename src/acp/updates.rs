@@ -4,10 +4,11 @@
 
 use super::host::FileChange;
 use super::wire::{
-    ContentBlock, SessionUpdate, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus,
-    ToolCallUpdate, ToolKind,
+    ContentBlock, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate, ToolCall,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
 use crate::limits::{ACP_RESULT_EXCERPT_BYTES, MAX_SESSION_TITLE_BYTES};
+use crate::tools::plan::{PlanStep, StepStatus};
 use crate::tools::registry;
 use crate::transcript::{CallOutcome, Item, Record};
 use serde_json::Value;
@@ -101,8 +102,28 @@ pub fn finished(
     }
 }
 
+/// The `plan` update of a plan a call set: its steps in order, each of medium priority (pen's
+/// plans have none), done mapped to ACP's `completed`.
+pub fn plan(steps: &[PlanStep]) -> SessionUpdate {
+    SessionUpdate::Plan {
+        entries: steps
+            .iter()
+            .map(|step| PlanEntry {
+                content: step.text.clone(),
+                priority: PlanEntryPriority::Medium,
+                status: match step.status {
+                    StepStatus::Pending => PlanEntryStatus::Pending,
+                    StepStatus::InProgress => PlanEntryStatus::InProgress,
+                    StepStatus::Done => PlanEntryStatus::Completed,
+                },
+            })
+            .collect(),
+    }
+}
+
 /// The updates that replay one stored entry in `session/load`: the prompt, the answer text,
-/// each call the answer made, each result. Events (turn ends, trims, grants) replay as nothing.
+/// each call the answer made, each result, each plan. Other events (turn ends, trims, grants)
+/// replay as nothing.
 pub fn replayed(record: &Record, root: &Path) -> Vec<SessionUpdate> {
     match &record.item {
         Item::UserPrompt { text } => vec![SessionUpdate::UserMessageChunk {
@@ -139,6 +160,7 @@ pub fn replayed(record: &Record, root: &Path) -> Vec<SessionUpdate> {
                 None,
             ))]
         }
+        Item::Event(crate::transcript::Event::Plan { steps, .. }) => vec![plan(steps)],
         Item::ToolCall(_) | Item::Event(_) => Vec::new(),
     }
 }
@@ -231,5 +253,37 @@ mod tests {
             panic!("{update:?}")
         };
         assert!(text.len() < ACP_RESULT_EXCERPT_BYTES + 100, "bounded");
+    }
+
+    #[test]
+    fn a_plan_is_one_update_with_its_entries_in_order() {
+        let steps = [
+            ("read", StepStatus::Done),
+            ("fix", StepStatus::InProgress),
+            ("test", StepStatus::Pending),
+        ]
+        .map(|(text, status)| PlanStep {
+            text: text.into(),
+            status,
+        });
+        let record = Record {
+            seq: 4,
+            turn_id: None,
+            created_at: 0,
+            item: Item::Event(crate::transcript::Event::Plan {
+                call_id: "c".into(),
+                steps: steps.to_vec(),
+            }),
+        };
+        let replay = replayed(&record, Path::new("/w"));
+        assert_eq!(replay, [plan(&steps)]);
+        assert_eq!(
+            serde_json::to_value(&replay[0]).unwrap(),
+            json!({"sessionUpdate": "plan", "entries": [
+                {"content": "read", "priority": "medium", "status": "completed"},
+                {"content": "fix", "priority": "medium", "status": "in_progress"},
+                {"content": "test", "priority": "medium", "status": "pending"},
+            ]})
+        );
     }
 }

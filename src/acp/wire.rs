@@ -265,6 +265,35 @@ pub enum SessionUpdate {
         #[serde(rename = "currentModeId")]
         current_mode_id: String,
     },
+    /// The agent's whole plan, in order; each one replaces the last.
+    Plan {
+        entries: Vec<PlanEntry>,
+    },
+}
+
+/// One entry of a `plan` update.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanEntry {
+    pub content: String,
+    pub priority: PlanEntryPriority,
+    pub status: PlanEntryStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanEntryPriority {
+    High,
+    Medium,
+    Low,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanEntryStatus {
+    Pending,
+    InProgress,
+    Completed,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

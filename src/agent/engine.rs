@@ -51,6 +51,9 @@ impl Turn {
             };
             if result.is_ok() {
                 self.record_output(call, arguments.as_ref(), &text).await?;
+                if let Some(arguments) = &arguments {
+                    self.record_plan(call, tool.as_ref(), arguments).await?;
+                }
             } else {
                 self.record_result(call, &text, true, CallOutcome::Error)
                     .await?;
@@ -239,10 +242,36 @@ impl Turn {
             Err(_) => (tool.observe(&result), true, CallOutcome::Error),
             Ok(_) => {
                 let text = tool.observe(&result);
-                return self.record_output(call, Some(arguments), &text).await;
+                self.record_output(call, Some(arguments), &text).await?;
+                return self.record_plan(call, tool, arguments).await;
             }
         };
         self.record_result(call, &text, is_error, state).await
+    }
+
+    /// After a successful call of a tool that sets the plan: the plan its arguments set,
+    /// recorded (after the result, so a reloaded session shows it and the prompt budget can
+    /// carry it) and then sent to the front end whole.
+    async fn record_plan(
+        &self,
+        call: &ToolCall,
+        tool: &dyn Tool,
+        arguments: &Value,
+    ) -> Result<(), TurnError> {
+        if !tool.sets_plan() {
+            return Ok(());
+        }
+        // The call succeeded, so its arguments are a valid plan.
+        let Ok(steps) = tools::plan::steps(arguments) else {
+            return Ok(());
+        };
+        self.append_item(Item::Event(Event::Plan {
+            call_id: call.id.clone(),
+            steps: steps.clone(),
+        }))
+        .await?;
+        self.emit(TurnEvent::Plan { steps });
+        Ok(())
     }
 
     /// Whether a call of `tool` (named `name`) asks the owner: the tool says, under

@@ -61,6 +61,10 @@ pub enum TurnEvent {
     },
     /// A provider's answer looks wrong (native Ollama: a likely silent truncation).
     ProviderWarning { message: String },
+    /// A call set the session's plan: the whole list, in order (empty: cleared).
+    Plan {
+        steps: Vec<crate::tools::plan::PlanStep>,
+    },
     /// The turn ended; always the last event.
     TurnEnded(TurnOutcome),
 }
@@ -122,11 +126,12 @@ pub enum EventKind {
     InstructionsChanged,
     ContextWindow,
     ProviderWarning,
+    Plan,
     TurnEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::TextDelta,
         EventKind::ToolCallStarted,
         EventKind::ApprovalRequested,
@@ -138,6 +143,7 @@ impl EventKind {
         EventKind::InstructionsChanged,
         EventKind::ContextWindow,
         EventKind::ProviderWarning,
+        EventKind::Plan,
         EventKind::TurnEnded,
     ];
 
@@ -155,6 +161,7 @@ impl EventKind {
             EventKind::InstructionsChanged => "instructions_changed",
             EventKind::ContextWindow => "context_window",
             EventKind::ProviderWarning => "provider_warning",
+            EventKind::Plan => "plan",
             EventKind::TurnEnded => "turn_ended",
         }
     }
@@ -174,6 +181,7 @@ impl TurnEvent {
             TurnEvent::InstructionsChanged { .. } => EventKind::InstructionsChanged,
             TurnEvent::ContextWindow { .. } => EventKind::ContextWindow,
             TurnEvent::ProviderWarning { .. } => EventKind::ProviderWarning,
+            TurnEvent::Plan { .. } => EventKind::Plan,
             TurnEvent::TurnEnded(_) => EventKind::TurnEnded,
         }
     }

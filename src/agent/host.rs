@@ -204,6 +204,10 @@ impl Tool for NativeTool {
         self.spec.subject(arguments)
     }
 
+    fn sets_plan(&self) -> bool {
+        self.spec.sets_plan()
+    }
+
     fn prepare(&self, arguments: Value) -> BoxFuture<'static, Result<Prepared, ToolError>> {
         if self.spec.preview() != Preview::Diff {
             return Box::pin(async move { Ok(Prepared::arguments(arguments)) });

@@ -16,13 +16,16 @@ use crate::transcript::{Event, Item};
 impl Turn {
     /// The tool schemas a request sends. A server whose template renders no tools never shows
     /// them to the model: pen sends (and counts) none rather than plan for schemas the prompt
-    /// will not hold.
+    /// will not hold. A native tool not offered under the window is left out
+    /// ([`tools::registry::ToolSpec::offered_under`]).
     pub(super) fn definitions(&self) -> Vec<ToolDefinition> {
-        if self.window().tools_dropped {
-            Vec::new()
-        } else {
-            tool_definitions(&self.tools.catalog())
+        let window = self.window();
+        if window.tools_dropped {
+            return Vec::new();
         }
+        let mut catalog = self.tools.catalog();
+        catalog.retain(|entry| tools::registry::offered_under(&entry.name, window.tokens));
+        tool_definitions(&catalog)
     }
 
     /// The system part of the session's requests: pen's prompt and the recorded context.
@@ -334,10 +337,10 @@ pub(super) fn tool_definitions(catalog: &[tools::CatalogEntry]) -> Vec<ToolDefin
 
 /// The tool limits `config` implies with the pages a turn fits them to as it starts (SPEC §3),
 /// for the catalog shown outside a turn (`pen tool --list`, `pen/listTools`): with the window
-/// set, to the room its budget leaves after pen's system prompt and these tools' schemas. A
-/// turn also counts the session's environment, its project instructions and its MCP tools, so
-/// its pages may be a little smaller; with the window unset the turn fits them to the window it
-/// finds, and these are the cap's pages.
+/// set, to the room its budget leaves after pen's system prompt and the schemas of the tools
+/// offered under it. A turn also counts the session's environment, its project instructions
+/// and its MCP tools, so its pages may be a little smaller; with the window unset the turn fits
+/// them to the window it finds, and these are the cap's pages.
 pub fn catalog_limits(config: &Config) -> crate::limits::Limits {
     let limits = config.limits();
     let Some(window) = config.context_window_tokens else {
@@ -349,7 +352,9 @@ pub fn catalog_limits(config: &Config) -> crate::limits::Limits {
         config.budget_margin_tokens,
     );
     let estimator = budget::TokenEstimator::new(provider_family(config), 1.0);
-    let definitions = tool_definitions(&tools::registry::catalog(&limits));
+    let mut catalog = tools::registry::catalog(&limits);
+    catalog.retain(|entry| tools::registry::offered_under(&entry.name, window));
+    let definitions = tool_definitions(&catalog);
     let room = budget.room(SYSTEM_PROMPT, &definitions, &estimator);
     limits.fitted_to_room(room)
 }

@@ -972,7 +972,14 @@ async fn a_rejection_lowers_the_budget_for_the_rest_of_the_session() {
 #[tokio::test]
 async fn a_request_that_cannot_fit_ends_the_turn_naming_the_part() {
     let fx = Fixture::new();
-    let bare = raw_estimate(&[]);
+    // The tools offered under a window this small (pen_plan is not) and the system prompt.
+    let mut offered = crate::tools::registry::catalog(&crate::limits::Limits::default());
+    offered.retain(|entry| crate::tools::registry::offered_under(&entry.name, raw_estimate(&[])));
+    let bare = TokenEstimator::new(ProviderKind::OpenAi, 1.0).request(
+        SYSTEM_PROMPT,
+        &tool_definitions(&offered),
+        &[],
+    );
     // The tools and system prompt alone are over the budget.
     let provider = Scripted::new(vec![]);
     let outcome = fx

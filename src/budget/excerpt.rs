@@ -33,6 +33,27 @@ const OMITTED_NOTE_4: &str = "[earlier tool calls of this exchange are left out 
      (policy 4) to fit the context window; their results are in the session transcript, not here. \
      Reread current files before acting on them.]";
 
+/// The plan the model last set before a compaction, carried after the compacted part so it
+/// stays in view (its pen_plan call may be excerpted, left out or dropped): the opening label,
+/// then one line per step. Each step is a JSON string literal, like an excerpt's fields.
+pub(super) fn carried_plan(steps: &[crate::tools::plan::PlanStep]) -> String {
+    let mut out = String::from(
+        "[your plan as you last set it before the prompt budget compacted the conversation above \
+         (a later pen_plan call replaces it):",
+    );
+    if steps.is_empty() {
+        out.push_str(" cleared");
+    }
+    for step in steps {
+        out.push('\n');
+        out.push_str(step.status.mark());
+        out.push(' ');
+        out.push_str(&quoted(&step.text));
+    }
+    out.push(']');
+    out
+}
+
 fn opening(policy_version: u32) -> &'static str {
     if policy_version == 4 {
         OPENING_4

@@ -56,6 +56,9 @@ pub struct Planner {
     error: Option<BudgetError>,
     /// The session's last recorded policy-4 compaction (policy 3 does not read it).
     frontier: v4::Frontier,
+    /// Every plan a call set (a `plan` entry), in transcript order: where its call's group is,
+    /// and the text that carries it past a compaction ([`excerpt::carried_plan`]).
+    plans: Vec<(v4::At, String)>,
 }
 
 /// A message's size in quarter tokens before framing and ratio (see `TokenEstimator::framed`).
@@ -251,6 +254,12 @@ impl Planner {
         }
         if let Item::Event(Event::ContextCompacted(compaction)) = &record.item {
             self.take_compaction(compaction);
+        }
+        if let Item::Event(Event::Plan { call_id, steps }) = &record.item
+            && let Some(at) = self.calls.get(call_id)
+        {
+            self.plans
+                .push(((at.exchange, at.unit), excerpt::carried_plan(steps)));
         }
         if let Err(err) = self.apply(record) {
             self.error = Some(err);

@@ -19,6 +19,8 @@ enum Step {
     /// An answer with calls and their results.
     Group(Vec<Call>),
     Answer,
+    /// A pen_plan call of this many steps, its result and the `plan` entry the turn records.
+    Plan(usize),
 }
 
 /// One call of a group and how it ended: the result is shaped as `shape`'s results are, about
@@ -100,6 +102,7 @@ impl Call {
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
         1 => (1usize..400).prop_map(Step::Prompt),
+        1 => (0usize..12).prop_map(Step::Plan),
         12 => prop::collection::vec(
             prop_oneof![6 => 10usize..1_500, 1 => 2_000usize..6_000].prop_map(Call::read),
             1..3
@@ -192,6 +195,48 @@ fn drive_v4_with(
                     ..Default::default()
                 }),
             ),
+            Step::Plan(count) => {
+                call += 1;
+                let id = format!("c{call}");
+                let steps: Vec<crate::tools::plan::PlanStep> = (0..*count)
+                    .map(|i| crate::tools::plan::PlanStep {
+                        text: format!("step {i} of plan {id}: change the module and test it"),
+                        status: if i == 0 {
+                            crate::tools::plan::StepStatus::InProgress
+                        } else {
+                            crate::tools::plan::StepStatus::Pending
+                        },
+                    })
+                    .collect();
+                commit(
+                    &mut records,
+                    &mut planner,
+                    Item::AssistantMessage(crate::transcript::AssistantMessage {
+                        tool_calls: vec![ToolCall {
+                            id: id.clone(),
+                            name: "pen_plan".into(),
+                            arguments: json!({ "steps": steps }).to_string(),
+                        }],
+                        ..Default::default()
+                    }),
+                );
+                commit(
+                    &mut records,
+                    &mut planner,
+                    Item::ToolResult(crate::transcript::ToolResult {
+                        call_id: id.clone(),
+                        name: Some("pen_plan".into()),
+                        content: json!({"plan": crate::tools::plan::summary(&steps)}).to_string(),
+                        is_error: false,
+                        outcome: Some(CallOutcome::Done),
+                    }),
+                );
+                commit(
+                    &mut records,
+                    &mut planner,
+                    Item::Event(Event::Plan { call_id: id, steps }),
+                );
+            }
             Step::Group(made) => {
                 let calls: Vec<ToolCall> = made
                     .iter()
@@ -383,6 +428,134 @@ fn a_compaction_goes_down_to_the_low_water_mark_and_then_waits() {
         "{} plans",
         plans.len()
     );
+}
+
+/// The plan a call set stays in view when a compaction excerpts, leaves out or drops its call:
+/// it is carried right after the compacted part, the same text in every request until the next
+/// compaction (so those requests still extend each other), and a plan set after a compaction
+/// is sent whole where it was made.
+#[test]
+fn the_latest_plan_is_carried_past_a_compaction_without_changing_the_prefix() {
+    const CARRIED: &str = "[your plan as you last set it before the prompt budget compacted";
+    let steps: Vec<Step> = [Step::Prompt(50), Step::Plan(5)]
+        .into_iter()
+        .chain((0..40).map(|i| Step::Group(vec![Call::read(300 + (i * 37) % 900)])))
+        .chain([Step::Plan(3)])
+        .chain((0..40).map(|i| Step::Group(vec![Call::read(300 + (i * 41) % 900)])))
+        .collect();
+    let budget = Budget {
+        max_input_tokens: 6_000,
+    };
+    let (_, plans) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    let carried = |plan: &Plan| -> Vec<String> {
+        plan.messages
+            .iter()
+            .filter_map(|message| match message {
+                Message::Assistant { text, .. } | Message::User { text } => Some(text),
+                Message::ToolResult { .. } => None,
+            })
+            .filter_map(|text| text.find(CARRIED).map(|at| text[at..].to_string()))
+            .collect()
+    };
+    let first = plans
+        .iter()
+        .position(|(_, plan)| plan.compaction.is_some())
+        .expect("the session compacts");
+    // Before any compaction nothing is carried: the call is sent whole.
+    assert!(
+        plans[..first]
+            .iter()
+            .all(|(_, plan)| carried(plan).is_empty())
+    );
+    let mut compactions = 0;
+    for pair in plans[first..].windows(2) {
+        let (previous, next) = (&pair[0].1, &pair[1].1);
+        if next.compaction.is_some() {
+            compactions += 1;
+            continue;
+        }
+        assert_eq!(
+            &next.messages[..previous.messages.len()],
+            &previous.messages[..]
+        );
+    }
+    assert!(compactions >= 2, "{compactions} compactions");
+    // After each compaction the plan its compacted part holds is in view, whole: one carried
+    // copy, every step a line (the first plan's 5 steps, later the second plan's 3).
+    let lines = |plan: &Plan| {
+        let carried = carried(plan);
+        assert_eq!(carried.len(), 1, "{carried:?}");
+        carried[0]
+            .lines()
+            .filter(|line| line.starts_with('[') && line.len() > 4 && &line[3..4] == " ")
+            .count()
+    };
+    let (_, after_first) = &plans[first];
+    assert_eq!(lines(after_first), 5);
+    assert!(
+        carried(after_first)[0].contains("\"step 4 of plan c1: change the module and test it\"")
+    );
+    let (_, last) = plans.last().expect("plans");
+    assert_eq!(lines(last), 3, "{:?}", carried(last));
+}
+
+/// When whole exchanges are dropped and the plan's call went with them, the plan is carried
+/// before the prompt of the first exchange kept (so the request still starts with the user);
+/// every request that no longer shows the call carries it once.
+#[test]
+fn a_plan_whose_exchange_was_dropped_is_carried_before_the_first_prompt_kept() {
+    const CARRIED: &str = "[your plan as you last set it before the prompt budget compacted";
+    let mut steps = vec![Step::Prompt(50), Step::Plan(4)];
+    for i in 0..6 {
+        steps.push(Step::Prompt(40));
+        steps.extend((0..4).map(|j| Step::Group(vec![Call::read(600 + (i * 7 + j * 31) % 700)])));
+        steps.push(Step::Answer);
+    }
+    let budget = Budget {
+        max_input_tokens: 5_000,
+    };
+    let (_, plans) = drive_v4(&steps, budget, &[1.0], ProviderKind::OpenAi, 50);
+    let shows_call = |plan: &Plan| {
+        plan.messages.iter().any(|m| {
+            matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == "c1"))
+        })
+    };
+    let mut in_prompt = 0;
+    // From the request after the call was made on.
+    let made = plans
+        .iter()
+        .position(|(_, plan)| shows_call(plan))
+        .expect("the call is sent");
+    for (_, plan) in &plans[made..] {
+        let carried: usize = plan
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { text } | Message::Assistant { text, .. } => {
+                    text.matches(CARRIED).count()
+                }
+                Message::ToolResult { .. } => 0,
+            })
+            .sum();
+        assert_eq!(
+            carried,
+            usize::from(!shows_call(plan)),
+            "{:?}",
+            plan.messages.first()
+        );
+        if let Some(Message::User { text }) = plan.messages.first()
+            && text.starts_with(CARRIED)
+        {
+            in_prompt += 1;
+            assert_eq!(
+                text.lines()
+                    .filter(|l| l.starts_with("[>] ") || l.starts_with("[ ] "))
+                    .count(),
+                4
+            );
+        }
+    }
+    assert!(in_prompt > 0, "the plan's exchange was never dropped");
 }
 
 /// A recorded compaction that names calls the session never made (a damaged or hand-edited

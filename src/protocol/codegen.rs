@@ -101,6 +101,11 @@ fn enums() -> Vec<(&'static str, &'static str, Vec<String>)> {
             wire_names(&WindowSource::ALL),
         ),
         ("TOOL_KINDS", "tool_kind", wire_names(&ToolKind::ALL)),
+        (
+            "PLAN_STEP_STATUSES",
+            "plan_step_status",
+            wire_names(&PlanStepStatus::ALL),
+        ),
     ]
 }
 
@@ -167,6 +172,9 @@ fn typescript() -> String {
     decl::<EventBody>(&cfg, &mut out);
     decl::<TrimmedData>(&cfg, &mut out);
     decl::<ContextWindowData>(&cfg, &mut out);
+    decl::<PlanData>(&cfg, &mut out);
+    decl::<PlanStepInfo>(&cfg, &mut out);
+    decl::<PlanStepStatus>(&cfg, &mut out);
     decl::<WindowSource>(&cfg, &mut out);
     decl::<ToolKind>(&cfg, &mut out);
     decl::<ApprovalParams>(&cfg, &mut out);
@@ -339,6 +347,13 @@ fn stored_samples() -> Vec<transcript::Item> {
         Item::Event(Event::ToolAllowedForSession {
             tool: "pen_edit".into(),
         }),
+        Item::Event(Event::Plan {
+            call_id: "c".into(),
+            steps: vec![crate::tools::plan::PlanStep {
+                text: "s".into(),
+                status: crate::tools::plan::StepStatus::InProgress,
+            }],
+        }),
         Item::Event(Event::RevertStarted {
             turns: vec!["t_1".into()],
             files: vec!["a.txt".into()],
@@ -383,6 +398,7 @@ fn every_known_stored_event_has_a_typed_entry() {
                 Event::RevertStarted { .. } => 11,
                 Event::FilesReverted { .. } => 12,
                 Event::Other(_) => 13,
+                Event::Plan { .. } => 14,
             });
         }
         let known = !matches!(item, Item::Event(Event::Other(_)));
@@ -395,7 +411,7 @@ fn every_known_stored_event_has_a_typed_entry() {
         let sent = serde_json::to_value(&body).expect("serializes");
         kinds.insert(sent["kind"].as_str().expect("a kind").to_string());
     }
-    assert_eq!(covered, (0..14).collect(), "a known event has no sample");
+    assert_eq!(covered, (0..15).collect(), "a known event has no sample");
     assert_eq!(
         kinds,
         EntryBody::KINDS.iter().map(|k| k.to_string()).collect()

@@ -10,6 +10,7 @@ pub mod command;
 pub mod find;
 pub mod keys;
 pub mod list;
+pub mod plan;
 pub mod read;
 pub mod registry;
 pub mod search;

@@ -16,7 +16,7 @@
 use super::subject::Subject;
 use super::{
     CatalogEntry, ErrorCode, ToolContext, ToolDoc, ToolError, command, find, list, parse_arguments,
-    read, search, tail, write,
+    plan, read, search, tail, write,
 };
 use crate::limits::Limits;
 use futures::future::BoxFuture;
@@ -114,6 +114,12 @@ pub struct ToolSpec {
     /// The description and schema the model is given, built from the limits they name.
     describe: fn(&Limits) -> ToolDoc,
     run: Run,
+    /// A successful call sets the session's plan to the steps of its arguments
+    /// ([`plan::steps`]): the turn records and shows them (pen_plan).
+    sets_plan: bool,
+    /// The smallest context window the tool is offered under (0: every window); see
+    /// [`ToolSpec::offered_under`].
+    min_window_tokens: u64,
 }
 
 impl std::fmt::Debug for ToolSpec {
@@ -125,6 +131,8 @@ impl std::fmt::Debug for ToolSpec {
             .field("writes", &self.writes)
             .field("preview", &self.preview)
             .field("execution", &self.execution())
+            .field("sets_plan", &self.sets_plan)
+            .field("min_window_tokens", &self.min_window_tokens)
             .finish_non_exhaustive()
     }
 }
@@ -172,6 +180,18 @@ impl ToolSpec {
 
     pub fn preview(&self) -> Preview {
         self.preview
+    }
+
+    /// Whether a successful call sets the session's plan (to [`plan::steps`] of its arguments).
+    pub fn sets_plan(&self) -> bool {
+        self.sets_plan
+    }
+
+    /// Whether the catalog offers the tool to a model whose context window is `window_tokens`:
+    /// a tool that is only worth its schema with room to spare is left out of a small window
+    /// (pen_plan, [`crate::limits::PLAN_TOOL_MIN_WINDOW_TOKENS`]). A call of it still runs.
+    pub fn offered_under(&self, window_tokens: u64) -> bool {
+        window_tokens >= self.min_window_tokens
     }
 
     /// The catalog entry the model is given: name, description and JSON Schema for `limits`.
@@ -226,7 +246,7 @@ impl ToolSpec {
 }
 
 /// The native tools, in the order the model sees them.
-static NATIVE: [ToolSpec; 8] = [
+static NATIVE: [ToolSpec; 9] = [
     ToolSpec {
         name: Cow::Borrowed("pen_search"),
         kind: ToolKind::Search,
@@ -236,6 +256,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: search::subject,
         describe: search::spec,
         run: Run::Blocking(run_search),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_list"),
@@ -246,6 +268,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: list::subject,
         describe: list::spec,
         run: Run::Blocking(run_list),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_find"),
@@ -256,6 +280,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: find::subject,
         describe: find::spec,
         run: Run::Blocking(run_find),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_read"),
@@ -266,6 +292,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: read::subject,
         describe: read::spec,
         run: Run::Blocking(run_read),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_tail"),
@@ -276,6 +304,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: tail::subject,
         describe: tail::spec,
         run: Run::Blocking(run_tail),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_create"),
@@ -286,6 +316,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: write::create_subject,
         describe: write::create_spec,
         run: Run::Blocking(run_create),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_edit"),
@@ -296,6 +328,8 @@ static NATIVE: [ToolSpec; 8] = [
         subject: write::edit_subject,
         describe: write::edit_spec,
         run: Run::Blocking(run_edit),
+        sets_plan: false,
+        min_window_tokens: 0,
     },
     ToolSpec {
         name: Cow::Borrowed("pen_command"),
@@ -306,6 +340,22 @@ static NATIVE: [ToolSpec; 8] = [
         subject: command::subject,
         describe: command::spec,
         run: Run::Cancellable(run_command),
+        sets_plan: false,
+        min_window_tokens: 0,
+    },
+    ToolSpec {
+        name: Cow::Borrowed("pen_plan"),
+        kind: ToolKind::Other,
+        // It changes no file: a plan is a note to the owner, so it never asks (and may run in
+        // a mode that allows only reads).
+        effect: Effect::ReadOnly,
+        writes: Writes::Nothing,
+        preview: Preview::Arguments,
+        subject: plan::subject,
+        describe: plan::spec,
+        run: Run::Blocking(plan::run),
+        sets_plan: true,
+        min_window_tokens: crate::limits::PLAN_TOOL_MIN_WINDOW_TOKENS,
     },
 ];
 
@@ -360,6 +410,12 @@ pub fn get(name: &str) -> Option<&'static ToolSpec> {
 /// The native catalog for `limits`, in the order the model sees it.
 pub fn catalog(limits: &Limits) -> Vec<CatalogEntry> {
     NATIVE.iter().map(|spec| spec.describe(limits)).collect()
+}
+
+/// Whether a turn under a `window_tokens` window offers the tool named `name` to the model: a
+/// native tool says ([`ToolSpec::offered_under`]); any other (an MCP tool) is always offered.
+pub fn offered_under(name: &str, window_tokens: u64) -> bool {
+    get(name).is_none_or(|spec| spec.offered_under(window_tokens))
 }
 
 /// The names of the native tools that ask for approval: the ones `auto_approve` may name.
@@ -417,7 +473,7 @@ mod tests {
     use crate::workspace::Workspace;
     use serde_json::json;
 
-    const NAMES: [&str; 8] = [
+    const NAMES: [&str; 9] = [
         "pen_search",
         "pen_list",
         "pen_find",
@@ -426,6 +482,7 @@ mod tests {
         "pen_create",
         "pen_edit",
         "pen_command",
+        "pen_plan",
     ];
 
     #[test]
@@ -456,7 +513,14 @@ mod tests {
             .collect();
         assert_eq!(
             read_only,
-            ["pen_search", "pen_list", "pen_find", "pen_read", "pen_tail"]
+            [
+                "pen_search",
+                "pen_list",
+                "pen_find",
+                "pen_read",
+                "pen_tail",
+                "pen_plan"
+            ]
         );
         for spec in native() {
             // A read-only tool never needs approval, and every other native tool does.
@@ -493,6 +557,7 @@ mod tests {
                 ("pen_create", ToolKind::Edit),
                 ("pen_edit", ToolKind::Edit),
                 ("pen_command", ToolKind::Execute),
+                ("pen_plan", ToolKind::Other),
             ]
         );
         for spec in native() {
@@ -551,6 +616,41 @@ mod tests {
             "mcp__s__echo {\"text\":\"hi\"}"
         );
         assert_eq!(subject_of("pen_read", None), Subject::default());
+    }
+
+    #[test]
+    fn only_pen_plan_sets_the_plan_and_a_small_window_is_not_offered_it() {
+        let sets: Vec<&str> = native()
+            .iter()
+            .filter(|spec| spec.sets_plan())
+            .map(ToolSpec::name)
+            .collect();
+        assert_eq!(sets, ["pen_plan"]);
+        let threshold = crate::limits::PLAN_TOOL_MIN_WINDOW_TOKENS;
+        let offered = |window: u64| -> Vec<&str> {
+            native()
+                .iter()
+                .filter(|spec| spec.offered_under(window))
+                .map(ToolSpec::name)
+                .collect()
+        };
+        assert_eq!(offered(threshold), NAMES);
+        assert_eq!(offered(threshold - 1), NAMES[..8]);
+        assert_eq!(offered(4_096), NAMES[..8]);
+        assert!(!offered_under("pen_plan", 4_096) && offered_under("pen_plan", threshold));
+        assert!(offered_under("mcp__s__t", 1) && offered_under("pen_read", 1));
+        // It asks no one and writes nothing.
+        let spec = get("pen_plan").unwrap();
+        assert!(spec.read_only() && !spec.needs_approval());
+        assert_eq!(spec.writes(), Writes::Nothing);
+        assert_eq!(
+            subject_of(
+                "pen_plan",
+                Some(&json!({"steps": [{"text": "a", "status": "done"}]}))
+            )
+            .title("pen_plan"),
+            "pen_plan 1 step"
+        );
     }
 
     /// The catalog text of `name` for `limits`: its description and schema as one string.

@@ -62,6 +62,11 @@ pub trait Tool: Send + Sync {
     fn needs_approval(&self, auto_approve: &[String]) -> bool;
     /// What a call with `arguments` works on.
     fn subject(&self, arguments: &Value) -> Subject;
+    /// Whether a successful call sets the session's plan to the steps of its arguments
+    /// (`tools::plan::steps`): pen_plan's registry entry says so; no MCP tool does.
+    fn sets_plan(&self) -> bool {
+        false
+    }
     /// Prepares a call the owner is asked about: an edit is planned (on a blocking thread), so
     /// the owner sees the diff that running it writes. A call that cannot run fails here, and
     /// the owner is not asked.

@@ -266,6 +266,29 @@ async def load(workspace, session_id):
     return {"session_id": session_id}
 
 
+async def plan(workspace):
+    """Two pen_plan calls: each reaches the client as a `plan` update holding every entry, in
+    order, and asks nothing; a new pen process loading the session replays them."""
+    client = Client()
+    context, conn = await connect(client, workspace)
+    session = await conn.new_session(cwd=workspace, mcp_servers=[])
+    assert await prompt(conn, session.session_id, "fix the parser") == "end_turn"
+    await client.until(lambda: len(client.of_kind("plan")) == 2, "two plan updates")
+    plans = [u["entries"] for u in client.of_kind("plan")]
+    asked = len(client.permissions)
+    await context.__aexit__(None, None, None)
+    replay = Client()
+    context, conn = await connect(replay, workspace)
+    await asyncio.wait_for(
+        conn.load_session(cwd=workspace, session_id=session.session_id, mcp_servers=[]),
+        WAIT_SECONDS,
+    )
+    await replay.until(lambda: len(replay.of_kind("plan")) == 2, "the replayed plans")
+    replayed = [u["entries"] for u in replay.of_kind("plan")]
+    await context.__aexit__(None, None, None)
+    return {"session_id": session.session_id, "plans": plans, "replayed": replayed, "asked": asked}
+
+
 async def client_fs(workspace):
     """The client holds crlf.txt unsaved (CRLF); pen reads that buffer and edits through it."""
     real = os.path.realpath(os.path.join(workspace, "crlf.txt"))
@@ -390,6 +413,7 @@ async def main():
         "load": lambda: load(workspace, sys.argv[3]),
         "client_fs": lambda: client_fs(workspace),
         "modes": lambda: modes(workspace),
+        "plan": lambda: plan(workspace),
         "client_fs_stale": lambda: client_fs_stale(workspace),
         "client_fs_lagging": lambda: client_fs_lagging(workspace),
         "mcp": lambda: mcp(workspace, sys.argv[3]),

@@ -359,6 +359,52 @@ fn python_sdk_loads_a_session_and_continues_it() {
     );
 }
 
+/// pen_plan's updates reach the SDK client as ACP `plan` updates, each with every entry in the
+/// plan's order (done is `completed`, priority `medium`), without a permission request; a
+/// session loaded in a new pen replays them.
+#[test]
+fn python_sdk_receives_plan_updates_in_order() {
+    let Some(python) = peer(
+        "PEN_ACP_PYTHON",
+        "python_sdk_receives_plan_updates_in_order",
+    ) else {
+        return;
+    };
+    let setup = Setup::new();
+    let plan = |id: &str, steps: &[(&str, &str)]| {
+        let steps: Vec<Value> = steps
+            .iter()
+            .map(|(text, status)| json!({"text": text, "status": status}))
+            .collect();
+        call(id, "pen_plan", json!({ "steps": steps }))
+    };
+    setup.fake.push([
+        calls(&[plan("p1", &[("read", "in_progress"), ("fix", "pending")])]),
+        calls(&[plan(
+            "p2",
+            &[
+                ("read", "done"),
+                ("fix", "in_progress"),
+                ("test", "pending"),
+            ],
+        )]),
+        text(&["Fixing."]),
+    ]);
+    let seen = setup.python(&python, "plan", &[]);
+    let entry = |content: &str, status: &str| json!({"content": content, "priority": "medium", "status": status});
+    let expected = json!([
+        [entry("read", "in_progress"), entry("fix", "pending")],
+        [
+            entry("read", "completed"),
+            entry("fix", "in_progress"),
+            entry("test", "pending")
+        ],
+    ]);
+    assert_eq!(seen["plans"], expected);
+    assert_eq!(seen["replayed"], expected);
+    assert_eq!(seen["asked"], 0);
+}
+
 /// The client holds a CRLF file with a BOM unsaved: pen reads that buffer through
 /// fs/read_text_file, exactly (the model sees the buffer, not the disk), searches it as the
 /// client holds it without asking the client for any other file, and writes its edit through

@@ -72,7 +72,8 @@ fn list_prints_the_catalog() {
             "pen_tail",
             "pen_create",
             "pen_edit",
-            "pen_command"
+            "pen_command",
+            "pen_plan"
         ]
     );
     for tool in catalog.as_array().unwrap() {
@@ -548,4 +549,55 @@ fn pen_run_prints_the_usage_totals_and_emits_them_as_events_with_json() {
     let last = lines.last().unwrap();
     assert_eq!(last["usage"], one, "{last}");
     assert_eq!(last["sessionUsage"], two, "{last}");
+}
+
+/// `pen run` shows each plan pen_plan sets as lines on stderr: the count, then every step with
+/// its mark, in order.
+#[test]
+fn pen_run_prints_each_plan_as_checklist_lines() {
+    use super::fake_provider::{FakeProvider, Reply, openai_frames};
+    use pen::providers::{ToolCall, Usage};
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let plan = serde_json::json!({"steps": [
+        {"text": "read the parser", "status": "done"},
+        {"text": "fix the off-by-one", "status": "in_progress"},
+        {"text": "run the tests", "status": "pending"},
+    ]});
+    let fake = FakeProvider::start();
+    fake.push([
+        Reply::Stream(openai_frames(
+            &[],
+            &[ToolCall {
+                id: "p1".into(),
+                name: "pen_plan".into(),
+                arguments: plan.to_string(),
+            }],
+            Usage::new(10, 1),
+        )),
+        Reply::Stream(openai_frames(&["Planned."], &[], Usage::new(10, 1))),
+    ]);
+    let output = pen_command(data.path())
+        .args([
+            "run",
+            "plan it",
+            "--provider",
+            "openai",
+            "--model",
+            "fake-model",
+            "--base-url",
+        ])
+        .arg(format!("{}/v1", fake.url()))
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "pen: plan: 1 of 3 done\npen:   [x] read the parser\n\
+             pen:   [>] fix the off-by-one\npen:   [ ] run the tests\n"
+        ),
+        "{stderr}"
+    );
 }

@@ -23,6 +23,7 @@ mod mcp_hostile;
 mod mcp_serve;
 mod old_sessions;
 mod peers;
+mod plan;
 mod providers;
 mod read;
 mod registry;

@@ -58,7 +58,7 @@ fn call_tool_returns_the_capped_observation_and_list_tools_the_catalog() {
     let unknown = client.request("pen/callTool", json!({"name": "pen_fly", "arguments": {}}));
     assert_eq!(unknown["error"]["code"], "unknown_tool");
     let tools = client.request("pen/listTools", json!(null));
-    assert_eq!(tools.as_array().unwrap().len(), 8);
+    assert_eq!(tools.as_array().unwrap().len(), 9);
     assert_eq!(tools[0]["name"], "pen_search");
 }
 

@@ -93,6 +93,25 @@ fn each_server_kind_reports_its_window_and_get_config_says_where_it_came_from() 
         let session = d.client.new_session();
         let outcome = d.client.prompt(&session, "hello");
         assert_eq!(outcome["stopReason"], "end_turn", "{path}: {outcome}");
+        // pen_plan is offered from an 8,192-token window up: under 4,096 the other tools'
+        // schemas leave it no room.
+        let requests = fake.requests();
+        let offered: Vec<&str> = requests[0].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|tool| tool["function"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            offered.len(),
+            if tokens >= 8192 { 9 } else { 8 },
+            "{path}: {offered:?}"
+        );
+        assert_eq!(
+            offered.contains(&"pen_plan"),
+            tokens >= 8192,
+            "{path}: {offered:?}"
+        );
         let found: Vec<Value> = d
             .client
             .transcript(&session)

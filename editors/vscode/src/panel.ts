@@ -103,6 +103,7 @@ export class PanelView implements vscode.WebviewViewProvider {
   <button id="new-session" class="icon" aria-label="New session" title="New session"><i class="codicon codicon-add" aria-hidden="true"></i></button>
 </header>
 <main id="log" role="log" aria-label="pen conversation" aria-live="polite"></main>
+<section id="plan" aria-label="pen's plan" hidden><h2>Plan</h2><ol id="plan-steps"></ol></section>
 <div id="status" role="status" aria-live="polite"></div>
 <div id="session-usage" aria-label="Session usage"></div>
 <div id="instructions" aria-label="Instruction files"></div>

@@ -14,6 +14,7 @@ import type {
   EventBody,
   EventParams,
   FileStatus,
+  PlanStepInfo,
   PromptResponse,
   RevertTurnResult,
   SessionSummary,
@@ -127,6 +128,9 @@ export interface PanelModel {
   /** The instruction files the session uses, in a line ("AGENTS.md 1.2 KB (cut)"); null
    * when it has none. */
   instructions: string | null;
+  /** The session's plan as pen last set it (each `plan` event or entry replaces the whole
+   * list): one checklist, updated in place; null when there is none or it was cleared. */
+  plan: PlanStepInfo[] | null;
   nextId: number;
 }
 
@@ -163,6 +167,7 @@ export function emptyModel(): PanelModel {
     sessionUsage: null,
     focus: null,
     instructions: null,
+    plan: null,
     nextId: 1,
   };
 }
@@ -560,6 +565,9 @@ function reduce(model: PanelModel, turnId: string | null, body: EventBody | Entr
       );
     case 'instructions_changed':
       return instructionsChanged(model, body.data.files);
+    case 'plan':
+      // The whole list each time: the checklist is replaced, never added to.
+      return { ...model, plan: body.data.steps.length > 0 ? body.data.steps : null };
     default:
       // The provider's rejection is shown by the context_trimmed entry after it; grants by the
       // decisions on the cards; reverts by their answers; the session's context by its chip;

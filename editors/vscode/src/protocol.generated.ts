@@ -28,9 +28,9 @@ export const TURN_ERROR_KINDS = ['context_window', 'auth', 'rate_limit', 'networ
 
 export const CALL_OUTCOMES = ['done', 'error', 'denied', 'stale_authority', 'not_executed', 'interrupted', 'unknown'] as const;
 
-export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'context_window', 'provider_warning', 'turn_ended'] as const;
+export const EVENT_KINDS = ['text_delta', 'tool_call_started', 'approval_requested', 'approval_withdrawn', 'tool_call_finished', 'context_trimmed', 'usage', 'mcp_server', 'instructions_changed', 'context_window', 'provider_warning', 'plan', 'turn_ended'] as const;
 
-export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'context_window', 'provider_warning', 'instructions_changed', 'session_context', 'instructions_delivered', 'context_compacted', 'revert_started', 'files_reverted', 'event'] as const;
+export const ENTRY_KINDS = ['user_prompt', 'assistant_message', 'tool_call', 'tool_result', 'turn_ended', 'context_trimmed', 'context_window_rejected', 'tool_allowed_for_session', 'plan', 'context_window', 'provider_warning', 'instructions_changed', 'session_context', 'instructions_delivered', 'context_compacted', 'revert_started', 'files_reverted', 'event'] as const;
 
 export const TRIM_REASONS = ['budget', 'context_window_exceeded'] as const;
 
@@ -45,6 +45,8 @@ export const MCP_SERVER_STATES = ['idle', 'starting', 'running', 'failed', 'not_
 export const WINDOW_SOURCES = ['config', 'llama_cpp_props', 'ollama_show', 'vllm_models', 'lm_studio_models', 'hosted_table', 'default'] as const;
 
 export const TOOL_KINDS = ['read', 'edit', 'search', 'execute', 'other'] as const;
+
+export const PLAN_STEP_STATUSES = ['pending', 'in_progress', 'done'] as const;
 
 /**
  * How a tool call ended: the `status` of its stored result, the `state` of its
@@ -271,7 +273,7 @@ arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, t
 /**
  * `done` or `error` (from `isError`) for a result an older pen stored without one.
  */
-state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue });
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue });
 
 /**
  * The `kind` of a [`TranscriptRecord`] and its `data`.
@@ -300,7 +302,7 @@ arguments: JsonValue, } } | { "kind": "tool_result", "data": { callId: string, t
 /**
  * `done` or `error` (from `isError`) for a result an older pen stored without one.
  */
-state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue };
+state: CallOutcome, isError: boolean, content: string, } } | { "kind": "turn_ended", "data": TurnOutcome } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "context_window_rejected", "data": { model: string, estimatedTokens: number, reason: string, } } | { "kind": "tool_allowed_for_session", "data": { tool: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "session_context", "data": { instructions: Array<InstructionFileInfo>, environment: string, } } | { "kind": "instructions_delivered", "data": { callId: string, files: Array<InstructionFileInfo>, } } | { "kind": "context_compacted", "data": { policyVersion: number, droppedCount: number, excerptedThrough: string | null, omittedThrough: string | null, budget: number, lowWater: number, } } | { "kind": "revert_started", "data": { turns: Array<string>, files: Array<string>, } } | { "kind": "files_reverted", "data": { turns: Array<string>, files: Array<RevertedFileStatus>, note: string, interrupted: boolean, } } | { "kind": "event", "data": JsonValue };
 
 /**
  * A file of a stored revert and what became of it.
@@ -467,7 +469,7 @@ toolKind: ToolKind,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome });
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "turn_ended", "data": TurnOutcome });
 
 /**
  * The `kind` of a `pen/event` and its `data`.
@@ -485,7 +487,7 @@ toolKind: ToolKind,
 /**
  * `null` when the model's arguments were not JSON.
  */
-arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "turn_ended", "data": TurnOutcome };
+arguments: JsonValue | null, } } | { "kind": "approval_requested", "data": ApprovalParams } | { "kind": "approval_withdrawn", "data": { callId: string, } } | { "kind": "tool_call_finished", "data": { callId: string, tool: string, state: CallOutcome, isError: boolean, excerpt: string, } } | { "kind": "context_trimmed", "data": TrimmedData } | { "kind": "usage", "data": UsageData } | { "kind": "mcp_server", "data": { server: string, state: McpServerState, reason: string | null, } } | { "kind": "instructions_changed", "data": { files: Array<InstructionFileInfo>, } } | { "kind": "context_window", "data": ContextWindowData } | { "kind": "provider_warning", "data": { message: string, } } | { "kind": "plan", "data": PlanData } | { "kind": "turn_ended", "data": TurnOutcome };
 
 /**
  * `context_trimmed` data: a budget report, or the cut after a context-window rejection.
@@ -518,6 +520,22 @@ trainedTokens?: number,
  * The server's chat template renders no tool definitions, so pen sends none.
  */
 toolsDropped: boolean, };
+
+/**
+ * The data of a `plan` event and entry: the session's whole plan, in order, as the model last
+ * set it (empty: cleared). An editor shows one checklist and replaces it with each.
+ */
+export type PlanData = { steps: Array<PlanStepInfo>, };
+
+/**
+ * One step of the session's plan.
+ */
+export type PlanStepInfo = { text: string, status: PlanStepStatus, };
+
+/**
+ * Where a step of the session's plan stands.
+ */
+export type PlanStepStatus = "pending" | "in_progress" | "done";
 
 /**
  * Where a context window came from.

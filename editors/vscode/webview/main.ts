@@ -35,6 +35,8 @@ const stop = document.getElementById('stop') as HTMLButtonElement;
 const sessionSelect = document.getElementById('session') as HTMLSelectElement;
 const newSession = document.getElementById('new-session') as HTMLButtonElement;
 const instructions = document.getElementById('instructions') as HTMLElement;
+const plan = document.getElementById('plan') as HTMLElement;
+const planSteps = document.getElementById('plan-steps') as HTMLOListElement;
 const focusChip = document.getElementById('focus-chip') as HTMLElement;
 const focusLabel = document.getElementById('focus-label') as HTMLElement;
 const dropFocus = document.getElementById('drop-focus') as HTMLButtonElement;
@@ -320,6 +322,7 @@ function render(m: PanelModel): void {
   status.textContent = m.running ? `pen: ${m.status || 'running'}` : '';
   sessionUsage.textContent = m.sessionUsage === null ? '' : `Session: ${m.sessionUsage}`;
   instructions.textContent = m.instructions ?? '';
+  renderPlan(m);
   focusChip.hidden = m.focus === null;
   focusLabel.textContent = m.focus ?? '';
   focusChip.title = m.focus === null ? '' : `Sent with the prompt: ${m.focus}`;
@@ -327,6 +330,34 @@ function render(m: PanelModel): void {
   send.disabled = m.running;
   stop.disabled = !m.running;
   renderSessions(m);
+}
+
+const PLAN_ICONS: Record<string, string> = {
+  pending: 'circle-large-outline',
+  in_progress: 'arrow-circle-right',
+  done: 'pass-filled',
+};
+
+/** The plan's checklist, pinned above the composer: rebuilt from the model's list (at most 50
+ * one-line steps), each step's text set as text, never as HTML. */
+function renderPlan(m: PanelModel): void {
+  plan.hidden = m.plan === null;
+  planSteps.replaceChildren(
+    ...(m.plan ?? []).map((step) => {
+      const li = document.createElement('li');
+      li.className = `plan-step ${step.status}`;
+      li.dataset.status = step.status;
+      const icon = document.createElement('i');
+      icon.className = `codicon codicon-${PLAN_ICONS[step.status] ?? 'circle-large-outline'}`;
+      icon.setAttribute('aria-hidden', 'true');
+      const text = document.createElement('span');
+      text.className = 'text';
+      text.textContent = step.text;
+      li.title = step.status.replace('_', ' ');
+      li.append(icon, ' ', text);
+      return li;
+    }),
+  );
 }
 
 function submit(): void {

@@ -22,7 +22,9 @@
 //! later request.
 
 use super::{Group, Outbound, Planner, Unit};
+use crate::budget::estimate::quarter_tokens;
 use crate::budget::{Budget, BudgetError, Part, Plan, TokenEstimator, TrimReport, excerpt};
+use crate::providers::Message;
 use crate::providers::ToolDefinition;
 use crate::transcript::Compaction;
 
@@ -41,6 +43,15 @@ pub(in crate::budget) struct Frontier {
     pub excerpted: Option<At>,
     /// The newest group left out behind the note (never past `excerpted`).
     pub omitted: Option<At>,
+}
+
+/// Where the plan carried past a compaction goes ([`Planner::carried_plan`]).
+#[derive(Debug, Clone, Copy)]
+enum Carried<'a> {
+    /// As quoted text after the group at `At`.
+    AfterGroup(At, &'a str),
+    /// Before the text of the prompt at `At`.
+    InPrompt(At, &'a str),
 }
 
 /// How one group is rendered under a frontier.
@@ -132,9 +143,21 @@ impl Planner {
         let mut omitted = Vec::new();
         let mut previous_was_quote = false;
         let first = self.first_kept(frontier);
+        let carried = self.carried_plan(frontier, estimator);
         for (i, exchange) in self.exchanges.iter().enumerate().skip(first) {
             let mut noted = false;
             for (j, unit) in exchange.units.iter().enumerate() {
+                if let Some(Carried::InPrompt(at, plan)) = carried
+                    && at == (i, j)
+                    && let Unit::Prompt { text, .. } = unit
+                {
+                    let text = format!("{plan}\n\n{text}");
+                    let quarters = estimator.framed(quarter_tokens(text.as_bytes()), 0);
+                    out.push(Message::User { text }, quarters);
+                    previous_was_quote = false;
+                    continue;
+                }
+                // `Some(None)`: a group left out behind the note already written.
                 let quote = match unit {
                     Unit::Group(group) => match self.shown(frontier, (i, j), group, estimator) {
                         Shown::Whole => None,
@@ -143,34 +166,69 @@ impl Planner {
                             excerpted.extend(ids.clone());
                             omitted.extend(ids);
                             if noted {
-                                continue;
+                                Some(None)
+                            } else {
+                                noted = true;
+                                Some(Some((
+                                    excerpt::omitted_note(POLICY_VERSION_4).to_string(),
+                                    excerpt::omitted_note_quarters(),
+                                )))
                             }
-                            noted = true;
-                            Some((
-                                excerpt::omitted_note(POLICY_VERSION_4).to_string(),
-                                excerpt::omitted_note_quarters(),
-                            ))
                         }
                         Shown::Excerpt => {
                             excerpted.extend(group.calls.iter().map(|slot| slot.call.id.clone()));
-                            Some((
+                            Some(Some((
                                 group.excerpt_text(POLICY_VERSION_4),
                                 group.excerpt_quarters(),
-                            ))
+                            )))
                         }
                     },
                     _ => None,
                 };
-                let Some((text, quarters)) = quote else {
-                    self.unit_messages(unit, estimator, &mut out);
-                    previous_was_quote = false;
-                    continue;
-                };
-                out.push_quote(text, quarters, previous_was_quote, estimator);
-                previous_was_quote = true;
+                match quote {
+                    Some(Some((text, quarters))) => {
+                        out.push_quote(text, quarters, previous_was_quote, estimator);
+                        previous_was_quote = true;
+                    }
+                    Some(None) => {}
+                    None => {
+                        self.unit_messages(unit, estimator, &mut out);
+                        previous_was_quote = false;
+                    }
+                }
+                if let Some(Carried::AfterGroup(at, plan)) = carried
+                    && at == (i, j)
+                {
+                    let quarters = quarter_tokens(plan.as_bytes());
+                    out.push_quote(plan.to_string(), quarters, previous_was_quote, estimator);
+                    previous_was_quote = true;
+                }
             }
         }
         (out, excerpted, omitted)
+    }
+
+    /// The plan carried past `frontier`'s compaction, and where: the latest plan a call set
+    /// whose group the frontier does not send whole (its exchange dropped, or the group
+    /// excerpted or left out). It goes after the newest compacted group of the kept exchanges
+    /// (a group the latest two follow, so the request never ends with it), else, when whole
+    /// exchanges alone were dropped, before the prompt of the first one kept. It depends on the
+    /// frontier and the records before it alone, so the prefix stays the same until the next
+    /// compaction; a plan set after it is sent whole, where it was made.
+    fn carried_plan(&self, frontier: &Frontier, estimator: &TokenEstimator) -> Option<Carried<'_>> {
+        let first = self.first_kept(frontier);
+        let compacted = |at: At| at.0 < first || frontier.excerpted.is_some_and(|e| at <= e);
+        let (at, plan) = self.plans.iter().rev().find(|(at, _)| compacted(*at))?;
+        if at.0 >= first
+            && let Some(Unit::Group(group)) = self.exchanges[at.0].units.get(at.1)
+            && self.shown(frontier, *at, group, estimator) == Shown::Whole
+        {
+            return None;
+        }
+        Some(match frontier.excerpted {
+            Some(e) if e.0 >= first => Carried::AfterGroup(e, plan),
+            _ => Carried::InPrompt((first, 0), plan),
+        })
     }
 
     /// A unit's tokens as `frontier` renders it, each excerpt counted as its own message (what

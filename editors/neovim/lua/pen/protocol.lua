@@ -63,6 +63,7 @@ M.event_kind = {
   INSTRUCTIONS_CHANGED = 'instructions_changed',
   CONTEXT_WINDOW = 'context_window',
   PROVIDER_WARNING = 'provider_warning',
+  PLAN = 'plan',
   TURN_ENDED = 'turn_ended',
 }
 
@@ -75,6 +76,7 @@ M.entry_kind = {
   CONTEXT_TRIMMED = 'context_trimmed',
   CONTEXT_WINDOW_REJECTED = 'context_window_rejected',
   TOOL_ALLOWED_FOR_SESSION = 'tool_allowed_for_session',
+  PLAN = 'plan',
   CONTEXT_WINDOW = 'context_window',
   PROVIDER_WARNING = 'provider_warning',
   INSTRUCTIONS_CHANGED = 'instructions_changed',
@@ -138,6 +140,12 @@ M.tool_kind = {
   SEARCH = 'search',
   EXECUTE = 'execute',
   OTHER = 'other',
+}
+
+M.plan_step_status = {
+  PENDING = 'pending',
+  IN_PROGRESS = 'in_progress',
+  DONE = 'done',
 }
 
 for name, values in pairs(M) do

@@ -15,6 +15,10 @@ M.after_block = {}
 M.ended_turns = {}
 --- sessionId -> the session's usage so far in a line (from the last `usage` event or turn end).
 M.session_usage = {}
+--- sessionId -> { mark = extmark id, count = lines }: where the session's plan checklist is, so
+--- each `plan` update rewrites it in place rather than adding another.
+M.plans = {}
+M.plan_ns = vim.api.nvim_create_namespace('pen.checklist')
 
 --- Usage in a line: the input in total, the share read from the provider's cache (only when
 --- the provider reports cache reads), and the output; nil for anything that is not usage.
@@ -131,6 +135,7 @@ end
 
 function M.clear(session_id)
   M.after_block[session_id] = nil
+  M.plans[session_id] = nil
   -- The buffer is rendered again from scratch: so are the ends of its turns.
   M.ended_turns[session_id] = nil
   vim.api.nvim_buf_set_lines(M.buf(session_id), 0, -1, false, {})
@@ -253,6 +258,48 @@ function M.turn_ended(s, turn_id, d)
   M.lines(s, l)
 end
 
+local PLAN_MARKS = {
+  [P.plan_step_status.PENDING] = '[ ]',
+  [P.plan_step_status.IN_PROGRESS] = '[>]',
+  [P.plan_step_status.DONE] = '[x]',
+}
+
+--- The lines of a plan checklist: a heading, then one `- [x] text` line per step, in order.
+function M.plan_lines(steps)
+  steps = type(steps) == 'table' and steps or {}
+  if #steps == 0 then
+    return { '**Plan** (cleared)' }
+  end
+  local l = { '**Plan**' }
+  for _, step in ipairs(steps) do
+    -- A step is one line (pen refuses line breaks); a stray one is flattened anyway.
+    local text = tostring(step.text):gsub('[\r\n]+', ' ')
+    table.insert(l, ('- %s %s'):format(PLAN_MARKS[step.status] or '[?]', text))
+  end
+  return l
+end
+
+--- The session's plan (the whole list each time): the first one is appended as a block; each
+--- later one replaces it where it is, so the buffer holds one checklist, kept current.
+function M.plan(s, steps)
+  local b = M.buf(s)
+  local lines = M.plan_lines(steps)
+  local shown = M.plans[s]
+  if shown then
+    local at = vim.api.nvim_buf_get_extmark_by_id(b, M.plan_ns, shown.mark, {})
+    if at[1] then
+      vim.api.nvim_buf_set_lines(b, at[1], at[1] + shown.count, false, lines)
+      vim.api.nvim_buf_set_extmark(b, M.plan_ns, at[1], 0, { id = shown.mark })
+      shown.count = #lines
+      return
+    end
+  end
+  M.lines(s, lines)
+  -- `M.lines` ends the block with an empty line: the checklist is the lines before it.
+  local start = vim.api.nvim_buf_line_count(b) - 1 - #lines
+  M.plans[s] = { mark = vim.api.nvim_buf_set_extmark(b, M.plan_ns, start, 0, {}), count = #lines }
+end
+
 local E = P.event_kind
 local R = P.entry_kind
 
@@ -286,6 +333,8 @@ function M.step(s, turn_id, kind, d)
   elseif kind == R.CONTEXT_WINDOW_REJECTED then
     M.lines(s, { ('> the model rejected a request of about %s tokens as over its context window'):format(
       tostring(d.estimatedTokens)) })
+  elseif kind == E.PLAN then
+    M.plan(s, d.steps)
   elseif kind == R.TOOL_ALLOWED_FOR_SESSION then
     M.lines(s, { ('> `%s` allowed for the rest of this session'):format(tostring(d.tool)) })
   elseif kind == E.CONTEXT_WINDOW then

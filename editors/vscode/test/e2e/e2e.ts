@@ -103,6 +103,32 @@ const replies: unknown[] = [
   { text: 'Back after the crash.' },
   // 8. After "pen: Set API Key": the daemon runs with the stored key.
   { text: 'Authorized by the stored key.' },
+  // 9. A plan set, then updated: one checklist, replaced in place.
+  {
+    tool_calls: [
+      {
+        id: 'call_plan_1',
+        name: 'pen_plan',
+        arguments: { steps: [{ text: 'read the parser', status: 'in_progress' }, { text: 'fix the off-by-one', status: 'pending' }] },
+      },
+    ],
+  },
+  {
+    tool_calls: [
+      {
+        id: 'call_plan_2',
+        name: 'pen_plan',
+        arguments: {
+          steps: [
+            { text: 'read the parser', status: 'done' },
+            { text: 'fix the off-by-one', status: 'in_progress' },
+            { text: 'run the tests', status: 'pending' },
+          ],
+        },
+      },
+    ],
+  },
+  { text: 'Planned and started.' },
 ];
 
 function writeWorkspace(): void {
@@ -714,6 +740,24 @@ async function main(): Promise<void> {
       if (fs.readFileSync(path.join(cs, 'ud', 'User', 'settings.json'), 'utf8').includes('sk-from-secret-storage')) {
         throw new Error('the API key landed in settings.json');
       }
+    });
+
+    await step(page, 'plan-checklist', async () => {
+      const ends = await ask(p, 'plan the parser fix');
+      await turnDone(p, ends);
+      await p.getByText('Planned and started.').waitFor();
+      await card(p, 'call_plan_2').locator('.state', { hasText: 'done' }).waitFor();
+      // One checklist, pinned above the prompt box, showing the latest plan in order.
+      const plan = p.getByRole('region', { name: "pen's plan" });
+      await plan.waitFor({ timeout: UI_MS });
+      const shown = async (): Promise<string[]> =>
+        plan.locator('li.plan-step').evaluateAll((items) => items.map((li) => `${(li as HTMLElement).dataset.status}: ${li.textContent?.trim()}`));
+      const expected = ['done: read the parser', 'in_progress: fix the off-by-one', 'pending: run the tests'];
+      await waitUntil('the updated checklist', UI_MS, async () => JSON.stringify(await shown()) === JSON.stringify(expected));
+      if ((await p.locator('#plan').count()) !== 1) {
+        throw new Error('more than one plan checklist');
+      }
+      await screenshot(page, 'plan');
     });
 
     await step(page, 'missing-binary', async () => {

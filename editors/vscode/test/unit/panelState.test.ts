@@ -79,6 +79,35 @@ function reduce(m: PanelModel, events: EventParams[]): PanelModel {
 }
 
 describe('live events', () => {
+  test('a plan is one checklist, replaced whole by each update, live or stored', () => {
+    const first = [
+      { text: 'read the parser', status: 'in_progress' },
+      { text: 'fix it', status: 'pending' },
+    ];
+    const second = [
+      { text: 'read the parser', status: 'done' },
+      { text: 'fix it', status: 'in_progress' },
+    ];
+    let m = promptSent(session(), 'fix the parser');
+    m = reduce(m, [
+      ev('tool_call_started', { callId: 'p1', tool: 'pen_plan', summary: '2 steps', arguments: { steps: first } }),
+      ev('tool_call_finished', { callId: 'p1', tool: 'pen_plan', state: 'done', isError: false, excerpt: '{"plan":"plan: 0 of 2 done"}' }),
+      ev('plan', { steps: first }),
+    ]);
+    assert.deepEqual(m.plan, first);
+    const items = m.items.length;
+    m = reduce(m, [ev('plan', { steps: second })]);
+    assert.deepEqual(m.plan, second, 'replaced, in order');
+    assert.equal(m.items.length, items, 'no card per update');
+    // A resumed session shows the same checklist from its stored entries.
+    const stored = appendEntries(session(), [entry(1, 'plan', { steps: first }), entry(2, 'plan', { steps: second })]);
+    assert.deepEqual(stored.plan, second);
+    assert.equal(stored.items.length, 0);
+    // An empty list clears it; another session starts without one.
+    assert.equal(reduce(m, [ev('plan', { steps: [] })]).plan, null);
+    assert.equal(switchSession(m, 's_2').plan, null);
+  });
+
   test('streamed text joins one answer; a tool card splits it', () => {
     let m = promptSent(session(), 'read a');
     m = reduce(m, [
