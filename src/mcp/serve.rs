@@ -5,8 +5,9 @@
 //!   [`LocalTools`]): the same schemas, limits, caps, cursors, key refusal and confinement. The
 //!   server adds no tool code of its own.
 //! - What is offered is the owner's choice ([`Offer`]): the read-only tools always, pen_create
-//!   and pen_edit only with `--allow-writes`, pen_command only with `--allow-commands`, and a
-//!   tool of [`ToolKind::Other`] (pen's own session state) never. A tool not offered is not
+//!   and pen_edit only with `--allow-writes`, pen_command only with `--allow-commands`, and
+//!   pen's own session state (pen_plan, [`ToolSpec::sets_plan`]) or a tool of
+//!   [`ToolKind::Other`] never. A tool not offered is not
 //!   listed, and a call of it is a tool error that says which flag offers it.
 //! - Each write is recorded before it is made, as a turn of its own in one session of the
 //!   session store, so `pen revert SESSION` puts the last write back.
@@ -42,6 +43,12 @@ pub struct Offer {
 impl Offer {
     /// Whether `spec` is offered; `Err` names the flag that would offer it (or why it never is).
     pub fn check(self, spec: &ToolSpec) -> Result<(), String> {
+        if spec.sets_plan() {
+            return Err(format!(
+                "{} is pen's own session state and not offered over MCP",
+                spec.name()
+            ));
+        }
         match spec.kind() {
             ToolKind::Read | ToolKind::Search if spec.read_only() => Ok(()),
             ToolKind::Edit if spec.writes() == Writes::Recorded => {
@@ -392,12 +399,13 @@ mod tests {
         assert!(refused.contains("--allow-writes"), "{refused}");
         let refused = writes.check(spec("pen_command")).unwrap_err();
         assert!(refused.contains("--allow-commands"), "{refused}");
-        // Every native tool that is not offered by some flag is a read-only tool or says why.
+        // pen_plan is the session's own state: never offered.
+        let all = Offer {
+            writes: true,
+            commands: true,
+        };
+        assert!(all.check(spec("pen_plan")).is_err());
         for spec in registry::native() {
-            let all = Offer {
-                writes: true,
-                commands: true,
-            };
             if all.check(spec).is_err() {
                 assert_eq!(spec.kind(), ToolKind::Other, "{}", spec.name());
             }
