@@ -1019,7 +1019,7 @@ async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
         Ok(workspace) => workspace,
         Err(e) => return usage(&e.to_string()),
     };
-    let offer = crate::mcp::serve::Offer {
+    let offer = crate::mcp_serve::Offer {
         writes: command.allow_writes,
         commands: command.allow_commands,
     };
@@ -1034,8 +1034,8 @@ async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
     } else {
         None
     };
-    let server = crate::mcp::serve::PenServer::new(workspace, config.limits(), offer, store);
-    match crate::mcp::serve::serve_stdio(server).await {
+    let server = crate::mcp_serve::PenServer::new(workspace, config.limits(), offer, store);
+    match crate::mcp_serve::serve_stdio(server).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pen: {e}");

@@ -21,7 +21,6 @@
 pub mod approvals;
 mod names;
 mod result;
-pub mod serve;
 mod stdio;
 mod tool;
 

@@ -307,3 +307,55 @@ fn the_python_sdk_writes_with_allow_writes_and_pen_revert_puts_it_back() {
 fn the_typescript_sdk_writes_with_allow_writes_and_pen_revert_puts_it_back() {
     writes_session(Sdk::TypeScript, "mcp_serve::typescript_writes");
 }
+
+/// A client of each protocol generation that opens with `initialize` gets its own version back
+/// and the tools: the handshake as the SDKs of 2024 and 2025 speak it, over raw stdio.
+#[test]
+fn every_initialize_generation_connects_and_lists_the_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    for version in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pen"))
+            .args(["mcp", "serve", "--root"])
+            .arg(dir.path())
+            .env("PEN_CONFIG", "/nonexistent/pen/config.toml")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut answer = |stdin: &mut ChildStdin, message: Value| -> Option<Value> {
+            writeln!(stdin, "{message}").unwrap();
+            stdin.flush().unwrap();
+            message.get("id")?;
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        };
+        let initialized = answer(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            initialized["result"]["protocolVersion"], version,
+            "{initialized}"
+        );
+        assert_eq!(initialized["result"]["serverInfo"]["name"], "pen");
+        answer(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        let listed = answer(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        )
+        .unwrap();
+        let tools = listed["result"]["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), 5, "{listed}");
+        drop(stdin);
+        assert!(child.wait().unwrap().success(), "{version}");
+    }
+}

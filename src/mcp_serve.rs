@@ -1,4 +1,5 @@
-//! `pen mcp serve`: pen's native tools offered to other agents as an MCP server on stdio.
+//! `pen mcp serve`: pen's native tools offered to other agents as an MCP server on stdio (a
+//! module of its own: it builds on `agent`, which builds on the MCP client in `mcp`).
 //!
 //! Architecture invariants:
 //! - A call runs through the same [`Tool`] seam as the model's own calls ([`TurnTools`] over a
