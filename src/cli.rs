@@ -111,6 +111,23 @@ pub enum McpCommand {
         #[arg(default_value = "{}")]
         arguments: String,
     },
+    /// Serve pen's native tools to another agent as an MCP server on stdio. By default only
+    /// the read-only tools are offered; writes and commands only when the owner allows them.
+    Serve(McpServeCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct McpServeCommand {
+    /// A workspace root the tools are confined to (repeatable; default: the current folder).
+    #[arg(long = "root", value_name = "DIR")]
+    pub roots: Vec<PathBuf>,
+    /// Also offer pen_create and pen_edit; each write is recorded in a session, so `pen revert`
+    /// puts it back.
+    #[arg(long)]
+    pub allow_writes: bool,
+    /// Also offer pen_command.
+    #[arg(long)]
+    pub allow_commands: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -930,7 +947,7 @@ impl crate::agent::Approver for TerminalApprover {
     }
 }
 
-/// `pen mcp list` and `pen mcp call`. Project servers (`.mcp.json`) run only when approved
+/// `pen mcp list`, `pen mcp call` and `pen mcp serve`. Project servers (`.mcp.json`) run only when approved
 /// before (by a turn); these commands never ask.
 pub fn run_mcp(command: McpCommand) -> ExitCode {
     let config = boot_config();
@@ -942,11 +959,12 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
     runtime.block_on(async move {
         let manager = crate::mcp::McpManager::new(session::default_data_dir().ok());
         let never = tokio_util::sync::CancellationToken::new();
-        let mcp = manager
-            .prepare(&config.mcp_servers, &root, None, &never)
-            .await;
+        // `pen mcp serve` is a server, not a client of the configured servers: none start.
+        let servers = || manager.prepare(&config.mcp_servers, &root, None, &never);
         match command {
+            McpCommand::Serve(serve) => run_mcp_serve(serve, &config).await,
             McpCommand::List { json } => {
+                let mcp = servers().await;
                 let style = terminal::Style::for_stdout();
                 for status in mcp.status() {
                     let tools = mcp.tool_names(&status.name);
@@ -990,6 +1008,7 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
                     Ok(value) => value,
                     Err(e) => return usage(&format!("the arguments are not valid JSON: {e}")),
                 };
+                let mcp = servers().await;
                 if !mcp.status().iter().any(|s| s.name == server) {
                     return usage(&crate::mcp::McpError::NoServer(server).to_string());
                 }
@@ -1015,6 +1034,42 @@ pub fn run_mcp(command: McpCommand) -> ExitCode {
             }
         }
     })
+}
+
+/// `pen mcp serve`: the workspace of `--root` (the current folder by default) on stdio.
+async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
+    let roots = if command.roots.is_empty() {
+        vec![std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))]
+    } else {
+        command.roots
+    };
+    let workspace = match Workspace::new(&roots) {
+        Ok(workspace) => workspace,
+        Err(e) => return usage(&e.to_string()),
+    };
+    let offer = crate::mcp_serve::Offer {
+        writes: command.allow_writes,
+        commands: command.allow_commands,
+    };
+    let store = if offer.writes {
+        match session::default_data_dir().and_then(|dir| SessionStore::open(&dir)) {
+            Ok(store) => Some((Arc::new(store), config.checkpoint_store_bytes)),
+            Err(e) => {
+                eprintln!("pen: writes cannot be recorded: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let server = crate::mcp_serve::PenServer::new(workspace, config.limits(), offer, store);
+    match crate::mcp_serve::serve_stdio(server).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pen: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// `pen revert SESSION [TURN] [--force]`.

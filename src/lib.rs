@@ -73,5 +73,8 @@ pub mod server;
 /// `pen acp`: pen as an Agent Client Protocol agent.
 pub mod acp;
 
+/// `pen mcp serve`: pen's native tools offered to other agents over MCP.
+pub mod mcp_serve;
+
 /// The command line.
 pub mod cli;

@@ -9,7 +9,7 @@ use crate::tools::write::EditPlan;
 use crate::tools::{PendingWrite, WriteRecorder};
 
 /// Records the writes of one call of a turn.
-pub(super) struct TurnRecorder {
+pub struct TurnRecorder {
     pub store: Arc<SessionStore>,
     pub session_id: String,
     pub turn_id: String,

@@ -39,6 +39,7 @@ mod system_prompt;
 mod turn;
 
 pub use crate::providers::choice::{NO_PROVIDER, provider_from_config};
+pub use checkpoint::TurnRecorder;
 pub use context::{environment, gather, render_file, root_instructions, system_text};
 pub use events::{
     AgentEvent, EventKind, InstructionSummary, RequestUsage, Trim, TurnEvent, window_line,

@@ -13,6 +13,7 @@ set -euo pipefail
 
 EVERYTHING_VERSION=2026.8.31
 PYTHON_MCP_VERSION=2.3.0
+TS_SDK_VERSION=1.32.2
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/pen"
 
 everything="$cache/mcp-everything-$EVERYTHING_VERSION"
@@ -36,5 +37,17 @@ if [ ! -f "$venv/.done" ]; then
     touch "$venv/.done"
 fi
 
+ts_sdk="$cache/mcp-ts-sdk-$TS_SDK_VERSION"
+ts_package="$ts_sdk/node_modules/@modelcontextprotocol/sdk"
+if [ ! -f "$ts_sdk/.done" ]; then
+    echo "tests/mcp/setup.sh: npm install @modelcontextprotocol/sdk@$TS_SDK_VERSION into $ts_sdk" >&2
+    mkdir -p "$ts_sdk"
+    npm install --prefix "$ts_sdk" --no-audit --no-fund --silent \
+        "@modelcontextprotocol/sdk@$TS_SDK_VERSION" >&2
+    test -f "$ts_package/dist/esm/client/stdio.js"
+    touch "$ts_sdk/.done"
+fi
+
 echo "export PEN_MCP_EVERYTHING=$entry"
+echo "export PEN_MCP_TS_SDK=$ts_package"
 echo "export PEN_MCP_PYTHON=$venv/bin/python"

@@ -20,6 +20,7 @@ mod list;
 mod lsp_client;
 mod mcp;
 mod mcp_hostile;
+mod mcp_serve;
 mod modes;
 mod old_sessions;
 mod peers;
