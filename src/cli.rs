@@ -1062,7 +1062,14 @@ async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
     } else {
         None
     };
-    let server = crate::mcp_serve::PenServer::new(workspace, config.limits(), offer, store);
+    // Commands run as pen's own would without asking: in the OS sandbox the config sets.
+    let sandbox = if offer.commands {
+        config.command_sandbox_probed().await
+    } else {
+        crate::sandbox::CommandSandbox::off()
+    };
+    let server =
+        crate::mcp_serve::PenServer::new(workspace, config.limits(), offer, store, sandbox);
     match crate::mcp_serve::serve_stdio(server).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

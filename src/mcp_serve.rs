@@ -131,12 +131,13 @@ pub struct PenServer {
 
 impl PenServer {
     /// A server over `workspace` under `limits`, offering what `offer` lets it; writes are
-    /// recorded in `store` (no store: writes are refused).
+    /// recorded in `store` (no store: writes are refused), commands run in `sandbox`.
     pub fn new(
         workspace: Workspace,
         limits: Limits,
         offer: Offer,
         store: Option<(Arc<SessionStore>, u64)>,
+        sandbox: crate::sandbox::CommandSandbox,
     ) -> PenServer {
         let title = format!(
             "pen mcp serve on {}",
@@ -155,8 +156,10 @@ impl PenServer {
                 limit,
             })
         });
+        let mut local = LocalTools::new(workspace, limits.clone());
+        local.sandbox = sandbox;
         PenServer {
-            tools: TurnTools::native(LocalTools::new(workspace, limits.clone())),
+            tools: TurnTools::native(local),
             offer,
             limits,
             journal,
@@ -202,6 +205,9 @@ impl PenServer {
                 return self.result(&Err(registry::unknown_among(name, names)));
             }
         };
+        if let Err(why) = confined_only(tool.as_ref(), &arguments) {
+            return self.result(&Err(why));
+        }
         if spec.writes() != Writes::Recorded {
             let result = run(tool.as_ref(), arguments, None, cancel).await;
             return self.result(&result);
@@ -307,6 +313,27 @@ impl PenServer {
             answer.structured_content = Some(value);
         }
         answer
+    }
+}
+
+/// A command runs here only as pen would run it without asking its owner: inside the OS
+/// sandbox (or with the owner's rights where the owner's config turned the sandbox off). pen
+/// cannot ask its owner from `pen mcp serve`, so a call asking to leave the sandbox, or one
+/// on a kernel that cannot sandbox, is refused rather than run unconfined.
+fn confined_only(tool: &dyn Tool, arguments: &Value) -> Result<(), ToolError> {
+    use crate::sandbox::Confinement;
+    match tool.confinement(arguments) {
+        Confinement::LeavesSandbox => Err(ToolError::new(
+            ErrorCode::InvalidArguments,
+            "pen mcp serve runs commands only inside pen's OS sandbox: \"sandbox\": \"off\" is \
+             refused here (the owner may set sandbox = \"off\" in pen's config)",
+        )),
+        Confinement::Unsupported => Err(ToolError::new(
+            ErrorCode::ToolFailed,
+            "this kernel cannot sandbox commands, and pen mcp serve runs them only sandboxed \
+             (the owner may set sandbox = \"off\" in pen's config to run them unconfined)",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -435,7 +462,13 @@ mod tests {
             max_tool_result_bytes: 64,
             ..Limits::default()
         };
-        let server = PenServer::new(workspace, limits, Offer::default(), None);
+        let server = PenServer::new(
+            workspace,
+            limits,
+            Offer::default(),
+            None,
+            crate::sandbox::CommandSandbox::off(),
+        );
         let small = server.result(&Ok(serde_json::json!({"ok": true})));
         assert_eq!(
             small.structured_content,

@@ -359,3 +359,45 @@ fn every_initialize_generation_connects_and_lists_the_tools() {
         assert!(child.wait().unwrap().success(), "{version}");
     }
 }
+
+/// With `--allow-commands`, a command runs inside pen's OS sandbox: it writes in the root, a
+/// write outside it is blocked and said so, and a call asking to leave the sandbox is refused
+/// (pen cannot ask its owner from here), so nothing runs unconfined.
+#[test]
+fn commands_run_only_inside_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let data = dir.path().join("data");
+    let test = "mcp_serve::sandboxed_commands";
+    let Some(mut client) =
+        SdkClient::start(Sdk::PythonAuto, &root, &data, &["--allow-commands"], test)
+    else {
+        return;
+    };
+    let (failed, inside) = client.call("pen_command", json!({"command": "echo in > made.txt"}));
+    assert!(!failed, "{inside}");
+    assert_eq!(std::fs::read(root.join("made.txt")).unwrap(), b"in\n");
+
+    let escape = format!("echo out > {}/x.txt", outside.display());
+    let (_, blocked) = client.call("pen_command", json!({"command": escape}));
+    assert!(!outside.join("x.txt").exists(), "{blocked}");
+    assert!(blocked.to_string().contains("sandbox_blocked"), "{blocked}");
+
+    let (failed, refused) = client.call(
+        "pen_command",
+        json!({"command": escape, "sandbox": "off", "reason": "needs it"}),
+    );
+    assert!(failed, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only inside pen's OS sandbox"),
+        "{refused}"
+    );
+    assert!(!outside.join("x.txt").exists());
+    client.close();
+}
