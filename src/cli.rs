@@ -588,7 +588,9 @@ fn begin_message(err: &crate::agent::BeginError) -> String {
 /// `pen run`'s tools: over the current folder, with a read ledger of its own and no editor.
 async fn run_tools(workspace: Workspace, config: &Config) -> crate::agent::LocalTools {
     crate::agent::LocalTools {
-        sandbox: config.command_sandbox_probed().await,
+        sandbox: config
+            .command_sandbox_probed(crate::session::default_data_dir().ok())
+            .await,
         ..crate::agent::LocalTools::new(workspace, config.limits())
     }
 }
@@ -1064,7 +1066,9 @@ async fn run_mcp_serve(command: McpServeCommand, config: &Config) -> ExitCode {
     };
     // Commands run as pen's own would without asking: in the OS sandbox the config sets.
     let sandbox = if offer.commands {
-        config.command_sandbox_probed().await
+        config
+            .command_sandbox_probed(crate::session::default_data_dir().ok())
+            .await
     } else {
         crate::sandbox::CommandSandbox::off()
     };

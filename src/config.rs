@@ -683,21 +683,22 @@ impl Config {
         )
     }
 
-    /// [`Config::command_sandbox`] with pen's data folder, on a blocking thread (its first
-    /// call in the process probes the kernel by running a process). A probe that panicked
-    /// leaves the sandbox on and unavailable, so every command asks.
-    pub async fn command_sandbox_probed(&self) -> crate::sandbox::CommandSandbox {
+    /// [`Config::command_sandbox`] with pen's data folder (`data_dir`), on a blocking thread
+    /// (its first call in the process probes the kernel by running a process). A probe that
+    /// panicked leaves the sandbox on and unavailable, so every command asks.
+    pub async fn command_sandbox_probed(
+        &self,
+        data_dir: Option<PathBuf>,
+    ) -> crate::sandbox::CommandSandbox {
         let config = self.clone();
         let level = self.sandbox;
-        tokio::task::spawn_blocking(move || {
-            config.command_sandbox(crate::session::default_data_dir().ok())
-        })
-        .await
-        .unwrap_or_else(|e| crate::sandbox::CommandSandbox {
-            level,
-            support: Err(format!("the probe failed: {e}")),
-            ..crate::sandbox::CommandSandbox::off()
-        })
+        tokio::task::spawn_blocking(move || config.command_sandbox(data_dir))
+            .await
+            .unwrap_or_else(|e| crate::sandbox::CommandSandbox {
+                level,
+                support: Err(format!("the probe failed: {e}")),
+                ..crate::sandbox::CommandSandbox::off()
+            })
     }
 
     /// The tool limits this config implies: the cap's pages. A turn fits them to what its prompt

@@ -594,7 +594,9 @@ impl AgentState {
             .map_err(begin_error)?;
         let config = self.config.clone();
         let changes = Arc::new(Changes::default());
-        let sandbox = config.command_sandbox_probed().await;
+        let sandbox = config
+            .command_sandbox_probed(crate::session::default_data_dir().ok())
+            .await;
         let tools = turn_tools(&session, &config, sandbox, Arc::clone(&changes));
         let (state, open) = (Arc::clone(self), Arc::clone(&session));
         let channel =

@@ -207,7 +207,10 @@ impl Backend {
             }),
             None => Value::Null,
         };
-        shown["effective_sandbox"] = config.command_sandbox_probed().await.effective();
+        shown["effective_sandbox"] = config
+            .command_sandbox_probed(crate::session::default_data_dir().ok())
+            .await
+            .effective();
         Ok(shown)
     }
 

@@ -36,7 +36,9 @@ impl Backend {
             search_editor: None,
             watch: None,
             fitted: Default::default(),
-            sandbox: config.command_sandbox_probed().await,
+            sandbox: config
+                .command_sandbox_probed(crate::session::default_data_dir().ok())
+                .await,
         };
         let prompt = self.with_focus(&params, &local).await?;
         let (client, progress) = (self.client.clone(), *read(&self.state.work_done_progress));

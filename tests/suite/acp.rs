@@ -64,6 +64,8 @@ struct Setup {
     data: tempfile::TempDir,
     workspace: tempfile::TempDir,
     fake: FakeProvider,
+    /// pen_command's OS sandbox level (`PEN_SANDBOX`), when a test sets one.
+    sandbox: Option<&'static str>,
 }
 
 impl Setup {
@@ -72,6 +74,7 @@ impl Setup {
             data: tempfile::tempdir().unwrap(),
             workspace: tempfile::tempdir().unwrap(),
             fake: FakeProvider::start(),
+            sandbox: None,
         }
     }
 
@@ -91,6 +94,9 @@ impl Setup {
             .env("OPENAI_API_KEY", "test-key")
             .env_remove("PEN_MAX_TOOL_RESULT_BYTES")
             .env_remove("PEN_AUTO_APPROVE");
+        if let Some(level) = self.sandbox {
+            command.env("PEN_SANDBOX", level);
+        }
     }
 
     fn pen(&self) -> Command {
@@ -502,8 +508,9 @@ fn python_sdk_the_diff_of_an_edit_is_what_pen_wrote() {
 }
 
 /// session/set_mode with each of pen's four modes: `plan` refuses an edit without a permission
-/// request, `edit` runs one without, `auto` asks for a command (no sandbox: it runs unconfined),
-/// `ask` asks for an edit; an unknown id is refused.
+/// request, `edit` runs one without, `auto` asks for a command that runs unconfined (the sandbox
+/// is off here; a sandboxed one runs without asking, `suite::modes`), `ask` asks for an edit; an
+/// unknown id is refused.
 #[test]
 fn python_sdk_switches_between_the_four_modes() {
     let Some(python) = peer(
@@ -512,7 +519,8 @@ fn python_sdk_switches_between_the_four_modes() {
     ) else {
         return;
     };
-    let setup = Setup::new();
+    let mut setup = Setup::new();
+    setup.sandbox = Some("off");
     let file = setup.workspace().join("a.txt");
     std::fs::write(&file, "one\ntwo\n").unwrap();
     let command = call("c4", "pen_command", json!({"command": "echo hi > ran.txt"}));

@@ -96,12 +96,12 @@ fn plan_mode_refuses_edits_and_commands_without_asking_then_edit_mode_lets_an_ed
         answer("", &[read("r1")]),
         answer("", &[edit("e1", "alpha", "beta"), command("c1")]),
         answer("Plan: change alpha to beta.", &[]),
-        // After the switch to edit: the edit runs; the command still asks (no sandbox yet).
+        // After the switch to edit: the edit runs; the command still asks (the sandbox is off).
         answer("", &[edit("e2", "alpha", "beta")]),
         answer("", &[command("c2")]),
         answer("Done.", &[]),
     ]);
-    let (mut d, root) = daemon(&fake, &[]);
+    let (mut d, root) = daemon(&fake, &[("PEN_SANDBOX", "off")]);
 
     let session = d.client.new_session();
     let set = d
@@ -182,7 +182,7 @@ fn auto_mode_from_the_config_runs_edits_without_asking_and_an_unconfined_command
         answer("", &[edit("e1", "alpha", "beta"), command("c1")]),
         answer("Done.", &[]),
     ]);
-    let (mut d, root) = daemon(&fake, &[("PEN_MODE", "auto")]);
+    let (mut d, root) = daemon(&fake, &[("PEN_MODE", "auto"), ("PEN_SANDBOX", "off")]);
     let session = d.client.new_session();
     assert_eq!(
         d.client.prompt(&session, "make it beta")["stopReason"],
@@ -343,4 +343,87 @@ fn a_switch_during_a_turn_decides_its_next_call() {
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "gamma\n");
     assert_eq!(approvals(&d), Vec::<Value>::new(), "e2 was not asked");
+}
+
+/// The 50 commands of issue 28's measured session: builds, tests, greps and file writes in the
+/// workspace, and two that leave the sandbox (`"sandbox": "off"`).
+fn fifty_commands() -> Vec<Value> {
+    let mut commands = vec![json!({"command": "mkdir -p build out"})];
+    for i in 0..10 {
+        commands.push(json!({"command": format!("cc -c src/m{i}.c -o build/m{i}.o")}));
+        commands.push(json!({"command": format!("sh tests/run.sh {i}")}));
+    }
+    for i in 0..14 {
+        commands.push(json!({"command": format!("grep -rn 'int m{}' src", i % 10)}));
+    }
+    for i in 0..13 {
+        commands.push(json!({"command": format!("echo {i} > out/{i}.txt")}));
+    }
+    for reason in ["publish the build", "fetch a dependency"] {
+        commands.push(
+            json!({"command": "touch \"$HOME/escaped\"", "sandbox": "off", "reason": reason}),
+        );
+    }
+    commands
+}
+
+/// How many times the owner is asked in `mode` for [`fifty_commands`], each allowed.
+fn approvals_for_fifty_commands(mode: &str) -> usize {
+    let fake = FakeProvider::start();
+    let home = tempfile::tempdir().unwrap();
+    let commands = fifty_commands();
+    assert_eq!(commands.len(), 50);
+    let mut replies: Vec<Reply> = commands
+        .iter()
+        .enumerate()
+        .map(|(n, arguments)| {
+            answer(
+                "",
+                &[call(&format!("c{n}"), "pen_command", arguments.clone())],
+            )
+        })
+        .collect();
+    replies.push(answer("Built and tested.", &[]));
+    fake.push(replies);
+    let home_path = home.path().to_string_lossy().to_string();
+    let (mut d, root) = daemon(
+        &fake,
+        &[
+            ("PEN_MODE", mode),
+            ("HOME", &home_path),
+            ("PEN_MAX_TURN_REQUESTS", "60"),
+        ],
+    );
+    fs::create_dir_all(root.join("src")).unwrap();
+    fs::create_dir_all(root.join("tests")).unwrap();
+    for i in 0..10 {
+        fs::write(
+            root.join(format!("src/m{i}.c")),
+            format!("int m{i}(void) {{ return {i}; }}\n"),
+        )
+        .unwrap();
+    }
+    fs::write(root.join("tests/run.sh"), "test -f \"build/m$1.o\"\n").unwrap();
+    d.client.on_request(|method, _| match method {
+        "pen/requestApproval" => json!({"decision": "allow"}),
+        _ => Value::Null,
+    });
+    let session = d.client.new_session();
+    assert_eq!(
+        d.client.prompt(&session, "build and test")["stopReason"],
+        "end_turn"
+    );
+    assert!(root.join("out/12.txt").exists() && root.join("build/m9.o").exists());
+    assert!(home.path().join("escaped").exists());
+    approvals(&d).len()
+}
+
+/// Issue 28's measure: the scripted session of 50 commands asks the owner for each in `ask`, and
+/// only for the two that leave the sandbox in `auto`.
+#[test]
+fn fifty_commands_ask_fifty_times_in_ask_and_twice_in_auto() {
+    let ask = approvals_for_fifty_commands("ask");
+    let auto = approvals_for_fifty_commands("auto");
+    println!("approvals of the 50 scripted commands: ask {ask}, auto {auto}");
+    assert_eq!((ask, auto), (50, 2));
 }
