@@ -1,6 +1,9 @@
 -- :PenMode (with completion) switches the session's permission mode: in plan mode an edit is
 -- refused without asking; in edit mode it runs without asking; the statusline names the mode.
 -- "Deny and tell pen why" sends the reason, which the model reads.
+-- The command below must ask in edit mode: it runs unconfined (the sandbox is off here; a
+-- sandboxed command runs without asking in edit mode).
+vim.env.PEN_SANDBOX = 'off'
 local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'helpers.lua'))
 local edit = function(id, old, new)
   return { tool_calls = { { id = id, name = 'pen_edit', arguments = {
@@ -44,7 +47,7 @@ H.check(res.stopReason == 'end_turn', 'edit turn ' .. vim.inspect(res))
 H.check(#asked == 0, 'edit mode asked for an edit: ' .. vim.inspect(asked))
 H.check(vim.deep_equal(vim.fn.readfile(ws .. '/b.txt'), { 'two' }), 'edited: ' .. vim.inspect(vim.fn.readfile(ws .. '/b.txt')))
 
--- A command still asks in edit mode (no sandbox): the question names the mode; the reason
+-- An unconfined command still asks in edit mode: the question names the mode; the reason
 -- reaches the model.
 pen.state.last_result = {}
 vim.cmd('Pen run something')
